@@ -1,0 +1,1 @@
+"""Benchmarks: see benchmarks/engine.py."""

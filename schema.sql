@@ -1,0 +1,1 @@
+triggerhook/schema.sql

@@ -1,0 +1,183 @@
+# shellcheck shell=bash
+# Sourced by scripts/test and scripts/run (not executable on its own).
+#
+# ensure_services: make sure MariaDB and RabbitMQ answer, starting local ones
+# if they are down. A service on another host is only probed, never started.
+#
+#   TRIGGERHOOK_MYSQL_HOST / TRIGGERHOOK_MYSQL_PORT   default 127.0.0.1 / 3306
+#   TRIGGERHOOK_AMQP_HOST  / TRIGGERHOOK_AMQP_PORT    default 127.0.0.1 / 5672
+#   SERVICE_START_TIMEOUT                             seconds, default 60
+#
+# The MariaDB probe uses PyMySQL from the venv (so source _venv.sh and call
+# ensure_venv first); it falls back to mariadb-admin when that is unavailable.
+
+MYSQL_HOST="${TRIGGERHOOK_MYSQL_HOST:-127.0.0.1}"
+MYSQL_PORT="${TRIGGERHOOK_MYSQL_PORT:-3306}"
+AMQP_HOST="${TRIGGERHOOK_AMQP_HOST:-127.0.0.1}"
+AMQP_PORT="${TRIGGERHOOK_AMQP_PORT:-5672}"
+SERVICE_START_TIMEOUT="${SERVICE_START_TIMEOUT:-60}"
+
+MARIADBD=/usr/sbin/mariadbd
+
+_svc_log() { printf '%s\n' "services: $*" >&2; }
+
+_is_local_host() {
+    case "$1" in
+        127.0.0.1 | localhost | ::1) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+_tcp_open() { # host port
+    # shellcheck disable=SC2016 # $1/$2 expand in the child bash, on purpose
+    timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+}
+
+# Exit status: 0 reachable, 1 not reachable (worth starting / waiting), 2 the
+# server answers but something else is wrong (message printed; don't wait).
+_mysql_probe() {
+    local py="${VENV_BIN:-.venv/bin}/python"
+    if [[ -x "$py" ]] && "$py" -c 'import pymysql' 2>/dev/null; then
+        "$py" - "$MYSQL_HOST" "$MYSQL_PORT" <<'PY'
+import sys
+
+import pymysql
+
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    pymysql.connect(host=host, port=port, user="root", password="", connect_timeout=2).close()
+except pymysql.err.OperationalError as exc:
+    code = exc.args[0] if exc.args else None
+    if code in (2003, 2006, 2013):  # can't connect / gone away / lost: not (yet) serving
+        sys.exit(1)
+    print(f"services: MariaDB at {host}:{port} answers but: {exc}", file=sys.stderr)
+    # Access denied still proves the server is up; the tests will say more.
+    sys.exit(0 if code == 1045 else 2)
+PY
+    elif command -v mariadb-admin >/dev/null 2>&1; then
+        mariadb-admin ping --connect-timeout=2 -h"$MYSQL_HOST" -P"$MYSQL_PORT" -uroot \
+            >/dev/null 2>&1
+    else
+        _tcp_open "$MYSQL_HOST" "$MYSQL_PORT"
+    fi
+}
+
+ensure_mariadb() {
+    local rc=0
+    _mysql_probe || rc=$?
+    case $rc in
+        0) return 0 ;;
+        2) return 1 ;;
+    esac
+
+    if ! _is_local_host "$MYSQL_HOST"; then
+        _svc_log "error: MariaDB is not reachable at $MYSQL_HOST:$MYSQL_PORT (not local, not starting it)"
+        return 1
+    fi
+    if [[ ! -x "$MARIADBD" ]] || ! command -v start-stop-daemon >/dev/null 2>&1; then
+        _svc_log "error: MariaDB is not reachable at $MYSQL_HOST:$MYSQL_PORT and cannot be" \
+            "started here ($MARIADBD or start-stop-daemon missing); start it yourself"
+        return 1
+    fi
+
+    if start-stop-daemon --status --exec "$MARIADBD"; then
+        _svc_log "mariadbd is running but not answering on $MYSQL_HOST:$MYSQL_PORT yet; waiting"
+    else
+        _svc_log "MariaDB is down at $MYSQL_HOST:$MYSQL_PORT; starting $MARIADBD"
+    fi
+    # mariadbd needs its runtime directory (pid file, socket); it vanishes on reboot.
+    if [[ ! -d /run/mysqld ]] && id mysql >/dev/null 2>&1; then
+        install -d -o mysql -g mysql /run/mysqld || true
+    fi
+    if ! start-stop-daemon --start --oknodo --quiet --background --exec "$MARIADBD"; then
+        _svc_log "error: start-stop-daemon could not start $MARIADBD"
+        return 1
+    fi
+
+    local deadline=$((SECONDS + SERVICE_START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        rc=0
+        _mysql_probe || rc=$?
+        case $rc in
+            0)
+                _svc_log "MariaDB is up"
+                return 0
+                ;;
+            2) return 1 ;;
+        esac
+        sleep 1
+    done
+    _svc_log "error: MariaDB did not answer on $MYSQL_HOST:$MYSQL_PORT within" \
+        "${SERVICE_START_TIMEOUT}s; see its error log (journal or" \
+        "/var/log/mysql) and try: mariadb-admin ping -h$MYSQL_HOST -uroot"
+    return 1
+}
+
+_rabbitmq_ready() { # quick: port open and (where we can ask) the app has booted
+    _tcp_open "$AMQP_HOST" "$AMQP_PORT" || return 1
+    if command -v rabbitmqctl >/dev/null 2>&1; then
+        rabbitmqctl -q -t 5 await_startup >/dev/null 2>&1 || return 1
+    fi
+}
+
+ensure_rabbitmq() {
+    local local_host=0
+    _is_local_host "$AMQP_HOST" && local_host=1
+
+    if _tcp_open "$AMQP_HOST" "$AMQP_PORT"; then
+        # The listener can be open before the broker has finished booting.
+        if ((local_host)) && command -v rabbitmqctl >/dev/null 2>&1; then
+            if ! rabbitmqctl -q -t "$SERVICE_START_TIMEOUT" await_startup >/dev/null 2>&1; then
+                _svc_log "warning: port $AMQP_PORT is open but 'rabbitmqctl await_startup'" \
+                    "failed (not our node, or no Erlang cookie access?); carrying on"
+            fi
+        fi
+        return 0
+    fi
+
+    if ((!local_host)); then
+        _svc_log "error: RabbitMQ is not reachable at $AMQP_HOST:$AMQP_PORT (not local, not starting it)"
+        return 1
+    fi
+    if ! command -v rabbitmq-server >/dev/null 2>&1; then
+        _svc_log "error: RabbitMQ is not reachable at $AMQP_HOST:$AMQP_PORT and" \
+            "rabbitmq-server is not installed; start a broker yourself"
+        return 1
+    fi
+
+    local log="${TMPDIR:-/tmp}/triggerhook-rabbitmq-start.log"
+    : >"$log"
+    if command -v rabbitmqctl >/dev/null 2>&1 && rabbitmqctl -q -t 5 await_startup >/dev/null 2>&1; then
+        # Don't start a second node: this one may still be opening its listeners,
+        # or listens elsewhere (then we time out with the message below).
+        _svc_log "a RabbitMQ node is running but $AMQP_HOST:$AMQP_PORT is closed; waiting"
+    else
+        _svc_log "RabbitMQ is down at $AMQP_HOST:$AMQP_PORT; starting rabbitmq-server -detached"
+        # Detach fully so the broker never holds our stdout/stderr (CI would wait on it).
+        local setsid=()
+        command -v setsid >/dev/null 2>&1 && setsid=(setsid)
+        if ! "${setsid[@]}" rabbitmq-server -detached </dev/null >"$log" 2>&1; then
+            _svc_log "error: 'rabbitmq-server -detached' failed:"
+            cat "$log" >&2
+            return 1
+        fi
+    fi
+
+    local deadline=$((SECONDS + SERVICE_START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        if _rabbitmq_ready; then
+            _svc_log "RabbitMQ is up"
+            return 0
+        fi
+        sleep 1
+    done
+    _svc_log "error: RabbitMQ did not come up on $AMQP_HOST:$AMQP_PORT within" \
+        "${SERVICE_START_TIMEOUT}s; try 'rabbitmq-diagnostics status' and see /var/log/rabbitmq"
+    if [[ -s "$log" ]]; then cat "$log" >&2; fi
+    return 1
+}
+
+ensure_services() {
+    ensure_mariadb || return 1
+    ensure_rabbitmq || return 1
+}

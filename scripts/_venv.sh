@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# Sourced by scripts/test and scripts/run (not executable on its own).
+#
+# Creates .venv with `python3 -m venv` if it is missing and installs the project
+# in editable mode with its dev extras, pinned by constraints.txt. The install is
+# skipped while the stamp file .venv/.installed is newer than both pyproject.toml
+# and constraints.txt, so repeated runs cost nothing.
+#
+# Expects the current directory to be the repository root. Honours $PYTHON
+# (default python3) for creating the venv. Sets VENV and VENV_BIN.
+
+VENV="${VENV:-.venv}"
+VENV_BIN="$VENV/bin"
+
+_venv_log() { printf '%s\n' "venv: $*" >&2; }
+
+ensure_venv() {
+    local python="${PYTHON:-python3}"
+    local stamp="$VENV/.installed"
+
+    if [[ ! -x "$VENV_BIN/python" ]] || ! "$VENV_BIN/python" -c '' 2>/dev/null; then
+        if ! command -v "$python" >/dev/null 2>&1; then
+            _venv_log "error: '$python' not found; install Python >= 3.11 or set PYTHON"
+            return 1
+        fi
+        _venv_log "creating $VENV with $("$python" --version 2>&1)"
+        rm -rf "$VENV"
+        "$python" -m venv "$VENV" || {
+            _venv_log "error: '$python -m venv $VENV' failed (on Debian: apt-get install python3-venv)"
+            return 1
+        }
+    fi
+
+    if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt constraints.txt ]]; then
+        return 0
+    fi
+
+    _venv_log "installing triggerhook[dev] into $VENV (pinned by constraints.txt)"
+    rm -f "$stamp"
+    "$VENV_BIN/pip" install -q -c constraints.txt -e '.[dev]' || {
+        _venv_log "error: pip install failed"
+        return 1
+    }
+    touch "$stamp"
+}

@@ -1,0 +1,47 @@
+"""Our direct encoding of an event must be byte-identical to pika's."""
+
+from __future__ import annotations
+
+import pika
+import pika.frame
+import pika.spec
+import pytest
+
+from triggerhook.amqp.frames import encode_event
+
+
+def pika_frames(
+    channel: int, exchange: str, routing_key: str, body: bytes, message_id: str,
+    due_ms: int, fired_ms: int, max_body: int,
+) -> bytes:  # fmt: skip
+    method = pika.spec.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True)
+    props = pika.spec.BasicProperties(
+        message_id=message_id,
+        delivery_mode=2,
+        timestamp=fired_ms // 1000,
+        headers={"x-due-ms": due_ms, "x-fired-ms": fired_ms},
+    )
+    out = pika.frame.Method(channel, method).marshal()
+    out += pika.frame.Header(channel, len(body), props).marshal()
+    for start in range(0, len(body), max_body):
+        out += pika.frame.Body(channel, body[start : start + max_body]).marshal()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("body", "due_ms", "fired_ms", "max_body"),
+    [
+        (b"", 1_796_030_742_248, 1_796_030_742_249, 131_064),
+        (b"hello", 0, 5, 131_064),  # small values: pika's int32 table encoding
+        (b"x" * 1000, 2**31 - 1, 2**31, 300),  # int32/int64 boundary, split body
+        (bytes(range(256)) * 300, 253_402_300_799_999, 253_402_300_800_000, 4096),
+    ],
+)
+def test_encoding_matches_pika(body: bytes, due_ms: int, fired_ms: int, max_body: int) -> None:
+    args = (7, "triggerhook", "billing.charge", body, "task-1:a.b", due_ms, fired_ms, max_body)
+    assert encode_event(*args) == pika_frames(*args)
+
+
+def test_overlong_routing_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="255"):
+        encode_event(1, "ex", "k" * 256, b"", "id", 0, 0, 1000)

@@ -1,0 +1,33 @@
+"""triggerhook: a high-precision trigger engine (MySQL in, RabbitMQ out)."""
+
+from triggerhook.app import Scheduled, TaskSpec, TriggerHook
+from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
+from triggerhook.errors import (
+    ConfigError,
+    ConflictError,
+    NotRunningError,
+    StoreUnavailable,
+    TriggerHookError,
+    ValidationError,
+)
+from triggerhook.settings import Settings, load_settings
+from triggerhook.wiring import build
+
+__all__ = [
+    "CancelResult",
+    "ConfigError",
+    "ConflictError",
+    "NotRunningError",
+    "Scheduled",
+    "Settings",
+    "StoreUnavailable",
+    "Task",
+    "TaskInfo",
+    "TaskSpec",
+    "TaskState",
+    "TriggerHook",
+    "TriggerHookError",
+    "ValidationError",
+    "build",
+    "load_settings",
+]

@@ -1,0 +1,1 @@
+"""RabbitMQ adapter (pika): the only package that imports the broker client."""

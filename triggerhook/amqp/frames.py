@@ -1,0 +1,88 @@
+"""AMQP 0-9-1 frames of one event, encoded directly with ``struct``.
+
+pika's generic marshalling (property objects, field tables in pure Python)
+costs ~40 µs per message and was the ceiling of the publisher thread; these
+frames are byte-for-byte what pika produces for the same message
+(``tests/unit/test_frames.py`` checks that) at a fraction of the cost. The
+connection, channel, confirms and returns remain pika's.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_FRAME_END = b"\xce"
+_METHOD, _HEADER, _BODY = 1, 2, 3
+_BASIC = 60
+_BASIC_PUBLISH = 40
+_MANDATORY = b"\x01"
+# BasicProperties flags, in the order the properties are encoded.
+_FLAG_HEADERS = 1 << 13
+_FLAG_DELIVERY_MODE = 1 << 12
+_FLAG_MESSAGE_ID = 1 << 7
+_FLAG_TIMESTAMP = 1 << 6
+_FLAGS = _FLAG_HEADERS | _FLAG_DELIVERY_MODE | _FLAG_MESSAGE_ID | _FLAG_TIMESTAMP
+_PERSISTENT = 2
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+_frame_head = struct.Struct(">BHI").pack
+_header_head = struct.Struct(">HHQH").pack
+_int32_field = struct.Struct(">ci").pack
+_int64_field = struct.Struct(">cq").pack
+_u32 = struct.Struct(">I").pack
+_u64 = struct.Struct(">Q").pack
+
+
+def _frame(kind: int, channel: int, payload: bytes) -> bytes:
+    return _frame_head(kind, channel, len(payload)) + payload + _FRAME_END
+
+
+def _shortstr(text: str) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > 255:
+        raise ValueError(f"AMQP short string over 255 bytes: {text[:40]!r}...")
+    return bytes((len(data),)) + data
+
+
+def _int_field(value: int) -> bytes:
+    # As pika encodes ints in a field table: 'I' (int32) when it fits, else 'l'.
+    if _INT32_MIN <= value <= _INT32_MAX:
+        return _int32_field(b"I", value)
+    return _int64_field(b"l", value)
+
+
+def publish_method(channel: int, exchange: str, routing_key: str) -> bytes:
+    """The Basic.Publish method frame (``mandatory`` set)."""
+    payload = (
+        struct.pack(">HHH", _BASIC, _BASIC_PUBLISH, 0)
+        + _shortstr(exchange)
+        + _shortstr(routing_key)
+        + _MANDATORY
+    )
+    return _frame(_METHOD, channel, payload)
+
+
+def encode_event(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    message_id: str,
+    due_ms: int,
+    fired_ms: int,
+    max_body_frame: int,
+) -> bytes:
+    """Method, content header and body frames of one event (the wire format)."""
+    table = b"\x08x-due-ms" + _int_field(due_ms) + b"\x0ax-fired-ms" + _int_field(fired_ms)
+    properties = (
+        _u32(len(table))
+        + table
+        + b"\x02"  # delivery_mode = 2: persistent
+        + _shortstr(message_id)
+        + _u64(fired_ms // 1000)
+    )
+    header = _header_head(_BASIC, 0, len(body), _FLAGS) + properties
+    out = publish_method(channel, exchange, routing_key) + _frame(_HEADER, channel, header)
+    for start in range(0, len(body), max_body_frame):
+        out += _frame(_BODY, channel, body[start : start + max_body_frame])
+    return out

@@ -1,0 +1,177 @@
+"""The library API: :class:`TriggerHook`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from triggerhook.domain.task import CancelResult, Task, TaskInfo, make_task, validate_id
+from triggerhook.domain.timeparse import due_from
+from triggerhook.engine.engine import Engine, PublisherFactory
+from triggerhook.errors import ConflictError, NotRunningError, ValidationError
+from triggerhook.interfaces import Clock, InsertOutcome, NewRow, TaskStore
+from triggerhook.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Due = datetime | int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What a caller asks for. Exactly one of ``at``, ``at_ms`` and ``delay_ms``.
+
+    ``at``: a datetime (naive = UTC), epoch seconds, or an ISO-8601 string.
+    """
+
+    id: str | None = None
+    at: Due | None = None
+    at_ms: int | None = None
+    delay_ms: int | None = None
+    routing_key: str | None = None
+    payload: bytes | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    task: Task
+    created: bool  # False: the same task existed already (a safe retry)
+
+
+class TriggerHook:
+    """Schedule, cancel and look up tasks; with :meth:`start`, also fire them.
+
+    Without ``start()`` the object is a client of the database only (tasks are
+    fired by whichever engine instance runs). All methods are thread-safe.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: TaskStore,
+        clock: Clock,
+        publisher_factory: PublisherFactory,
+    ) -> None:
+        self.settings = settings
+        self.instance_id = settings.resolved_instance_id()
+        self._store = store
+        self._clock = clock
+        self._engine = Engine(
+            settings, store, clock, self.instance_id, publisher_factory, self._write_batch
+        )
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    # -- scheduling -----------------------------------------------------------
+
+    def task_from(self, spec: TaskSpec, now_ms: float | None = None, field: str = "") -> Task:
+        """Validate a spec into a task; errors name ``field``-prefixed fields."""
+        try:
+            now = self._clock.now_ms() if now_ms is None else now_ms
+            due_ms = due_from(spec.at, spec.at_ms, spec.delay_ms, now)
+            return make_task(
+                task_id=spec.id,
+                due_ms=due_ms,
+                routing_key=spec.routing_key or self.settings.default_routing_key,
+                payload=spec.payload,
+                max_payload_bytes=self.settings.max_payload_bytes,
+            )
+        except ValidationError as exc:
+            if not field:
+                raise
+            raise ValidationError(f"{field}.{exc.field}", exc.message) from None
+
+    def schedule(
+        self,
+        id: str | None = None,
+        *,
+        at: Due | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+        routing_key: str | None = None,
+        payload: bytes | str | None = None,
+        timeout_s: float = 30.0,
+    ) -> Scheduled:
+        """Store one task; returns once its row is committed.
+
+        Raises :class:`ValidationError` (bad input, nothing written),
+        :class:`ConflictError` (same id, other content), or
+        :class:`~triggerhook.errors.StoreUnavailable` (retry: it is idempotent).
+        """
+        task = self.task_from(TaskSpec(id, at, at_ms, delay_ms, routing_key, payload))
+        if self._engine.running:
+            rows = self._engine.plan([task], self._clock.now_ms())
+            outcome = self._engine.committer.submit(rows[0], timeout_s)
+        else:
+            outcome = self._write_batch([NewRow(task)])[0]
+        if outcome is InsertOutcome.CONFLICT:
+            raise ConflictError(task.id)
+        return Scheduled(task, outcome is InsertOutcome.CREATED)
+
+    def schedule_many(self, specs: Iterable[TaskSpec]) -> list[Scheduled]:
+        """Store many tasks in one transaction: all of them or, on any error, none.
+
+        A validation error names the index: ``tasks[3].routing_key``.
+        """
+        now_ms = self._clock.now_ms()
+        tasks = [self.task_from(s, now_ms, f"tasks[{i}]") for i, s in enumerate(specs)]
+        if not tasks:
+            return []
+        rows = self._engine.plan(tasks, now_ms)
+        outcomes = self._insert(rows, atomic=True)
+        return [
+            Scheduled(row.task, outcome is InsertOutcome.CREATED)
+            for row, outcome in zip(rows, outcomes, strict=True)
+        ]
+
+    def _write_batch(self, rows: Sequence[NewRow]) -> list[InsertOutcome]:
+        return self._insert(rows, atomic=False)
+
+    def _insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+        lease_until_ms = int(self._clock.now_ms()) + self.settings.claim_lease_ms
+        outcomes = self._store.insert(rows, self.instance_id, lease_until_ms, atomic)
+        self._engine.adopt(rows, outcomes)
+        return outcomes
+
+    # -- lookups --------------------------------------------------------------
+
+    def cancel(self, task_id: str) -> CancelResult:
+        """CANCELLED (it will never fire), NOT_FOUND, or TOO_LATE (being published)."""
+        return self._store.cancel(validate_id(task_id))
+
+    def get(self, task_id: str) -> TaskInfo | None:
+        return self._store.get(validate_id(task_id))
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def check_store(self) -> None:
+        """Raise unless the database is reachable and its schema is current."""
+        self._store.check_schema()
+
+    def start(self) -> None:
+        """Start firing tasks (the engine threads)."""
+        self._store.check_schema()
+        self._engine.start()
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Graceful stop; True when everything due was published and confirmed."""
+        return self._engine.stop(timeout_s)
+
+    def close(self) -> None:
+        self.stop()
+        self._store.close()
+
+    def require_running(self) -> None:
+        if not self._engine.running:
+            raise NotRunningError(self._engine.failure or "the engine is not running")
+
+    def __enter__(self) -> TriggerHook:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()

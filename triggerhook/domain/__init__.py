@@ -1,0 +1,1 @@
+"""Pure domain: tasks, time parsing and the due-time heap. No I/O here."""

@@ -1,0 +1,60 @@
+"""A min-heap of tasks by fire time. Pure and not thread-safe: its owner locks.
+
+Entries are plain tuples ``(fire_at_ms, seq, task)`` so that ``heapq`` (C code)
+does all comparisons; ``seq`` breaks ties in arrival order and keeps tasks
+themselves from ever being compared.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+
+from triggerhook.domain.task import Task
+
+Entry = tuple[int, int, Task]
+
+
+class DueHeap:
+    def __init__(self) -> None:
+        self._entries: list[Entry] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def push(self, task: Task, fire_at_ms: int | None = None) -> None:
+        at = task.due_ms if fire_at_ms is None else fire_at_ms
+        heapq.heappush(self._entries, (at, next(self._seq), task))
+
+    def push_many(self, tasks: Iterable[Task]) -> None:
+        seq = self._seq
+        entries = self._entries
+        batch = [(t.due_ms, next(seq), t) for t in tasks]
+        # heapify is O(n) in the whole heap: only worth it for a large batch.
+        if len(batch) * 4 < len(entries):
+            for entry in batch:
+                heapq.heappush(entries, entry)
+        else:
+            entries.extend(batch)
+            heapq.heapify(entries)
+
+    def next_fire_ms(self) -> int | None:
+        """The earliest fire time, or None when empty."""
+        return self._entries[0][0] if self._entries else None
+
+    def pop_until(self, until_ms: float, limit: int) -> list[Task]:
+        """Remove and return up to ``limit`` tasks with fire time <= ``until_ms``."""
+        entries = self._entries
+        out: list[Task] = []
+        pop = heapq.heappop
+        while entries and entries[0][0] <= until_ms and len(out) < limit:
+            out.append(pop(entries)[2])
+        return out
+
+    def drain(self) -> list[Task]:
+        """Remove and return every task, earliest first."""
+        out = [entry[2] for entry in sorted(self._entries)]
+        self._entries.clear()
+        return out

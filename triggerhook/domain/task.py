@@ -1,0 +1,108 @@
+"""Tasks and their validation.
+
+A task is immutable. Its due time is an integer number of milliseconds since
+the Unix epoch (UTC), which is also how it is stored and put on the wire.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import uuid
+from dataclasses import dataclass
+
+from triggerhook.errors import ValidationError
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# AMQP topic routing keys: dot-separated words; we allow the same alphabet as
+# ids plus '/', and cap the length well under AMQP's 255-byte short string.
+ROUTING_KEY_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,255}")
+MIN_DUE_MS = 0  # 1970-01-01T00:00:00Z
+MAX_DUE_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
+class TaskState(enum.Enum):
+    """Where a stored task stands."""
+
+    SCHEDULED = "scheduled"  # may still be cancelled
+    FIRING = "firing"  # committed to publishing; cancel is too late
+
+
+class CancelResult(enum.Enum):
+    """The exact outcome of a cancel."""
+
+    CANCELLED = "cancelled"  # it will never fire
+    NOT_FOUND = "not_found"  # unknown, or already fired and deleted
+    TOO_LATE = "too_late"  # being published, or published and not yet deleted
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task: fire ``payload`` to ``routing_key`` at ``due_ms``."""
+
+    id: str
+    due_ms: int
+    routing_key: str
+    payload: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A stored task and its state, as :meth:`TriggerHook.get` returns it."""
+
+    task: Task
+    state: TaskState
+
+
+def validate_id(task_id: object) -> str:
+    if not isinstance(task_id, str) or not ID_PATTERN.fullmatch(task_id):
+        raise ValidationError("id", "must be 1-64 characters from [A-Za-z0-9._:-]")
+    return task_id
+
+
+def validate_routing_key(routing_key: object) -> str:
+    if not isinstance(routing_key, str) or not ROUTING_KEY_PATTERN.fullmatch(routing_key):
+        raise ValidationError("routing_key", "must be 1-255 characters from [A-Za-z0-9._:/-]")
+    return routing_key
+
+
+def validate_payload(payload: object, max_payload_bytes: int) -> bytes:
+    if payload is None:
+        return b""
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise ValidationError("payload", "must be bytes or text")
+    data = bytes(payload)
+    if len(data) > max_payload_bytes:
+        raise ValidationError(
+            "payload", f"is {len(data)} bytes, over the limit of {max_payload_bytes}"
+        )
+    return data
+
+
+def validate_due_ms(due_ms: int) -> int:
+    if not MIN_DUE_MS <= due_ms <= MAX_DUE_MS:
+        raise ValidationError("due", "must be between 1970-01-01 and 9999-12-31 (UTC)")
+    return due_ms
+
+
+def new_task_id() -> str:
+    return str(uuid.uuid4())
+
+
+def make_task(
+    *,
+    task_id: str | None,
+    due_ms: int,
+    routing_key: str,
+    payload: object,
+    max_payload_bytes: int,
+) -> Task:
+    """Build a validated task; raises :class:`ValidationError` naming the field."""
+    return Task(
+        id=new_task_id() if task_id is None else validate_id(task_id),
+        due_ms=validate_due_ms(due_ms),
+        routing_key=validate_routing_key(routing_key),
+        payload=validate_payload(payload, max_payload_bytes),
+    )

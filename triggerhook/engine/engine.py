@@ -1,0 +1,262 @@
+"""The engine: builds the threads, starts them, stops them gracefully."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from triggerhook.domain.task import Task
+from triggerhook.engine.armer import Armer
+from triggerhook.engine.confirmer import Confirmer
+from triggerhook.engine.groupcommit import GroupCommitter, WriteBatch
+from triggerhook.engine.inventory import Inventory
+from triggerhook.engine.preloader import Preloader
+from triggerhook.engine.scheduler import Scheduler
+from triggerhook.engine.sendbuffer import SendBuffer
+from triggerhook.engine.worker import FailureHandler, Worker
+from triggerhook.errors import TransientError
+from triggerhook.interfaces import (
+    ClaimMode,
+    Clock,
+    ConfirmSink,
+    EventPublisher,
+    InsertOutcome,
+    NewRow,
+    TaskStore,
+)
+from triggerhook.retry import Backoff
+from triggerhook.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RetryHandler = Callable[[Task, int], None]
+
+
+PublisherFactory = Callable[[SendBuffer, ConfirmSink, RetryHandler, FailureHandler], EventPublisher]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    in_memory: int
+    pending_arm: int
+    armed: int
+    send_buffer: int
+    unconfirmed: int
+    claimed: int
+    fired: int
+    deleted: int
+
+
+class Engine:
+    """Owns every engine thread. Not thread-safe itself: start/stop from one thread."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: TaskStore,
+        clock: Clock,
+        instance: str,
+        publisher_factory: PublisherFactory,
+        write_batch: WriteBatch,
+    ) -> None:
+        self.settings = settings
+        self.instance = instance
+        self._store = store
+        self._clock = clock
+        self._failure: tuple[str, BaseException] | None = None
+        self.failed = threading.Event()
+        self.inventory = Inventory(settings.max_tasks_in_memory)
+        self.buffer = SendBuffer(settings.send_buffer_size)
+        self.scheduler = Scheduler(clock, self.buffer, settings.send_buffer_size, self._fail)
+        self.armer = Armer(
+            clock,
+            store,
+            instance,
+            self.inventory,
+            self.scheduler,
+            settings.arm_ahead_ms,
+            settings.claim_batch_size,
+            self._fail,
+        )
+        self.confirmer = Confirmer(
+            store,
+            self.inventory,
+            settings.confirm_batch_size,
+            settings.confirm_max_delay_ms,
+            self._fail,
+        )
+        self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
+        self.buffer.on_put = self.publisher.wake
+        self.buffer.on_room = self.scheduler.wake
+        self.preloader = Preloader(
+            clock,
+            store,
+            instance,
+            self.inventory,
+            self.armer,
+            self.scheduler,
+            window_ms=settings.preload_window_ms,
+            arm_ahead_ms=settings.arm_ahead_ms,
+            lease_ms=settings.claim_lease_ms,
+            batch_size=settings.claim_batch_size,
+            poll_interval_ms=settings.poll_interval_ms,
+            on_failure=self._fail,
+        )
+        self.committer = GroupCommitter(
+            write_batch, settings.schedule_batch_size, writers=1, on_failure=self._fail
+        )
+        self._retry_backoff_max_ms = settings.publish_retry_max_ms
+        self._running = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running and not self.failed.is_set()
+
+    def start(self) -> None:
+        if self.settings.switch_interval_us:
+            # A busy thread gives up the GIL only every switch interval; the
+            # scheduler waking at a due time must not wait 5 ms (the default).
+            sys.setswitchinterval(self.settings.switch_interval_us / 1e6)
+        # A previous run under this instance id (crashed or killed) may have
+        # left claims: take them back at once instead of waiting for the lease.
+        released = self._store.release_claims(self.instance)
+        if released:
+            log.info("released %d claims left by a previous run of this instance", released)
+        for worker in self._workers():
+            worker.start()
+        self.committer.start()
+        self._running = True
+        log.info(
+            "engine started",
+            extra={"instance": self.instance, "exchange": self.settings.exchange},
+        )
+
+    def _workers(self) -> list[Worker | EventPublisher]:
+        # Downstream first, so nothing is handed to a stage that is not running.
+        return [self.confirmer, self.publisher, self.scheduler, self.armer, self.preloader]
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Graceful stop; True when everything due was published and confirmed.
+
+        Order: stop claiming and scheduling, stop arming (claimed tasks are
+        released), fire what is armed, wait for the broker's confirms, delete
+        the confirmed rows, release every remaining claim.
+        """
+        if not self._running:
+            return True
+        self._running = False
+        timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        self.committer.stop()
+        self.preloader.stop()
+        self.armer.stop()
+        self.committer.join(_left(deadline))
+        self.preloader.join(_left(deadline))
+        self.armer.join(_left(deadline))
+        self.scheduler.drain_until(self._clock.now_ms() + self.settings.arm_ahead_ms)
+        self.scheduler.join(_left(deadline))
+        self.publisher.finish(deadline)
+        clean = self.publisher.join(_left(deadline) + 1.0)
+        self.confirmer.stop(deadline)
+        self.confirmer.join(_left(deadline) + 1.0)
+        left = len(self.buffer) + self.confirmer.pending() + len(self.scheduler)
+        self._release_claims()
+        log.info("engine stopped", extra={"instance": self.instance, "unpublished": left})
+        return clean and left == 0 and not self.failed.is_set()
+
+    def _release_claims(self) -> None:
+        backoff = Backoff(max_s=1.0)
+        for _ in range(5):
+            try:
+                released = self._store.release_claims(self.instance)
+            except TransientError as exc:
+                log.warning("releasing claims failed: %s", exc)
+                threading.Event().wait(backoff.next_delay_s())
+                continue
+            log.info("released %d claims", released)
+            return
+        log.error("could not release claims; they expire after claim_lease_ms")
+
+    # -- failures and retries --------------------------------------------------
+
+    def _fail(self, name: str, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = (name, exc)
+        self.failed.set()
+
+    @property
+    def failure(self) -> str | None:
+        if self._failure is None:
+            return None
+        name, exc = self._failure
+        return f"thread {name} failed: {exc!r}"
+
+    def _retry(self, task: Task, attempt: int) -> None:
+        """An unroutable or nacked event: fire it again after a back-off."""
+        delay_ms = min(self._retry_backoff_max_ms, 100 * 2 ** min(attempt - 1, 20))
+        log.warning(
+            "retrying event for task %s in %d ms (attempt %d)",
+            task.id,
+            delay_ms,
+            attempt,
+            extra={"task_id": task.id, "attempt": attempt},
+        )
+        self.scheduler.push_at(task, int(self._clock.now_ms()) + delay_ms)
+
+    # -- scheduling into memory -------------------------------------------------
+
+    def plan(self, tasks: Sequence[Task], now_ms: float) -> list[NewRow]:
+        """How each new task is held: soon-due ones go straight into memory."""
+        if not self._running:
+            return [NewRow(task) for task in tasks]
+        horizon = now_ms + self.settings.preload_window_ms
+        arm_by = now_ms + self.settings.arm_ahead_ms
+        room = self.inventory.reserve(len(tasks))
+        rows = []
+        for task in tasks:
+            if task.due_ms <= horizon and room > 0:
+                room -= 1
+                mode = ClaimMode.ARM if task.due_ms <= arm_by else ClaimMode.CLAIM
+                rows.append(NewRow(task, mode))
+            else:
+                rows.append(NewRow(task))
+        return rows
+
+    def adopt(self, rows: Sequence[NewRow], outcomes: Sequence[InsertOutcome]) -> None:
+        """After the commit: hold the rows this instance claimed on insert."""
+        created = [
+            row
+            for row, outcome in zip(rows, outcomes, strict=True)
+            if outcome is InsertOutcome.CREATED and row.claim is not ClaimMode.NONE
+        ]
+        if not created:
+            return
+        fresh = {t.id for t in self.inventory.admit([row.task for row in created])}
+        self.scheduler.push_many(
+            [r.task for r in created if r.claim is ClaimMode.ARM and r.task.id in fresh]
+        )
+        self.armer.push_many(
+            [r.task for r in created if r.claim is ClaimMode.CLAIM and r.task.id in fresh]
+        )
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            in_memory=len(self.inventory),
+            pending_arm=len(self.armer),
+            armed=len(self.scheduler),
+            send_buffer=len(self.buffer),
+            unconfirmed=self.publisher.unconfirmed(),
+            claimed=self.preloader.claimed,
+            fired=self.scheduler.fired,
+            deleted=self.confirmer.deleted,
+        )
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())

@@ -1,0 +1,131 @@
+"""Group commit: concurrent single-task schedule calls share one transaction.
+
+Callers block until the transaction holding their row committed (or failed),
+so a returned ``schedule`` call always has its row on disk, while many callers
+together pay for one commit instead of one each.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from triggerhook.engine.worker import FailureHandler, Worker
+from triggerhook.errors import EngineFailure, NotRunningError, StoreUnavailable, TriggerHookError
+from triggerhook.interfaces import InsertOutcome, NewRow
+
+# Longest a writer waits for concurrent callers to join its batch.
+_GATHER_S = 0.001
+
+WriteBatch = Callable[[Sequence[NewRow]], list[InsertOutcome]]
+
+
+class _Call:
+    """One waiting caller. ``latch`` is a lock taken at creation and released by
+    the writer: a one-shot signal far cheaper than an Event."""
+
+    __slots__ = ("error", "latch", "outcome", "row")
+
+    def __init__(self, row: NewRow) -> None:
+        self.row = row
+        self.latch = threading.Lock()
+        self.latch.acquire()
+        self.outcome: InsertOutcome | None = None
+        self.error: TriggerHookError | None = None
+
+
+class GroupCommitter:
+    """``writers`` threads, each writing whatever calls are queued as one batch."""
+
+    def __init__(
+        self, write: WriteBatch, max_batch: int, writers: int, on_failure: FailureHandler
+    ) -> None:
+        self._write = write
+        self._max_batch = max_batch
+        self._calls: deque[_Call] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._callers = 0  # threads inside submit(); guarded by _cond
+        self._writers = [
+            _Writer(f"th-commit-{n}", self, on_failure) for n in range(max(1, writers))
+        ]
+
+    def start(self) -> None:
+        for writer in self._writers:
+            writer.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        return all(writer.join(timeout_s) for writer in self._writers)
+
+    def submit(self, row: NewRow, timeout_s: float) -> InsertOutcome:
+        call = _Call(row)
+        with self._cond:
+            if self._stopping:
+                raise NotRunningError("the engine is stopping; schedule refused")
+            self._calls.append(call)
+            self._callers += 1
+            self._cond.notify()
+        try:
+            finished = call.latch.acquire(timeout=timeout_s)
+        finally:
+            with self._cond:
+                self._callers -= 1
+        if not finished:
+            # The batch may still commit later; the caller can retry safely
+            # because scheduling the same content again is a no-op.
+            raise StoreUnavailable(f"schedule not committed within {timeout_s:.0f}s")
+        if call.error is not None:
+            raise call.error
+        assert call.outcome is not None
+        return call.outcome
+
+    def next_batch(self) -> list[_Call] | None:
+        with self._cond:
+            while not self._calls:
+                if self._stopping:
+                    return None
+                self._cond.wait()
+            # Callers whose previous call just committed are about to queue
+            # their next one: wait briefly for them so the batch is full.
+            deadline = time.monotonic() + _GATHER_S
+            while len(self._calls) < min(self._callers, self._max_batch):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping:
+                    break
+                self._cond.wait(left)
+            count = min(self._max_batch, len(self._calls))
+            return [self._calls.popleft() for _ in range(count)]
+
+    def write(self, batch: list[_Call]) -> None:
+        try:
+            outcomes = self._write([call.row for call in batch])
+        except TriggerHookError as exc:
+            for call in batch:
+                call.error = exc
+                call.latch.release()
+            return
+        except BaseException as exc:
+            for call in batch:
+                call.error = EngineFailure(f"schedule failed: {exc!r}")
+                call.latch.release()
+            raise
+        for call, outcome in zip(batch, outcomes, strict=True):
+            call.outcome = outcome
+            call.latch.release()
+
+
+class _Writer(Worker):
+    def __init__(self, name: str, owner: GroupCommitter, on_failure: FailureHandler) -> None:
+        super().__init__(name, on_failure)
+        self._owner = owner
+
+    def run(self) -> None:
+        while (batch := self._owner.next_batch()) is not None:
+            self._owner.write(batch)

@@ -1,0 +1,107 @@
+"""A thread that takes tasks out of its own heap as their fire time comes near."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+
+from triggerhook.domain.heap import DueHeap
+from triggerhook.domain.task import Task
+from triggerhook.engine.worker import FailureHandler, Worker
+from triggerhook.interfaces import Clock
+
+# With the downstream stage full, re-check at least this often (it also wakes us).
+_FULL_RECHECK_S = 0.05
+
+
+class TimedWorker(Worker):
+    """Owns a :class:`DueHeap`; pops tasks due within ``lead_ms`` and handles them.
+
+    Other threads add tasks with :meth:`push_many`/:meth:`push_at`; an earlier
+    task than the current head wakes the thread at once (re-arming its timer).
+    """
+
+    lead_ms = 0
+
+    def __init__(
+        self, name: str, clock: Clock, batch_limit: int, on_failure: FailureHandler
+    ) -> None:
+        super().__init__(name, on_failure)
+        self._clock = clock
+        self._batch_limit = batch_limit
+        self._heap = DueHeap()
+        self._cond = threading.Condition()
+        # After stop(): keep handling tasks due by this time, then exit.
+        self._finish_until_ms = -math.inf
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push_many(self, tasks: Sequence[Task]) -> None:
+        if not tasks:
+            return
+        with self._cond:
+            head = self._heap.next_fire_ms()
+            self._heap.push_many(tasks)
+            if head is None or self._heap.next_fire_ms() != head:
+                self._cond.notify()
+
+    def push_at(self, task: Task, fire_at_ms: int) -> None:
+        with self._cond:
+            head = self._heap.next_fire_ms()
+            self._heap.push(task, fire_at_ms)
+            if head is None or fire_at_ms < head:
+                self._cond.notify()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def drain_until(self, until_ms: float) -> None:
+        """Stop once every task due by ``until_ms`` has been handled."""
+        self._finish_until_ms = until_ms
+        self.stop()
+
+    def take_remaining(self) -> list[Task]:
+        """After the thread ended: every task still in the heap."""
+        with self._cond:
+            return self._heap.drain()
+
+    def capacity(self) -> int:
+        """How many tasks the next stage can take now."""
+        return self._batch_limit
+
+    def handle(self, tasks: list[Task], now_ms: float) -> None:
+        raise NotImplementedError
+
+    def poll(self, now_ms: float) -> tuple[list[Task], float | None]:
+        """Due tasks to handle now, or none and how long to wait (None: until woken)."""
+        head = self._heap.next_fire_ms()
+        if head is None:
+            return [], None
+        wait_ms = head - self.lead_ms - now_ms
+        if wait_ms > 0:
+            return [], wait_ms / 1000.0
+        limit = min(self._batch_limit, self.capacity())
+        if limit <= 0:
+            return [], _FULL_RECHECK_S
+        return self._heap.pop_until(now_ms + self.lead_ms, limit), 0.0
+
+    def _finished(self) -> bool:
+        head = self._heap.next_fire_ms()
+        return head is None or head - self.lead_ms > self._finish_until_ms
+
+    def run(self) -> None:
+        clock = self._clock
+        while True:
+            with self._cond:
+                while True:
+                    if self.stopping and self._finished():
+                        return
+                    now_ms = clock.now_ms()
+                    batch, wait_s = self.poll(now_ms)
+                    if batch:
+                        break
+                    self._cond.wait(wait_s)
+            self.handle(batch, now_ms)

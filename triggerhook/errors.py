@@ -1,0 +1,61 @@
+"""The project's error hierarchy.
+
+Adapters translate driver exceptions (PyMySQL, pika) into these at their
+boundary (``raise ... from exc``), so the engine and the callers of the library
+API never see driver types. Only :class:`TransientError` subclasses are retried.
+"""
+
+from __future__ import annotations
+
+
+class TriggerHookError(Exception):
+    """Base class of every error raised by triggerhook."""
+
+
+class ValidationError(TriggerHookError, ValueError):
+    """Bad input from a caller: names the offending field; nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ConflictError(TriggerHookError):
+    """A task with this id exists with different content."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} already exists with different content")
+        self.task_id = task_id
+
+
+class ConfigError(TriggerHookError):
+    """The configuration is invalid (unknown key, wrong type, bad value)."""
+
+
+class SchemaError(TriggerHookError):
+    """The database schema is missing or has an unexpected version."""
+
+
+class TransientError(TriggerHookError):
+    """A failure that may go away by itself; the retry policy retries these."""
+
+
+class StoreUnavailable(TransientError):
+    """The database could not be reached or dropped the connection."""
+
+
+class StoreError(TriggerHookError):
+    """The database rejected an operation for a reason retrying will not fix."""
+
+
+class BrokerUnavailable(TransientError):
+    """The message broker could not be reached or dropped the connection."""
+
+
+class NotRunningError(TriggerHookError):
+    """The engine is not running (not started, stopping, or stopped)."""
+
+
+class EngineFailure(TriggerHookError):
+    """An engine thread failed in a way it could not recover from."""

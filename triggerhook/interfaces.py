@@ -1,0 +1,140 @@
+"""The seams between the engine and the outside world.
+
+The engine and the library API depend only on these protocols; the MySQL and
+AMQP adapters implement them, and unit tests use in-memory fakes.
+
+Errors: every method may raise :class:`~triggerhook.errors.StoreUnavailable`
+(transient: the caller may retry) or :class:`~triggerhook.errors.StoreError`
+(permanent). Nothing else escapes an adapter.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from triggerhook.domain.task import CancelResult, Task, TaskInfo
+
+
+class Clock(Protocol):
+    def now_ms(self) -> float:
+        """Wall-clock time in (fractional) milliseconds since the Unix epoch."""
+        ...
+
+
+class ClaimMode(enum.Enum):
+    """How a newly inserted row is held by the inserting instance."""
+
+    NONE = 0  # left for any preloader
+    CLAIM = 1  # claimed: goes straight into this instance's memory
+    ARM = 2  # claimed and armed: due so soon that it is committed to fire
+
+
+@dataclass(frozen=True, slots=True)
+class NewRow:
+    task: Task
+    claim: ClaimMode = ClaimMode.NONE
+
+
+class InsertOutcome(enum.Enum):
+    CREATED = "created"
+    EXISTS = "exists"  # same id, same content: a safe retry, nothing written
+    CONFLICT = "conflict"  # same id, different content: nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    task: Task
+    armed: bool
+
+
+class TaskStore(Protocol):
+    def insert(
+        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int, atomic: bool
+    ) -> list[InsertOutcome]:
+        """Insert rows in one transaction, reporting each row's outcome.
+
+        With ``atomic`` any conflict rolls everything back and raises
+        :class:`~triggerhook.errors.ConflictError`.
+        """
+        ...
+
+    def claim(
+        self,
+        instance: str,
+        now_ms: int,
+        horizon_ms: int,
+        arm_until_ms: int,
+        lease_until_ms: int,
+        limit: int,
+    ) -> list[Claimed]:
+        """Claim up to ``limit`` claimable tasks due by ``horizon_ms``, earliest first.
+
+        Rows due by ``arm_until_ms`` (and rows armed by an instance that died)
+        come back armed.
+        """
+        ...
+
+    def arm(self, instance: str, tasks: Sequence[Task]) -> list[Task]:
+        """Commit the given claimed tasks to firing; returns those still ours and
+        unchanged. The others were cancelled or taken over: drop them."""
+        ...
+
+    def delete_fired(self, ids: Sequence[str]) -> int:
+        """Delete armed rows whose events the broker confirmed."""
+        ...
+
+    def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
+        """Extend the claims on ``ids`` that ``instance`` still holds."""
+        ...
+
+    def release_claims(self, instance: str, ids: Sequence[str] | None = None) -> int:
+        """Give up claims (all of ``instance``'s, or just ``ids``) for others to take."""
+        ...
+
+    def cancel(self, task_id: str) -> CancelResult: ...
+
+    def check_schema(self) -> None:
+        """Raise :class:`~triggerhook.errors.SchemaError` unless the schema is current."""
+        ...
+
+    def get(self, task_id: str) -> TaskInfo | None: ...
+
+    def close(self) -> None: ...
+
+
+class FiredSink(Protocol):
+    """Where the scheduler hands due tasks: the publisher's send buffer."""
+
+    def room(self) -> int: ...
+
+    def put_many(self, tasks: Sequence[Task]) -> None: ...
+
+
+class ConfirmSink(Protocol):
+    """Where the publisher hands the ids of tasks the broker confirmed."""
+
+    def confirmed(self, ids: Sequence[str]) -> None: ...
+
+
+class EventPublisher(Protocol):
+    """The publisher thread, as the engine drives it."""
+
+    def start(self) -> None: ...
+
+    def wake(self) -> None:
+        """Thread-safe: there is something new in the send buffer."""
+        ...
+
+    def finish(self, deadline_s: float) -> None:
+        """Publish what is buffered and wait for confirms until ``deadline_s``
+        (``time.monotonic``), then stop."""
+        ...
+
+    def join(self, timeout_s: float | None = None) -> bool: ...
+
+    def is_alive(self) -> bool: ...
+
+    def unconfirmed(self) -> int: ...

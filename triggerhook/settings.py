@@ -1,0 +1,192 @@
+"""Settings: one frozen dataclass, loaded from TOML < ``TRIGGERHOOK_*`` env < flags.
+
+Every setting is declared once, here, with its default and meaning; the CLI's
+flags and the documentation are derived from these declarations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triggerhook.domain.task import ID_PATTERN, ROUTING_KEY_PATTERN
+from triggerhook.errors import ConfigError
+
+ENV_PREFIX = "TRIGGERHOOK_"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_INSTANCE_ID = ID_PATTERN
+_ROUTING_KEY = ROUTING_KEY_PATTERN
+
+
+def _setting(default: Any, help_text: str, minimum: int | None = None) -> Any:
+    return field(default=default, metadata={"help": help_text, "minimum": minimum})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str = _setting(
+        "mysql+pymysql://root:@127.0.0.1:3306/triggerhook",
+        "MySQL/MariaDB URL; the database is created by `db init` if missing.",
+    )
+    amqp_url: str = _setting(
+        "amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitMQ URL (pika URLParameters syntax)."
+    )
+    exchange: str = _setting("triggerhook", "Durable topic exchange events are published to.")
+    default_routing_key: str = _setting(
+        "triggerhook.fire", "Routing key of tasks scheduled without one."
+    )
+    instance_id: str = _setting(
+        "",
+        "Name of this engine instance in claim columns; empty = <hostname>-<random>. "
+        "Give each instance on one database a different name.",
+    )
+    max_payload_bytes: int = _setting(65536, "Largest payload accepted, in bytes.", 0)
+    preload_window_ms: int = _setting(
+        5000, "Tasks due within this window are claimed into memory.", 1
+    )
+    arm_ahead_ms: int = _setting(
+        200,
+        "Tasks are armed (committed to fire; cancel answers too late) this long "
+        "before their due time, so the database is off the precise firing path.",
+        1,
+    )
+    poll_interval_ms: int = _setting(
+        100, "How often the preloader looks for newly due tasks when idle.", 1
+    )
+    claim_batch_size: int = _setting(2000, "Most rows claimed by one preload query.", 1)
+    claim_lease_ms: int = _setting(
+        30000,
+        "A claim expires this long after it was last renewed; another instance "
+        "then takes the task over (crash recovery).",
+        1000,
+    )
+    max_tasks_in_memory: int = _setting(
+        50000, "Bound on tasks held in memory (heaps, send buffer, unconfirmed).", 1
+    )
+    send_buffer_size: int = _setting(10000, "Bound on fired tasks waiting to be published.", 1)
+    max_unconfirmed: int = _setting(
+        5000, "Most published messages awaiting a broker confirm at once.", 1
+    )
+    confirm_batch_size: int = _setting(2000, "Most rows deleted by one confirm batch.", 1)
+    confirm_max_delay_ms: int = _setting(
+        20, "Longest a confirmed task waits for its batch delete.", 0
+    )
+    schedule_batch_size: int = _setting(
+        1000, "Most single schedule() calls committed in one group transaction.", 1
+    )
+    publish_retry_max_ms: int = _setting(
+        30000, "Upper bound of the back-off between retries of an unroutable event.", 1
+    )
+    switch_interval_us: int = _setting(
+        500,
+        "sys.setswitchinterval applied by a running engine, in microseconds; a shorter "
+        "interval lets the firing thread take the GIL sooner. 0 leaves Python's default.",
+        0,
+    )
+    shutdown_timeout_s: int = _setting(
+        15, "Graceful stop waits this long for due tasks to be published and confirmed.", 0
+    )
+    log_level: str = _setting("INFO", "Logging level: DEBUG, INFO, WARNING or ERROR.")
+
+    def __post_init__(self) -> None:
+        if self.log_level.upper() not in _LOG_LEVELS:
+            raise ConfigError(f"log_level: must be one of {', '.join(_LOG_LEVELS)}")
+        if self.arm_ahead_ms > self.preload_window_ms:
+            raise ConfigError("arm_ahead_ms: must not exceed preload_window_ms")
+        if self.claim_lease_ms <= self.preload_window_ms:
+            raise ConfigError("claim_lease_ms: must exceed preload_window_ms")
+        if self.instance_id and not _INSTANCE_ID.fullmatch(self.instance_id):
+            raise ConfigError("instance_id: must be 1-64 characters from [A-Za-z0-9._:-]")
+        for name in ("exchange", "default_routing_key"):
+            if not _ROUTING_KEY.fullmatch(getattr(self, name)):
+                raise ConfigError(f"{name}: must be 1-255 characters from [A-Za-z0-9._:/-]")
+
+    def resolved_instance_id(self) -> str:
+        if self.instance_id:
+            return self.instance_id
+        return f"{socket.gethostname()[:40]}-{uuid.uuid4().hex[:8]}"
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def env_var(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def load_settings(
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Merge the TOML file, then ``TRIGGERHOOK_*`` variables, then ``overrides``."""
+    values: dict[str, object] = {}
+    if config_path is not None:
+        values.update(_read_toml(config_path))
+    env = os.environ if environ is None else environ
+    for name in FIELDS:
+        if env_var(name) in env:
+            values[name] = _coerce(name, env[env_var(name)], source=env_var(name))
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _check(name, value, source=f"--{name.replace('_', '-')}")
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s): {', '.join(unknown)}")
+    return {name: _check(name, value, source=f"{path}: {name}") for name, value in data.items()}
+
+
+def _coerce(name: str, raw: str, source: str) -> object:
+    if FIELDS[name].type in ("int", int):
+        try:
+            return _check(name, int(raw.strip()), source)
+        except ValueError:
+            raise ConfigError(f"{source}: expected an integer, got {raw!r}") from None
+    return raw
+
+
+def _check(name: str, value: object, source: str) -> object:
+    if name not in FIELDS:
+        raise ConfigError(f"{source}: unknown setting {name!r}")
+    spec = FIELDS[name]
+    if spec.type in ("int", int):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{source}: expected an integer, got {value!r}")
+        minimum = spec.metadata["minimum"]
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{source}: must be at least {minimum}, got {value}")
+    elif not isinstance(value, str):
+        raise ConfigError(f"{source}: expected a string, got {value!r}")
+    return value
+
+
+def render_toml() -> str:
+    """The documented default config file (``config/triggerhook.toml``), from the fields."""
+    lines = [
+        "# triggerhook configuration. Every key is optional; shown are the defaults.",
+        "# Precedence: this file < TRIGGERHOOK_<KEY> environment variables < command-line flags.",
+        "# Unknown keys are rejected. Generated by `triggerhook config`.",
+    ]
+    for name, spec in FIELDS.items():
+        value = spec.default
+        rendered = str(value) if isinstance(value, int) else f'"{value}"'
+        lines += ["", f"# {spec.metadata['help']} (env {env_var(name)})", f"{name} = {rendered}"]
+    return "\n".join(lines) + "\n"

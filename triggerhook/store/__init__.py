@@ -1,0 +1,1 @@
+"""MySQL/MariaDB adapter: the only package that imports the database driver."""

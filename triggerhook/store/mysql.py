@@ -1,0 +1,331 @@
+"""The MySQL/MariaDB task store (implements :class:`triggerhook.interfaces.TaskStore`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from typing import Any
+
+import pymysql
+
+from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
+from triggerhook.errors import ConflictError, SchemaError, StoreError
+from triggerhook.interfaces import Claimed, ClaimMode, InsertOutcome, NewRow
+from triggerhook.store import sql
+from triggerhook.store.connection import (
+    ConnectionPool,
+    Cursor,
+    connect_params,
+    database_name,
+    is_duplicate_key,
+    open_connection,
+    translate,
+)
+
+log = logging.getLogger(__name__)
+
+# One INSERT statement carries at most this many rows or payload bytes; escaped
+# binary at most doubles, which stays under MAX_STATEMENT_BYTES.
+_INSERT_CHUNK_ROWS = 2000
+_INSERT_CHUNK_BYTES = 4 * 1024 * 1024
+_IN_LIST_CHUNK = 2000
+_DUPLICATE_RETRIES = 3
+
+Row = tuple[Any, ...]
+
+
+def init_schema(url: str) -> int:
+    """Create the database if missing and apply ``schema.sql``; returns the version."""
+    name = database_name(url)
+    server = open_connection(connect_params(url, with_database=False))
+    try:
+        with server.cursor() as cur:
+            cur.execute(sql.CREATE_DATABASE.format(name=name.replace("`", "``")))
+            cur.execute(f"USE `{name.replace('`', '``')}`")
+            for statement in _schema_statements():
+                cur.execute(statement)
+            server.commit()
+            return _read_version(cur)
+    except pymysql.err.MySQLError as exc:
+        raise translate(exc, name) from exc
+    finally:
+        server.close()
+
+
+def _schema_statements() -> list[str]:
+    text = resources.files("triggerhook").joinpath("schema.sql").read_text("utf-8")
+    blocks = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return [b.strip() for b in blocks.split("\n;") if b.strip()]
+
+
+def _read_version(cur: Cursor) -> int:
+    cur.execute(sql.READ_SCHEMA_VERSION)
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class MySQLStore:
+    """Thread-safe: every call borrows a pooled connection for one transaction."""
+
+    def __init__(self, url: str, default_routing_key: str, pool_size: int = 16) -> None:
+        self._database = database_name(url)
+        self._pool = ConnectionPool(connect_params(url), pool_size)
+        self._autocommit_pool = ConnectionPool(connect_params(url), 4, autocommit=True)
+        self._default_routing_key = default_routing_key
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaError` unless the database holds schema version 1."""
+        with self._pool.transaction() as cur:
+            version = _read_version(cur)
+        if version != sql.SCHEMA_VERSION:
+            raise SchemaError(
+                f"database {self._database!r} has schema version {version}, "
+                f"expected {sql.SCHEMA_VERSION}: run `triggerhook db init`"
+            )
+
+    # -- rows <-> tasks -------------------------------------------------------
+
+    def _task(self, row: Row) -> Task:
+        return Task(row[0], row[1], row[2] or self._default_routing_key, row[3] or b"")
+
+    @staticmethod
+    def _insert_params(row: NewRow, instance: str, lease_until_ms: int) -> Row:
+        task = row.task
+        claimed = row.claim is not ClaimMode.NONE
+        return (
+            task.id,
+            task.due_ms,
+            task.routing_key,
+            task.payload or None,
+            instance if claimed else None,
+            lease_until_ms if claimed else 0,
+            1 if row.claim is ClaimMode.ARM else 0,
+        )
+
+    # -- scheduling -----------------------------------------------------------
+
+    def insert(
+        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int, atomic: bool
+    ) -> list[InsertOutcome]:
+        first, repeats = _split_repeats(rows)
+        if (
+            not atomic
+            and not repeats
+            and self._insert_one_statement(rows, instance, lease_until_ms)
+        ):
+            return [InsertOutcome.CREATED] * len(rows)
+        outcomes: list[InsertOutcome | None] = [None] * len(rows)
+        with self._pool.transaction() as cur:
+            for chunk in _insert_chunks([rows[i] for i in first], first):
+                self._insert_chunk(cur, rows, chunk, instance, lease_until_ms, outcomes)
+            for index, earlier in repeats.items():
+                outcomes[index] = _repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
+            if atomic:
+                for index, outcome in enumerate(outcomes):
+                    if outcome is InsertOutcome.CONFLICT:
+                        raise ConflictError(rows[index].task.id)
+        return [o or InsertOutcome.CONFLICT for o in outcomes]
+
+    def _insert_one_statement(
+        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int
+    ) -> bool:
+        """Fast path of group commit: rows that fit one statement, none existing,
+        committed by that statement alone. False: take the general path."""
+        if (
+            len(rows) > _INSERT_CHUNK_ROWS
+            or sum(len(r.task.payload) for r in rows) > _INSERT_CHUNK_BYTES
+        ):
+            return False
+        params = [self._insert_params(row, instance, lease_until_ms) for row in rows]
+        try:
+            with self._autocommit_pool.transaction() as cur:
+                cur.executemany(sql.INSERT_TASKS, params)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, pymysql.err.IntegrityError) and is_duplicate_key(
+                exc.__cause__
+            ):
+                return False
+            raise
+        return True
+
+    def _insert_chunk(
+        self,
+        cur: Cursor,
+        rows: Sequence[NewRow],
+        chunk: list[int],
+        instance: str,
+        lease_until_ms: int,
+        outcomes: list[InsertOutcome | None],
+    ) -> None:
+        pending = chunk
+        for _ in range(_DUPLICATE_RETRIES):
+            params = [self._insert_params(rows[i], instance, lease_until_ms) for i in pending]
+            try:
+                cur.executemany(sql.INSERT_TASKS, params)
+            except pymysql.err.IntegrityError as exc:
+                if not is_duplicate_key(exc):
+                    raise
+            else:
+                for i in pending:
+                    outcomes[i] = InsertOutcome.CREATED
+                return
+            # Slow path: some ids exist. Compare their contents, insert the rest.
+            existing = self._fetch(cur, [rows[i].task.id for i in pending])
+            remaining = []
+            for i in pending:
+                stored = existing.get(rows[i].task.id)
+                if stored is None:
+                    remaining.append(i)
+                else:
+                    same = stored == rows[i].task
+                    outcomes[i] = InsertOutcome.EXISTS if same else InsertOutcome.CONFLICT
+            if not remaining:
+                return
+            pending = remaining
+        raise StoreError("concurrent inserts of the same ids kept colliding; retry")
+
+    def _fetch(self, cur: Cursor, ids: Sequence[str]) -> dict[str, Task]:
+        found: dict[str, Task] = {}
+        for part in _chunks(ids, _IN_LIST_CHUNK):
+            cur.execute(sql.SELECT_TASKS_BY_IDS.format(ids=sql.placeholders(len(part))), part)
+            for row in cur.fetchall():
+                found[row[0]] = self._task(row)
+        return found
+
+    # -- engine ---------------------------------------------------------------
+
+    def claim(
+        self,
+        instance: str,
+        now_ms: int,
+        horizon_ms: int,
+        arm_until_ms: int,
+        lease_until_ms: int,
+        limit: int,
+    ) -> list[Claimed]:
+        with self._pool.transaction() as cur:
+            cur.execute(sql.SELECT_CLAIMABLE, (horizon_ms, now_ms, limit))
+            found = cur.fetchall()
+            if not found:
+                return []
+            ids = [row[0] for row in found]
+            cur.execute(
+                sql.CLAIM_ROWS.format(ids=sql.placeholders(len(ids))),
+                [instance, lease_until_ms, arm_until_ms, *ids],
+            )
+        task = self._task
+        return [Claimed(task(row), bool(row[4]) or row[1] <= arm_until_ms) for row in found]
+
+    def arm(self, instance: str, tasks: Sequence[Task]) -> list[Task]:
+        if not tasks:
+            return []
+        by_id = {t.id: t for t in tasks}
+        armed: list[Task] = []
+        with self._pool.transaction() as cur:
+            for part in _chunks(list(by_id), _IN_LIST_CHUNK):
+                cur.execute(
+                    sql.LOCK_ARMABLE.format(ids=sql.placeholders(len(part))), [*part, instance]
+                )
+                # A row whose due time changed was rescheduled: not ours to fire.
+                rows = [
+                    (tid, firing) for tid, due, firing in cur.fetchall() if by_id[tid].due_ms == due
+                ]
+                unarmed = [tid for tid, firing in rows if not firing]
+                if unarmed:
+                    cur.execute(sql.ARM_ROWS.format(ids=sql.placeholders(len(unarmed))), unarmed)
+                armed.extend(by_id[tid] for tid, _ in rows)
+        return armed
+
+    def delete_fired(self, ids: Sequence[str]) -> int:
+        deleted = 0
+        with self._pool.transaction() as cur:
+            for part in _chunks(ids, _IN_LIST_CHUNK):
+                deleted += cur.execute(
+                    sql.DELETE_FIRED.format(ids=sql.placeholders(len(part))), part
+                )
+        return deleted
+
+    def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
+        renewed = 0
+        with self._pool.transaction() as cur:
+            for part in _chunks(ids, _IN_LIST_CHUNK):
+                stmt = sql.RENEW_CLAIMS.format(ids=sql.placeholders(len(part)))
+                renewed += cur.execute(stmt, [lease_until_ms, instance, *part])
+        return int(renewed)
+
+    def release_claims(self, instance: str, ids: Sequence[str] | None = None) -> int:
+        released = 0
+        with self._pool.transaction() as cur:
+            if ids is None:
+                released = cur.execute(sql.RELEASE_CLAIMS, (instance,))
+            else:
+                for part in _chunks(ids, _IN_LIST_CHUNK):
+                    stmt = sql.RELEASE_SOME_CLAIMS.format(ids=sql.placeholders(len(part)))
+                    released += cur.execute(stmt, [instance, *part])
+        return int(released)
+
+    # -- lookups --------------------------------------------------------------
+
+    def cancel(self, task_id: str) -> CancelResult:
+        with self._pool.transaction() as cur:
+            if cur.execute(sql.CANCEL, (task_id,)):
+                return CancelResult.CANCELLED
+            cur.execute(sql.TASK_EXISTS, (task_id,))
+            return CancelResult.TOO_LATE if cur.fetchone() else CancelResult.NOT_FOUND
+
+    def get(self, task_id: str) -> TaskInfo | None:
+        with self._pool.transaction() as cur:
+            cur.execute(sql.SELECT_TASK, (task_id,))
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return TaskInfo(self._task(row), TaskState.FIRING if row[4] else TaskState.SCHEDULED)
+
+    def close(self) -> None:
+        self._pool.close()
+        self._autocommit_pool.close()
+
+
+def _split_repeats(rows: Sequence[NewRow]) -> tuple[list[int], dict[int, int]]:
+    """Indexes of each id's first row, and each repeat's index -> its first row's."""
+    seen: dict[str, int] = {}
+    first: list[int] = []
+    repeats: dict[int, int] = {}
+    for index, row in enumerate(rows):
+        earlier = seen.setdefault(row.task.id, index)
+        if earlier == index:
+            first.append(index)
+        else:
+            repeats[index] = earlier
+    return first, repeats
+
+
+def _repeat_outcome(
+    row: NewRow, earlier: NewRow, earlier_outcome: InsertOutcome | None
+) -> InsertOutcome:
+    """A repeated id in one batch: a retry of its first row, or a conflict."""
+    if row.task != earlier.task or earlier_outcome is InsertOutcome.CONFLICT:
+        return InsertOutcome.CONFLICT
+    return InsertOutcome.EXISTS
+
+
+def _insert_chunks(rows: Sequence[NewRow], indexes: list[int]) -> Iterator[list[int]]:
+    """Split row indexes into chunks bounded in rows and payload bytes."""
+    chunk: list[int] = []
+    size = 0
+    for row, index in zip(rows, indexes, strict=True):
+        if chunk and (
+            len(chunk) >= _INSERT_CHUNK_ROWS or size + len(row.task.payload) > _INSERT_CHUNK_BYTES
+        ):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(index)
+        size += len(row.task.payload)
+    if chunk:
+        yield chunk

@@ -1,0 +1,73 @@
+"""Every SQL statement triggerhook runs, in one reviewable place.
+
+All values are bound parameters (``%s``); the only text ever spliced in is a
+placeholder list ``%s, %s, ...`` of a computed length (see :func:`placeholders`).
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+CREATE_DATABASE = "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+
+READ_SCHEMA_VERSION = "SELECT value FROM th_meta WHERE name = 'schema_version'"
+
+# Plain INSERT on purpose: a duplicate id fails the statement (error 1062) and
+# the caller falls back to comparing contents; the fast path costs nothing extra.
+INSERT_TASKS = (
+    "INSERT INTO th_tasks (id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
+
+SELECT_TASKS_BY_IDS = (
+    "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHERE id IN ({ids})"
+)
+
+SELECT_TASK = "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHERE id = %s"
+
+# Claim, step 1: the earliest claimable rows, skipping rows another instance is
+# claiming right now. Claimable: unclaimed (claim_until_ms = 0) or claim expired.
+SELECT_CLAIMABLE = (
+    "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks"
+    " WHERE due_ms <= %s AND claim_until_ms < %s"
+    " ORDER BY due_ms LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+
+# Claim, step 2 (same transaction). Rows due by the arm horizon are armed at once.
+CLAIM_ROWS = (
+    "UPDATE th_tasks SET claimed_by = %s, claim_until_ms = %s,"
+    " firing = IF(firing = 1 OR due_ms <= %s, 1, 0) WHERE id IN ({ids})"
+)
+
+# Arm, step 1: lock those of the rows that are still claimed by us.
+# A cancel (DELETE ... AND firing = 0) either ran before, and the row is gone,
+# or waits for this transaction and then finds firing = 1: exactly one wins.
+LOCK_ARMABLE = (
+    "SELECT id, due_ms, firing FROM th_tasks WHERE id IN ({ids}) AND claimed_by = %s FOR UPDATE"
+)
+
+ARM_ROWS = "UPDATE th_tasks SET firing = 1 WHERE id IN ({ids})"
+
+DELETE_FIRED = "DELETE FROM th_tasks WHERE id IN ({ids}) AND firing = 1"
+
+# Renewal names the ids held in memory: a row claimed by us that we no longer
+# hold (for whatever reason) is left to expire and be claimed again.
+RENEW_CLAIMS = "UPDATE th_tasks SET claim_until_ms = %s WHERE claimed_by = %s AND id IN ({ids})"
+
+RELEASE_CLAIMS = "UPDATE th_tasks SET claimed_by = NULL, claim_until_ms = 0 WHERE claimed_by = %s"
+
+RELEASE_SOME_CLAIMS = (
+    "UPDATE th_tasks SET claimed_by = NULL, claim_until_ms = 0"
+    " WHERE claimed_by = %s AND id IN ({ids})"
+)
+
+CANCEL = "DELETE FROM th_tasks WHERE id = %s AND firing = 0"
+
+TASK_EXISTS = "SELECT firing FROM th_tasks WHERE id = %s"
+
+
+def placeholders(count: int) -> str:
+    """``%s, %s, ...`` for an IN list of ``count`` bound values."""
+    if count < 1:
+        raise ValueError("an IN list needs at least one value")
+    return ", ".join(["%s"] * count)

@@ -1,0 +1,34 @@
+"""The one place that builds a :class:`TriggerHook` from :class:`Settings`."""
+
+from __future__ import annotations
+
+from triggerhook.amqp.publisher import AmqpPublisher, amqp_parameters
+from triggerhook.app import TriggerHook
+from triggerhook.clock import SystemClock
+from triggerhook.engine.engine import RetryHandler
+from triggerhook.engine.sendbuffer import SendBuffer
+from triggerhook.engine.worker import FailureHandler
+from triggerhook.interfaces import ConfirmSink
+from triggerhook.settings import Settings
+from triggerhook.store.mysql import MySQLStore
+
+
+def build(settings: Settings) -> TriggerHook:
+    """Wire the MySQL store, the AMQP publisher and the system clock."""
+    amqp_parameters(settings.amqp_url)  # fail fast on a malformed URL
+
+    def publisher(
+        buffer: SendBuffer, confirms: ConfirmSink, retry: RetryHandler, on_failure: FailureHandler
+    ) -> AmqpPublisher:
+        return AmqpPublisher(
+            settings.amqp_url,
+            settings.exchange,
+            buffer,
+            confirms,
+            retry,
+            settings.max_unconfirmed,
+            on_failure,
+        )
+
+    store = MySQLStore(settings.database_url, settings.default_routing_key)
+    return TriggerHook(settings, store, SystemClock(), publisher)
