@@ -21,11 +21,12 @@ def pika_frames(
         timestamp=fired_ms // 1000,
         headers={"x-due-ms": due_ms, "x-fired-ms": fired_ms},
     )
-    out = pika.frame.Method(channel, method).marshal()
-    out += pika.frame.Header(channel, len(body), props).marshal()
-    for start in range(0, len(body), max_body):
-        out += pika.frame.Body(channel, body[start : start + max_body]).marshal()
-    return out
+    frames = [pika.frame.Method(channel, method), pika.frame.Header(channel, len(body), props)]
+    frames += [
+        pika.frame.Body(channel, body[start : start + max_body])
+        for start in range(0, len(body), max_body)
+    ]
+    return b"".join(bytes(f.marshal()) for f in frames)
 
 
 @pytest.mark.parametrize(
