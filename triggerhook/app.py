@@ -140,9 +140,13 @@ class TriggerHook:
 
     # -- lookups --------------------------------------------------------------
 
-    def cancel(self, task_id: str) -> CancelResult:
-        """CANCELLED (it will never fire), NOT_FOUND, or TOO_LATE (being published)."""
-        return self._store.cancel(validate_id(task_id))
+    def cancel(self, task_id: str, timeout_s: float = 30.0) -> CancelResult:
+        """CANCELLED (it will never fire, whichever instance holds it), NOT_FOUND
+        (unknown, or fired and deleted), or TOO_LATE (being published)."""
+        validate_id(task_id)
+        if self._engine.running:
+            return self._engine.canceller.submit(task_id, timeout_s)
+        return self._store.cancel([task_id])[0]
 
     def get(self, task_id: str) -> TaskInfo | None:
         return self._store.get(validate_id(task_id))

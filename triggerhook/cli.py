@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from triggerhook import logs
-from triggerhook.app import TaskSpec, TriggerHook
+from triggerhook.app import TriggerHook
 from triggerhook.domain.task import CancelResult, TaskInfo
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import (
@@ -118,8 +118,13 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
 def _schedule(hook: TriggerHook, args: argparse.Namespace) -> int:
     delay_ms = None if args.delay is None else parse_duration_ms(args.delay)
-    spec = TaskSpec(args.id, args.at, None, delay_ms, args.routing_key, args.payload)
-    result = hook.schedule_many([spec])[0]
+    result = hook.schedule(
+        args.id,
+        at=args.at,
+        delay_ms=delay_ms,
+        routing_key=args.routing_key,
+        payload=args.payload,
+    )
     _print_json({"id": result.task.id, "due_ms": result.task.due_ms, "created": result.created})
     return EXIT_OK
 

@@ -94,7 +94,10 @@ class TaskStore(Protocol):
         """Give up claims (all of ``instance``'s, or just ``ids``) for others to take."""
         ...
 
-    def cancel(self, task_id: str) -> CancelResult: ...
+    def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
+        """Cancel in one transaction; one result per id (an id given twice is
+        cancelled once, then not found)."""
+        ...
 
     def check_schema(self) -> None:
         """Raise :class:`~triggerhook.errors.SchemaError` unless the schema is current."""

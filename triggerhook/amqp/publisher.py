@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 _SLICE = 256  # messages published per I/O-loop turn, so acks are read in between
 _FINISH_CHECK_S = 0.02
 
-RetryHandler = Callable[[Task, int], None]
+RetryHandler = Callable[[Task, int, str], None]
 
 
 def _body_frame_max(conn: pika.SelectConnection) -> int:
@@ -88,7 +88,7 @@ class AmqpPublisher(Worker):
         self._next_tag = 0
         self._tags: deque[int] = deque()
         self._unconfirmed: dict[int, Task] = {}
-        self._returned: set[str] = set()
+        self._returned: dict[str, str] = {}  # task id -> why the broker returned it
         self._attempts: dict[str, int] = {}
         self.connected = threading.Event()
         self.published = 0
@@ -271,16 +271,10 @@ class AmqpPublisher(Worker):
         properties: pika.spec.BasicProperties,
         _body: bytes,
     ) -> None:
-        # RabbitMQ sends basic.return before the basic.ack of the same message.
+        # RabbitMQ sends basic.return before the basic.ack of the same message;
+        # the ack then retries it (see _on_confirm).
         self.returned += 1
-        self._returned.add(properties.message_id)
-        log.warning(
-            "event for task %s is unroutable (%s %s): no queue is bound for routing key %r",
-            properties.message_id,
-            method.reply_code,
-            method.reply_text,
-            method.routing_key,
-        )
+        self._returned[properties.message_id] = f"returned {method.reply_code} {method.reply_text}"
 
     def _on_confirm(self, frame: pika.frame.Method) -> None:
         method = frame.method
@@ -288,15 +282,15 @@ class AmqpPublisher(Worker):
         settled = self._settle(method.delivery_tag, method.multiple)
         delivered: list[str] = []
         for task in settled:
-            if acked and task.id not in self._returned:
+            returned = self._returned.pop(task.id, None)
+            if acked and returned is None:
                 delivered.append(task.id)
                 self._attempts.pop(task.id, None)
             else:
-                self._returned.discard(task.id)
                 self.nacked += 0 if acked else 1
                 attempt = self._attempts.get(task.id, 0) + 1
                 self._attempts[task.id] = attempt
-                self._retry(task, attempt)
+                self._retry(task, attempt, returned or "nacked by the broker")
         if delivered:
             self.confirmed += len(delivered)
             self._confirms.confirmed(delivered)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from triggerhook.domain.task import Task
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
-from triggerhook.engine.groupcommit import GroupCommitter, WriteBatch
+from triggerhook.engine.groupcommit import GroupCommitter
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
@@ -33,7 +33,7 @@ from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
-RetryHandler = Callable[[Task, int], None]
+RetryHandler = Callable[[Task, int, str], None]
 
 
 PublisherFactory = Callable[[SendBuffer, ConfirmSink, RetryHandler, FailureHandler], EventPublisher]
@@ -61,7 +61,7 @@ class Engine:
         clock: Clock,
         instance: str,
         publisher_factory: PublisherFactory,
-        write_batch: WriteBatch,
+        write_batch: Callable[[Sequence[NewRow]], list[InsertOutcome]],
     ) -> None:
         self.settings = settings
         self.instance = instance
@@ -109,6 +109,9 @@ class Engine:
         self.committer = GroupCommitter(
             write_batch, settings.schedule_batch_size, writers=1, on_failure=self._fail
         )
+        self.canceller = GroupCommitter(
+            store.cancel, settings.schedule_batch_size, 1, self._fail, name="cancel"
+        )
         self._retry_backoff_max_ms = settings.publish_retry_max_ms
         self._running = False
 
@@ -131,6 +134,7 @@ class Engine:
         for worker in self._workers():
             worker.start()
         self.committer.start()
+        self.canceller.start()
         self._running = True
         log.info(
             "engine started",
@@ -154,9 +158,11 @@ class Engine:
         timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         self.committer.stop()
+        self.canceller.stop()
         self.preloader.stop()
         self.armer.stop()
         self.committer.join(_left(deadline))
+        self.canceller.join(_left(deadline))
         self.preloader.join(_left(deadline))
         self.armer.join(_left(deadline))
         self.scheduler.drain_until(self._clock.now_ms() + self.settings.arm_ahead_ms)
@@ -197,15 +203,14 @@ class Engine:
         name, exc = self._failure
         return f"thread {name} failed: {exc!r}"
 
-    def _retry(self, task: Task, attempt: int) -> None:
+    def _retry(self, task: Task, attempt: int, reason: str) -> None:
         """An unroutable or nacked event: fire it again after a back-off."""
         delay_ms = min(self._retry_backoff_max_ms, 100 * 2 ** min(attempt - 1, 20))
         log.warning(
-            "retrying event for task %s in %d ms (attempt %d)",
-            task.id,
+            "event not delivered (%s); retrying in %d ms",
+            reason,
             delay_ms,
-            attempt,
-            extra={"task_id": task.id, "attempt": attempt},
+            extra={"task_id": task.id, "routing_key": task.routing_key, "attempt": attempt},
         )
         self.scheduler.push_at(task, int(self._clock.now_ms()) + delay_ms)
 

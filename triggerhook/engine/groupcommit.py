@@ -1,8 +1,8 @@
-"""Group commit: concurrent single-task schedule calls share one transaction.
+"""Group commit: concurrent single-task calls share one transaction.
 
-Callers block until the transaction holding their row committed (or failed),
-so a returned ``schedule`` call always has its row on disk, while many callers
-together pay for one commit instead of one each.
+Callers block until the transaction holding their item committed (or failed),
+so a returned ``schedule`` (or ``cancel``) call always has its change on disk,
+while many callers together pay for one commit instead of one each.
 """
 
 from __future__ import annotations
@@ -11,45 +11,54 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import EngineFailure, NotRunningError, StoreUnavailable, TriggerHookError
-from triggerhook.interfaces import InsertOutcome, NewRow
 
 # Longest a writer waits for concurrent callers to join its batch.
 _GATHER_S = 0.001
 
-WriteBatch = Callable[[Sequence[NewRow]], list[InsertOutcome]]
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
-class _Call:
+class _Call(Generic[Item, Result]):
     """One waiting caller. ``latch`` is a lock taken at creation and released by
     the writer: a one-shot signal far cheaper than an Event."""
 
     __slots__ = ("error", "latch", "outcome", "row")
 
-    def __init__(self, row: NewRow) -> None:
+    def __init__(self, row: Item) -> None:
         self.row = row
         self.latch = threading.Lock()
         self.latch.acquire()
-        self.outcome: InsertOutcome | None = None
+        self.outcome: Result | None = None
         self.error: TriggerHookError | None = None
 
 
-class GroupCommitter:
-    """``writers`` threads, each writing whatever calls are queued as one batch."""
+class GroupCommitter(Generic[Item, Result]):
+    """``writers`` threads, each writing whatever calls are queued as one batch.
+
+    ``write`` gets the batch's items and returns one result per item, in order.
+    """
 
     def __init__(
-        self, write: WriteBatch, max_batch: int, writers: int, on_failure: FailureHandler
+        self,
+        write: Callable[[Sequence[Item]], list[Result]],
+        max_batch: int,
+        writers: int,
+        on_failure: FailureHandler,
+        name: str = "commit",
     ) -> None:
         self._write = write
         self._max_batch = max_batch
-        self._calls: deque[_Call] = deque()
+        self._calls: deque[_Call[Item, Result]] = deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._callers = 0  # threads inside submit(); guarded by _cond
         self._writers = [
-            _Writer(f"th-commit-{n}", self, on_failure) for n in range(max(1, writers))
+            _Writer(f"th-{name}-{n}", self, on_failure) for n in range(max(1, writers))
         ]
 
     def start(self) -> None:
@@ -64,11 +73,11 @@ class GroupCommitter:
     def join(self, timeout_s: float | None = None) -> bool:
         return all(writer.join(timeout_s) for writer in self._writers)
 
-    def submit(self, row: NewRow, timeout_s: float) -> InsertOutcome:
-        call = _Call(row)
+    def submit(self, row: Item, timeout_s: float) -> Result:
+        call: _Call[Item, Result] = _Call(row)
         with self._cond:
             if self._stopping:
-                raise NotRunningError("the engine is stopping; schedule refused")
+                raise NotRunningError("the engine is stopping; call refused")
             self._calls.append(call)
             self._callers += 1
             self._cond.notify()
@@ -80,13 +89,13 @@ class GroupCommitter:
         if not finished:
             # The batch may still commit later; the caller can retry safely
             # because scheduling the same content again is a no-op.
-            raise StoreUnavailable(f"schedule not committed within {timeout_s:.0f}s")
+            raise StoreUnavailable(f"not committed within {timeout_s:.0f}s")
         if call.error is not None:
             raise call.error
         assert call.outcome is not None
         return call.outcome
 
-    def next_batch(self) -> list[_Call] | None:
+    def next_batch(self) -> list[_Call[Item, Result]] | None:
         with self._cond:
             while not self._calls:
                 if self._stopping:
@@ -103,7 +112,7 @@ class GroupCommitter:
             count = min(self._max_batch, len(self._calls))
             return [self._calls.popleft() for _ in range(count)]
 
-    def write(self, batch: list[_Call]) -> None:
+    def write(self, batch: list[_Call[Item, Result]]) -> None:
         try:
             outcomes = self._write([call.row for call in batch])
         except TriggerHookError as exc:
@@ -113,7 +122,7 @@ class GroupCommitter:
             return
         except BaseException as exc:
             for call in batch:
-                call.error = EngineFailure(f"schedule failed: {exc!r}")
+                call.error = EngineFailure(f"group commit failed: {exc!r}")
                 call.latch.release()
             raise
         for call, outcome in zip(batch, outcomes, strict=True):
@@ -121,8 +130,10 @@ class GroupCommitter:
             call.latch.release()
 
 
-class _Writer(Worker):
-    def __init__(self, name: str, owner: GroupCommitter, on_failure: FailureHandler) -> None:
+class _Writer(Worker, Generic[Item, Result]):
+    def __init__(
+        self, name: str, owner: GroupCommitter[Item, Result], on_failure: FailureHandler
+    ) -> None:
         super().__init__(name, on_failure)
         self._owner = owner
 

@@ -76,7 +76,7 @@ class MySQLStore:
     def __init__(self, url: str, default_routing_key: str, pool_size: int = 16) -> None:
         self._database = database_name(url)
         self._pool = ConnectionPool(connect_params(url), pool_size)
-        self._autocommit_pool = ConnectionPool(connect_params(url), 4, autocommit=True)
+        self._autocommit_pool = ConnectionPool(connect_params(url), pool_size, autocommit=True)
         self._default_routing_key = default_routing_key
 
     def check_schema(self) -> None:
@@ -272,12 +272,19 @@ class MySQLStore:
 
     # -- lookups --------------------------------------------------------------
 
-    def cancel(self, task_id: str) -> CancelResult:
+    def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
+        results: dict[str, CancelResult] = {}
         with self._pool.transaction() as cur:
-            if cur.execute(sql.CANCEL, (task_id,)):
-                return CancelResult.CANCELLED
-            cur.execute(sql.TASK_EXISTS, (task_id,))
-            return CancelResult.TOO_LATE if cur.fetchone() else CancelResult.NOT_FOUND
+            for part in _chunks(list(dict.fromkeys(task_ids)), _IN_LIST_CHUNK):
+                stmt = sql.LOCK_FOR_CANCEL.format(ids=sql.placeholders(len(part)))
+                cur.execute(stmt, part)
+                firing = dict(cur.fetchall())
+                unarmed = [tid for tid in part if tid in firing and not firing[tid]]
+                if unarmed:
+                    cur.execute(sql.CANCEL.format(ids=sql.placeholders(len(unarmed))), unarmed)
+                for tid in part:
+                    results[tid] = _cancel_result(firing.get(tid))
+        return _first_wins(task_ids, results)
 
     def get(self, task_id: str) -> TaskInfo | None:
         with self._pool.transaction() as cur:
@@ -290,6 +297,25 @@ class MySQLStore:
     def close(self) -> None:
         self._pool.close()
         self._autocommit_pool.close()
+
+
+def _cancel_result(firing: int | None) -> CancelResult:
+    if firing is None:
+        return CancelResult.NOT_FOUND
+    return CancelResult.TOO_LATE if firing else CancelResult.CANCELLED
+
+
+def _first_wins(task_ids: Sequence[str], results: dict[str, CancelResult]) -> list[CancelResult]:
+    """One result per id asked; an id asked twice is cancelled once, then not found."""
+    out = []
+    seen: set[str] = set()
+    for tid in task_ids:
+        result = results[tid]
+        if tid in seen and result is CancelResult.CANCELLED:
+            result = CancelResult.NOT_FOUND
+        seen.add(tid)
+        out.append(result)
+    return out
 
 
 def _split_repeats(rows: Sequence[NewRow]) -> tuple[list[int], dict[int, int]]:

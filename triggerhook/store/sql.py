@@ -39,9 +39,8 @@ CLAIM_ROWS = (
     " firing = IF(firing = 1 OR due_ms <= %s, 1, 0) WHERE id IN ({ids})"
 )
 
-# Arm, step 1: lock those of the rows that are still claimed by us.
-# A cancel (DELETE ... AND firing = 0) either ran before, and the row is gone,
-# or waits for this transaction and then finds firing = 1: exactly one wins.
+# Arm, step 1: lock those of the rows that are still claimed by us (see
+# LOCK_FOR_CANCEL for how this and a cancel exclude each other).
 LOCK_ARMABLE = (
     "SELECT id, due_ms, firing FROM th_tasks WHERE id IN ({ids}) AND claimed_by = %s FOR UPDATE"
 )
@@ -61,9 +60,12 @@ RELEASE_SOME_CLAIMS = (
     " WHERE claimed_by = %s AND id IN ({ids})"
 )
 
-CANCEL = "DELETE FROM th_tasks WHERE id = %s AND firing = 0"
+# Cancel locks the rows first: an arm in progress finishes before (the row
+# then says firing = 1: too late) or waits until the DELETE committed (the
+# row is gone: the armer drops the task). Exactly one of them wins.
+LOCK_FOR_CANCEL = "SELECT id, firing FROM th_tasks WHERE id IN ({ids}) FOR UPDATE"
 
-TASK_EXISTS = "SELECT firing FROM th_tasks WHERE id = %s"
+CANCEL = "DELETE FROM th_tasks WHERE id IN ({ids}) AND firing = 0"
 
 
 def placeholders(count: int) -> str:
