@@ -14,8 +14,9 @@ class ContextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # The message line only: logging appends any traceback after it.
+        line = super().formatMessage(record)
         context = {k: v for k, v in vars(record).items() if k not in _STANDARD}
         if context:
             line += " " + " ".join(f"{k}={v}" for k, v in sorted(context.items()))

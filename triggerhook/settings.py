@@ -96,6 +96,8 @@ class Settings:
     log_level: str = _setting("INFO", "Logging level: DEBUG, INFO, WARNING or ERROR.")
 
     def __post_init__(self) -> None:
+        for name in FIELDS:
+            _check(name, getattr(self, name), source=name)
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ConfigError(f"log_level: must be one of {', '.join(_LOG_LEVELS)}")
         if self.arm_ahead_ms > self.preload_window_ms:

@@ -1,0 +1,260 @@
+"""GroupCommitter: concurrent submits share one write; each caller gets its own result."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+from support.fakes import wait_until
+
+from triggerhook.domain.task import CancelResult, Task
+from triggerhook.engine.groupcommit import GroupCommitter
+from triggerhook.errors import (
+    EngineFailure,
+    NotRunningError,
+    StoreError,
+    StoreUnavailable,
+    TriggerHookError,
+)
+from triggerhook.interfaces import InsertOutcome, NewRow
+
+WAIT_S = 5.0
+
+
+Committer = GroupCommitter[NewRow, InsertOutcome]
+
+
+def row(name: str) -> NewRow:
+    return NewRow(Task(name, 1_700_000_000_000, "rk"))
+
+
+def outcome_for(name: str) -> InsertOutcome:
+    """A per-row outcome the fake write derives from the id, so callers can check theirs."""
+    index = int(name.rsplit("-", 1)[1])
+    return [InsertOutcome.CREATED, InsertOutcome.EXISTS, InsertOutcome.CONFLICT][index % 3]
+
+
+class FakeWrite:
+    """The write function: records batches; the first call blocks until ``gate`` opens,
+    so that the callers arriving meanwhile queue up behind it."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.batches: list[list[str]] = []
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.error = error
+        self._lock = threading.Lock()
+
+    def __call__(self, rows: Sequence[NewRow]) -> list[InsertOutcome]:
+        self.entered.set()
+        assert self.gate.wait(WAIT_S), "test never opened the gate"
+        with self._lock:
+            self.batches.append([r.task.id for r in rows])
+        if self.error is not None:
+            raise self.error
+        return [outcome_for(r.task.id) for r in rows]
+
+
+class Failures:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, BaseException]] = []
+
+    def __call__(self, name: str, exc: BaseException) -> None:
+        self.seen.append((name, exc))
+
+
+class Caller(threading.Thread):
+    """One thread calling submit once; keeps its outcome or error."""
+
+    def __init__(self, committer: Committer, name: str) -> None:
+        super().__init__(name=f"caller-{name}", daemon=True)
+        self.committer = committer
+        self.row_name = name
+        self.outcome: InsertOutcome | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.outcome = self.committer.submit(row(self.row_name), timeout_s=WAIT_S)
+        except BaseException as exc:
+            self.error = exc
+
+
+def queued(committer: Committer) -> int:
+    return len(committer._calls)
+
+
+def start_callers(committer: Committer, names: list[str]) -> list[Caller]:
+    callers = [Caller(committer, name) for name in names]
+    for caller in callers:
+        caller.start()
+    return callers
+
+
+def join_all(callers: list[Caller]) -> None:
+    for caller in callers:
+        caller.join(WAIT_S)
+        assert not caller.is_alive(), f"{caller.name} still blocked in submit"
+
+
+Factory = Callable[..., tuple[Committer, FakeWrite, Failures]]
+
+
+@pytest.fixture
+def make() -> Iterator[Factory]:
+    made: list[tuple[Committer, FakeWrite]] = []
+
+    def factory(
+        max_batch: int = 100, error: BaseException | None = None
+    ) -> tuple[Committer, FakeWrite, Failures]:
+        write = FakeWrite(error)
+        failures = Failures()
+        committer: Committer = GroupCommitter(write, max_batch, writers=1, on_failure=failures)
+        committer.start()
+        made.append((committer, write))
+        return committer, write, failures
+
+    yield factory
+    for committer, write in made:
+        write.gate.set()
+        committer.stop()
+        assert committer.join(WAIT_S)
+
+
+def hold_first_batch(committer: Committer, write: FakeWrite) -> Caller:
+    """A first caller whose batch (of one) is being written and is held at the gate."""
+    first = Caller(committer, "row-0")
+    first.start()
+    assert write.entered.wait(WAIT_S)
+    return first
+
+
+def test_concurrent_submits_are_batched_and_each_gets_its_outcome(make: Factory) -> None:
+    committer, write, failures = make()
+    first = hold_first_batch(committer, write)
+    names = [f"row-{i}" for i in range(1, 9)]
+    callers = start_callers(committer, names)
+    assert wait_until(lambda: queued(committer) == len(names), WAIT_S)
+
+    write.gate.set()
+    join_all([first, *callers])
+
+    assert write.batches[0] == ["row-0"]
+    assert max(len(b) for b in write.batches) > 1  # callers shared a write
+    assert sorted(n for b in write.batches for n in b) == sorted(["row-0", *names])
+    for caller in [first, *callers]:
+        assert caller.error is None
+        assert caller.outcome is outcome_for(caller.row_name)
+    assert failures.seen == []
+
+
+def test_batches_are_bounded_by_max_batch(make: Factory) -> None:
+    committer, write, _ = make(max_batch=3)
+    first = hold_first_batch(committer, write)
+    callers = start_callers(committer, [f"row-{i}" for i in range(1, 8)])
+    assert wait_until(lambda: queued(committer) == 7, WAIT_S)
+    write.gate.set()
+    join_all([first, *callers])
+    assert [len(b) for b in write.batches] == [1, 3, 3, 1]
+    for caller in callers:
+        assert caller.outcome is outcome_for(caller.row_name)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [StoreUnavailable("connection lost"), StoreError("rejected")],
+    ids=["unavailable", "store-error"],
+)
+def test_a_failed_write_raises_in_every_caller_of_that_batch(
+    make: Factory, error: TriggerHookError
+) -> None:
+    committer, write, failures = make(error=error)
+    first = hold_first_batch(committer, write)
+    callers = start_callers(committer, [f"row-{i}" for i in range(1, 6)])
+    assert wait_until(lambda: queued(committer) == 5, WAIT_S)
+    write.gate.set()
+    join_all([first, *callers])
+
+    assert [len(b) for b in write.batches] == [1, 5]
+    for caller in [first, *callers]:
+        assert caller.outcome is None
+        assert caller.error is error  # the store's own error, for every caller
+    assert failures.seen == []  # a store error does not kill the writer
+    # ... which keeps serving later calls.
+    write.error = None
+    assert committer.submit(row("row-9"), timeout_s=WAIT_S) is outcome_for("row-9")
+
+
+def test_an_unexpected_write_exception_fails_callers_and_reports(make: Factory) -> None:
+    boom = RuntimeError("bug in write")
+    committer, write, failures = make(error=boom)
+    write.gate.set()
+    with pytest.raises(EngineFailure, match="bug in write"):
+        committer.submit(row("row-1"), timeout_s=WAIT_S)
+    assert wait_until(lambda: len(failures.seen) == 1, WAIT_S)
+    name, exc = failures.seen[0]
+    assert name == "th-commit-0"
+    assert exc is boom
+
+
+def test_submit_after_stop_raises_not_running(make: Factory) -> None:
+    committer, write, _ = make()
+    write.gate.set()
+    assert committer.submit(row("row-1"), timeout_s=WAIT_S) is outcome_for("row-1")
+    committer.stop()
+    with pytest.raises(NotRunningError):
+        committer.submit(row("row-2"), timeout_s=WAIT_S)
+    assert committer.join(WAIT_S)
+    assert write.batches == [["row-1"]]
+
+
+def test_stop_still_writes_calls_already_queued(make: Factory) -> None:
+    committer, write, _ = make()
+    first = hold_first_batch(committer, write)
+    callers = start_callers(committer, ["row-1", "row-2"])
+    assert wait_until(lambda: queued(committer) == 2, WAIT_S)
+    committer.stop()
+    write.gate.set()
+    join_all([first, *callers])
+    assert committer.join(WAIT_S)
+    for caller in [first, *callers]:
+        assert caller.error is None
+        assert caller.outcome is outcome_for(caller.row_name)
+
+
+def test_submit_times_out_as_store_unavailable(make: Factory) -> None:
+    committer, _write, _ = make()  # the gate stays shut: the write never finishes
+    with pytest.raises(StoreUnavailable, match="not committed"):
+        committer.submit(row("row-1"), timeout_s=0.05)
+
+
+def test_named_committer_of_other_items() -> None:
+    # The same machinery batches cancels: items are ids, results CancelResults.
+    failures = Failures()
+    batches: list[list[str]] = []
+
+    def cancel(task_ids: Sequence[str]) -> list[CancelResult]:
+        batches.append(list(task_ids))
+        if "boom" in task_ids:
+            raise RuntimeError("boom")
+        return [
+            CancelResult.CANCELLED if t.startswith("c") else CancelResult.NOT_FOUND
+            for t in task_ids
+        ]
+
+    committer: GroupCommitter[str, CancelResult] = GroupCommitter(
+        cancel, 10, 1, failures, name="cancel"
+    )
+    committer.start()
+    try:
+        assert committer.submit("c-1", timeout_s=WAIT_S) is CancelResult.CANCELLED
+        assert committer.submit("x-1", timeout_s=WAIT_S) is CancelResult.NOT_FOUND
+        with pytest.raises(EngineFailure):
+            committer.submit("boom", timeout_s=WAIT_S)
+        assert wait_until(lambda: len(failures.seen) == 1, WAIT_S)
+        assert failures.seen[0][0] == "th-cancel-0"
+    finally:
+        committer.stop()
+        assert committer.join(WAIT_S)
+    assert batches == [["c-1"], ["x-1"], ["boom"]]

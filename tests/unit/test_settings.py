@@ -1,0 +1,319 @@
+"""Settings: TOML file < TRIGGERHOOK_* env < overrides; strict keys, types and ranges."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from triggerhook.domain.task import ID_PATTERN
+from triggerhook.errors import ConfigError
+from triggerhook.settings import FIELDS, Settings, env_var, load_settings, render_toml
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_FILE = REPO / "config" / "triggerhook.toml"
+
+INT_FIELDS = [name for name, f in FIELDS.items() if f.type in ("int", int)]
+STR_FIELDS = [name for name, f in FIELDS.items() if f.type in ("str", str)]
+
+
+def write_toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "triggerhook.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- the documented file ------------------------------------------------------------
+
+
+def test_every_field_is_an_int_or_a_str_with_help() -> None:
+    assert sorted(INT_FIELDS + STR_FIELDS) == sorted(FIELDS)
+    for name, spec in FIELDS.items():
+        assert spec.metadata["help"], name
+
+
+def test_repo_config_file_is_render_toml() -> None:
+    # The documented config file is generated: it must not drift from the code.
+    assert CONFIG_FILE.read_text(encoding="utf-8") == render_toml()
+
+
+def test_repo_config_file_loads_to_the_defaults() -> None:
+    assert load_settings(CONFIG_FILE, environ={}) == Settings()
+    data = tomllib.loads(render_toml())
+    assert set(data) == set(FIELDS)
+    assert data == {name: spec.default for name, spec in FIELDS.items()}
+
+
+def test_render_toml_names_each_env_var() -> None:
+    text = render_toml()
+    for name in FIELDS:
+        assert f"(env TRIGGERHOOK_{name.upper()})" in text
+
+
+def test_no_sources_gives_defaults() -> None:
+    assert load_settings(environ={}) == Settings()
+
+
+# -- precedence -----------------------------------------------------------------------
+
+
+def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path,
+        "poll_interval_ms = 10\n"
+        "claim_batch_size = 11\n"
+        "confirm_batch_size = 12\n"
+        'exchange = "from.file"\n',
+    )
+    env = {
+        "TRIGGERHOOK_CLAIM_BATCH_SIZE": "21",
+        "TRIGGERHOOK_CONFIRM_BATCH_SIZE": "22",
+        "TRIGGERHOOK_EXCHANGE": "from.env",
+    }
+    overrides: dict[str, object] = {"confirm_batch_size": 32, "exchange": None}
+    settings = load_settings(path, environ=env, overrides=overrides)
+    assert settings.poll_interval_ms == 10  # file only
+    assert settings.claim_batch_size == 21  # env beats file
+    assert settings.confirm_batch_size == 32  # override beats env
+    assert settings.exchange == "from.env"  # a None override means "not given"
+    assert settings.send_buffer_size == Settings().send_buffer_size  # default
+
+
+def test_environ_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRIGGERHOOK_POLL_INTERVAL_MS", "77")
+    monkeypatch.setenv("TRIGGERHOOK_LOG_LEVEL", "debug")
+    settings = load_settings()
+    assert settings.poll_interval_ms == 77
+    assert settings.log_level == "debug"
+
+
+def test_env_vars_without_the_prefix_or_unknown_are_ignored() -> None:
+    env = {"POLL_INTERVAL_MS": "5", "TRIGGERHOOK_NOT_A_SETTING": "x", "triggerhook_exchange": "y"}
+    assert load_settings(environ=env) == Settings()
+
+
+def test_env_var_names() -> None:
+    assert env_var("claim_lease_ms") == "TRIGGERHOOK_CLAIM_LEASE_MS"
+
+
+# -- the TOML file -------------------------------------------------------------------
+
+
+def test_unknown_toml_key_is_rejected_by_name(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, 'exchange = "x"\npoll_interval = 5\nzzz_extra = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={})
+    assert "poll_interval" in str(info.value)
+    assert "zzz_extra" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_toml_table_is_an_unknown_key(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "[engine]\npoll_interval_ms = 5\n")
+    with pytest.raises(ConfigError, match="engine"):
+        load_settings(path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ('poll_interval_ms = "5"', "poll_interval_ms"),
+        ("poll_interval_ms = 5.0", "poll_interval_ms"),
+        ("poll_interval_ms = true", "poll_interval_ms"),
+        ("poll_interval_ms = [5]", "poll_interval_ms"),
+        ("exchange = 5", "exchange"),
+        ("log_level = false", "log_level"),
+        ("amqp_url = { host = 'x' }", "amqp_url"),
+    ],
+)
+def test_wrong_toml_types_are_rejected(tmp_path: Path, line: str, name: str) -> None:
+    path = write_toml(tmp_path, line + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={})
+    message = str(info.value)
+    assert name in message
+    assert "expected" in message
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml", environ={})
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "poll_interval_ms = = 5\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(path, environ={})
+
+
+# -- environment variables ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["abc", "", "1.5", "5ms", "0x10", "true"])
+def test_env_int_coercion_error_names_the_env_var(raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(environ={"TRIGGERHOOK_POLL_INTERVAL_MS": raw})
+    assert "TRIGGERHOOK_POLL_INTERVAL_MS" in str(info.value)
+    assert "integer" in str(info.value)
+
+
+def test_env_int_allows_surrounding_whitespace() -> None:
+    assert load_settings(environ={"TRIGGERHOOK_POLL_INTERVAL_MS": " 42\n"}).poll_interval_ms == 42
+
+
+def test_env_below_minimum_names_the_env_var() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(environ={"TRIGGERHOOK_CLAIM_LEASE_MS": "999"})
+    assert "TRIGGERHOOK_CLAIM_LEASE_MS" in str(info.value)
+    assert "at least 1000" in str(info.value)
+
+
+def test_env_strings_are_taken_verbatim() -> None:
+    url = "mysql+pymysql://u:p@db:3306/th"
+    settings = load_settings(environ={"TRIGGERHOOK_DATABASE_URL": url})
+    assert settings.database_url == url
+
+
+# -- overrides --------------------------------------------------------------------------
+
+
+def test_unknown_override_is_rejected_by_name() -> None:
+    with pytest.raises(ConfigError, match="bogus_knob"):
+        load_settings(environ={}, overrides={"bogus_knob": 1})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("poll_interval_ms", "5"),
+        ("poll_interval_ms", True),
+        ("poll_interval_ms", 1.0),
+        ("exchange", 5),
+    ],
+)
+def test_wrong_override_types_are_rejected(name: str, value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(environ={}, overrides={name: value})
+    assert f"--{name.replace('_', '-')}" in str(info.value)
+
+
+# -- minimums -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", INT_FIELDS)
+def test_every_int_setting_has_a_minimum_enforced_from_every_source(
+    name: str, tmp_path: Path
+) -> None:
+    minimum = FIELDS[name].metadata["minimum"]
+    assert isinstance(minimum, int), f"{name} has no minimum"
+    below = minimum - 1
+    with pytest.raises(ConfigError, match=f"at least {minimum}"):
+        load_settings(environ={}, overrides={name: below})
+    with pytest.raises(ConfigError, match=env_var(name)):
+        load_settings(environ={env_var(name): str(below)})
+    with pytest.raises(ConfigError, match=name):
+        load_settings(write_toml(tmp_path, f"{name} = {below}\n"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("max_payload_bytes", 0),
+        ("confirm_max_delay_ms", 0),
+        ("switch_interval_us", 0),
+        ("shutdown_timeout_s", 0),
+        ("poll_interval_ms", 1),
+        ("claim_batch_size", 1),
+        ("max_tasks_in_memory", 1),
+        ("arm_ahead_ms", 1),
+    ],
+)
+def test_minimum_itself_is_accepted(name: str, value: int) -> None:
+    assert getattr(load_settings(environ={}, overrides={name: value}), name) == value
+
+
+def test_direct_construction_enforces_minimums_and_types() -> None:
+    # The library API is `build(Settings(...))` (README): a Settings built directly
+    # must be as valid as one from load_settings; e.g. send_buffer_size=0 would
+    # leave the scheduler waiting for room forever.
+    wrong = []
+    for name in INT_FIELDS:
+        minimum = FIELDS[name].metadata["minimum"]
+        for bad in (minimum - 1, str(FIELDS[name].default)):
+            try:
+                Settings(**{name: bad})  # type: ignore[arg-type]
+            except ConfigError:
+                continue
+            except Exception as exc:  # the wrong error is a finding too
+                wrong.append(f"{name}={bad!r} raised {type(exc).__name__}")
+            else:
+                wrong.append(f"{name}={bad!r} accepted")
+    assert wrong == [], "Settings(...) with invalid values: " + "; ".join(wrong)
+
+
+# -- cross-field checks (__post_init__) ----------------------------------------------------
+
+
+def test_arm_ahead_must_not_exceed_preload_window() -> None:
+    with pytest.raises(ConfigError, match="arm_ahead_ms"):
+        Settings(preload_window_ms=1000, arm_ahead_ms=1001)
+    assert Settings(preload_window_ms=1000, arm_ahead_ms=1000).arm_ahead_ms == 1000
+
+
+def test_claim_lease_must_exceed_preload_window() -> None:
+    with pytest.raises(ConfigError, match="claim_lease_ms"):
+        Settings(preload_window_ms=5000, claim_lease_ms=5000)
+    with pytest.raises(ConfigError, match="claim_lease_ms"):
+        load_settings(environ={}, overrides={"preload_window_ms": 40_000})
+    assert Settings(preload_window_ms=5000, claim_lease_ms=5001).claim_lease_ms == 5001
+
+
+@pytest.mark.parametrize("level", ["DEBUG", "info", "Warning", "ERROR"])
+def test_log_levels_accepted_in_any_case(level: str) -> None:
+    assert Settings(log_level=level).log_level == level
+
+
+@pytest.mark.parametrize("level", ["", "TRACE", "CRITICAL", "verbose", "10"])
+def test_bad_log_level_is_rejected(level: str) -> None:
+    with pytest.raises(ConfigError, match="log_level"):
+        Settings(log_level=level)
+
+
+@pytest.mark.parametrize("instance_id", ["has space", "x" * 65, "slash/no", "ü"])
+def test_bad_instance_id_is_rejected(instance_id: str) -> None:
+    with pytest.raises(ConfigError, match="instance_id"):
+        Settings(instance_id=instance_id)
+    with pytest.raises(ConfigError, match="instance_id"):
+        load_settings(environ={"TRIGGERHOOK_INSTANCE_ID": instance_id})
+
+
+@pytest.mark.parametrize("instance_id", ["a", "host-1:worker_2.x", "x" * 64])
+def test_good_instance_id_is_used_as_is(instance_id: str) -> None:
+    assert Settings(instance_id=instance_id).resolved_instance_id() == instance_id
+
+
+def test_empty_instance_id_resolves_to_hostname_and_random_suffix() -> None:
+    settings = Settings()
+    first, second = settings.resolved_instance_id(), settings.resolved_instance_id()
+    assert first != second
+    for resolved in (first, second):
+        assert ID_PATTERN.fullmatch(resolved), resolved
+        assert re.fullmatch(r".+-[0-9a-f]{8}", resolved)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("exchange", ""), ("exchange", "has space"), ("default_routing_key", "a*b")],
+)
+def test_bad_exchange_or_routing_key_is_rejected(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        Settings(**{name: value})  # type: ignore[arg-type]
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.exchange = "other"  # type: ignore[misc]

@@ -1,0 +1,305 @@
+"""Due times and durations to epoch ms: sub-ms fractions round UP (never early)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from triggerhook.domain.task import MAX_DUE_MS
+from triggerhook.domain.timeparse import (
+    datetime_to_ms,
+    due_from,
+    parse_at,
+    parse_duration_ms,
+    seconds_to_ms,
+)
+from triggerhook.errors import ValidationError
+
+NEW_YEAR_2024_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+
+
+# -- parse_at: datetimes ------------------------------------------------------------
+
+
+def test_aware_datetime_in_utc() -> None:
+    assert parse_at(datetime(2024, 1, 1, tzinfo=UTC)) == NEW_YEAR_2024_MS
+
+
+@pytest.mark.parametrize("hours", [-5, 1, 5.5, 14])
+def test_aware_datetime_with_offset_is_converted_to_utc(hours: float) -> None:
+    tz = timezone(timedelta(hours=hours))
+    local = datetime(2024, 1, 1, tzinfo=UTC).astimezone(tz)
+    assert local.utcoffset() == timedelta(hours=hours)
+    assert parse_at(local) == NEW_YEAR_2024_MS
+
+
+def test_naive_datetime_is_taken_as_utc() -> None:
+    assert parse_at(datetime(2024, 1, 1)) == NEW_YEAR_2024_MS
+    assert parse_at(datetime(2024, 1, 1, 0, 0, 1, 500_000)) == NEW_YEAR_2024_MS + 1500
+
+
+@pytest.mark.parametrize(
+    ("micros", "expected_ms"),
+    [(0, 0), (1, 1), (999, 1), (1000, 1), (1001, 2), (999_999, 1000)],
+)
+def test_datetime_microseconds_round_up(micros: int, expected_ms: int) -> None:
+    value = datetime(2024, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    assert datetime_to_ms(value) == NEW_YEAR_2024_MS + expected_ms
+
+
+# -- parse_at: epoch seconds ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, 0),
+        (1, 1000),
+        (1_704_067_200, NEW_YEAR_2024_MS),
+        (1.5, 1500),
+        (1.001, 1001),
+        (0.0001, 1),  # a tenth of a millisecond: rounds up to 1 ms, never down to 0
+        (1e-7, 1),
+        (1.0000001, 1001),
+        (1_704_067_200.123, NEW_YEAR_2024_MS + 123),
+        (Decimal("1.0005"), 1001),
+        ("0", 0),
+        ("1", 1000),
+        ("1.001", 1001),
+        ("0.0001", 1),
+        (" 1.5 ", 1500),
+        ("+2", 2000),
+        ("1704067200", NEW_YEAR_2024_MS),
+    ],
+)
+def test_epoch_seconds(value: object, expected: int) -> None:
+    assert parse_at(value) == expected
+
+
+@pytest.mark.parametrize("seconds", [0.0001, 0.0009, 0.3, 1.001, 2.5e-4, 123.4567891])
+def test_epoch_seconds_are_never_early(seconds: float) -> None:
+    ms = parse_at(seconds)
+    assert ms / 1000 >= seconds
+    assert ms - 1 < seconds * 1000  # and at most one ms late
+
+
+# -- parse_at: ISO-8601 ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-01-01T00:00:00Z",
+        "2024-01-01T00:00:00+00:00",
+        "2024-01-01T01:00:00+01:00",
+        "2023-12-31T19:00:00-05:00",
+        "2024-01-01T05:30:00+05:30",
+        "2024-01-01 00:00:00Z",
+        "2024-01-01T00:00:00",  # naive: UTC
+        "2024-01-01",
+        "  2024-01-01T00:00:00Z  ",
+    ],
+)
+def test_iso_8601(text: str) -> None:
+    assert parse_at(text) == NEW_YEAR_2024_MS
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-01-01T00:00:00.001Z", NEW_YEAR_2024_MS + 1),
+        ("2024-01-01T00:00:00.0001Z", NEW_YEAR_2024_MS + 1),
+        ("2024-01-01T00:00:00.000001Z", NEW_YEAR_2024_MS + 1),
+        ("2024-01-01T00:00:01.001000+00:00", NEW_YEAR_2024_MS + 1001),
+        ("2024-01-01T00:00:01.001001+00:00", NEW_YEAR_2024_MS + 1002),
+    ],
+)
+def test_iso_sub_millisecond_rounds_up(text: str, expected: int) -> None:
+    assert parse_at(text) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "   ",
+        "tomorrow",
+        "2024-13-01T00:00:00Z",
+        "2024-01-01T25:00:00Z",
+        "1e9",
+        "12abc",
+        "nan",
+        "inf",
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        None,
+        True,
+        False,
+        [2024],
+        b"1700000000",
+    ],
+)
+def test_garbage_is_rejected_naming_the_field(value: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_at(value)
+    assert info.value.field == "at"
+    with pytest.raises(ValidationError) as named:
+        parse_at(value, field="when")
+    assert named.value.field == "when"
+
+
+# -- year bounds -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1970-01-01T00:00:00Z", 0),
+        (datetime(1970, 1, 1), 0),
+        ("9999-12-31T23:59:59.999Z", MAX_DUE_MS),
+        (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC), MAX_DUE_MS),
+        ("253402300799.999", MAX_DUE_MS),
+        (253_402_300_799, MAX_DUE_MS - 999),
+    ],
+)
+def test_year_bounds_inclusive(value: object, expected: int) -> None:
+    assert parse_at(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1969-12-31T23:59:59Z",
+        datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC),
+        "1970-01-01T00:30:00+01:00",  # 1969-12-31T23:30Z
+        "0001-01-01T00:00:00+01:00",
+        -1,
+        "-0.002",
+        "9999-12-31T23:59:59.999001Z",  # rounds up past the last representable ms
+        datetime(9999, 12, 31, 23, 59, 59, 999_999),
+        "9999-12-31T23:00:00-05:00",  # year 10000 in UTC
+        253_402_300_800,
+        10**30,
+    ],
+)
+def test_outside_1970_to_9999_is_rejected(value: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_at(value)
+    assert info.value.field == "at"
+    assert "1970" in info.value.message
+
+
+def test_seconds_to_ms_names_its_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        seconds_to_ms("x", field="at_s")
+    assert info.value.field == "at_s"
+
+
+# -- due_from ----------------------------------------------------------------------
+
+
+NOW = 1_700_000_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("at", "at_ms", "delay_ms"),
+    [
+        (None, None, None),
+        ("2024-01-01T00:00:00Z", 5, None),
+        ("2024-01-01T00:00:00Z", None, 5),
+        (None, 5, 5),
+        (1, 2, 3),
+    ],
+)
+def test_due_from_needs_exactly_one(at: object, at_ms: object, delay_ms: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        due_from(at, at_ms, delay_ms, NOW)
+    assert info.value.field == "at"
+    assert "exactly one" in info.value.message
+
+
+def test_due_from_at() -> None:
+    assert due_from("2024-01-01T00:00:00Z", None, None, NOW) == NEW_YEAR_2024_MS
+    assert due_from(0, None, None, NOW) == 0  # 0 is given, not missing
+
+
+def test_due_from_at_ms() -> None:
+    assert due_from(None, NEW_YEAR_2024_MS, None, NOW) == NEW_YEAR_2024_MS
+    assert due_from(None, 0, None, NOW) == 0
+    assert due_from(None, MAX_DUE_MS, None, NOW) == MAX_DUE_MS
+
+
+@pytest.mark.parametrize("at_ms", [1.5, "1000", True, -1, MAX_DUE_MS + 1])
+def test_due_from_bad_at_ms_names_at_ms(at_ms: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        due_from(None, at_ms, None, NOW)
+    assert info.value.field == "at_ms"
+
+
+@pytest.mark.parametrize(
+    ("now", "delay", "expected"),
+    [
+        (NOW, 0, int(NOW)),
+        (NOW, 250, int(NOW) + 250),
+        (NOW + 0.2, 250, int(NOW) + 251),  # a fractional now rounds up: never early
+        (NOW + 0.999, 0, int(NOW) + 1),
+    ],
+)
+def test_due_from_delay_is_relative_to_now(now: float, delay: int, expected: int) -> None:
+    due = due_from(None, None, delay, now)
+    assert due == expected
+    assert due >= now + delay
+
+
+@pytest.mark.parametrize("delay_ms", [-1, 1.5, "100", False, MAX_DUE_MS])
+def test_due_from_bad_delay_names_delay_ms(delay_ms: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        due_from(None, None, delay_ms, NOW)
+    assert info.value.field == "delay_ms"
+
+
+# -- parse_duration_ms --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("250ms", 250),
+        ("5s", 5000),
+        ("2h", 7_200_000),
+        ("1h30m", 5_400_000),
+        ("1m30s", 90_000),
+        ("1h30m15s250ms", 5_415_250),
+        ("5m", 300_000),
+        ("1d", 86_400_000),
+        ("1.5s", 1500),
+        ("0.5m", 30_000),
+        ("0.0001s", 1),  # rounds up
+        ("1.2ms", 2),
+        ("0s", 0),
+        ("10", 10_000),  # a bare number is seconds
+        ("1.5", 1500),
+        ("0.0001", 1),
+        ("0", 0),
+        (" 5S ", 5000),
+        ("2H", 7_200_000),
+    ],
+)
+def test_durations(text: str, expected: int) -> None:
+    assert parse_duration_ms(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "  ", "abc", "s", "ms", "5 s", "5x", "1h30", "h1", "-5", "-5s", "1h-30m", "1e3", "5s!"],
+)
+def test_bad_durations_are_rejected(text: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_duration_ms(text)
+    assert info.value.field == "in"
+    with pytest.raises(ValidationError) as named:
+        parse_duration_ms(text, field="delay")
+    assert named.value.field == "delay"
