@@ -118,13 +118,18 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 
 def _schedule(hook: TriggerHook, args: argparse.Namespace) -> int:
     delay_ms = None if args.delay is None else parse_duration_ms(args.delay)
-    result = hook.schedule(
-        args.id,
-        at=args.at,
-        delay_ms=delay_ms,
-        routing_key=args.routing_key,
-        payload=args.payload,
-    )
+    try:
+        result = hook.schedule(
+            args.id,
+            at=args.at,
+            delay_ms=delay_ms,
+            routing_key=args.routing_key,
+            payload=args.payload,
+        )
+    except ValidationError as exc:
+        if exc.field != "delay_ms":
+            raise
+        raise ValidationError("in", exc.message) from None
     _print_json({"id": result.task.id, "due_ms": result.task.due_ms, "created": result.created})
     return EXIT_OK
 

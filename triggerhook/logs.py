@@ -29,4 +29,6 @@ def configure(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("pika").setLevel(logging.WARNING)
+    # pika logs every failed connection attempt at ERROR, several lines each; the
+    # publisher logs each failure and recovery itself, once, with its reason.
+    logging.getLogger("pika").setLevel(logging.CRITICAL)

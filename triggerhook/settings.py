@@ -148,7 +148,9 @@ def _read_toml(path: Path) -> dict[str, object]:
             data = tomllib.load(fh)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} does not exist") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:

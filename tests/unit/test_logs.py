@@ -85,7 +85,7 @@ def test_configure_installs_one_context_handler() -> None:
     assert root.level == logging.DEBUG
     assert len(root.handlers) == 1
     assert isinstance(root.handlers[0].formatter, ContextFormatter)
-    assert logging.getLogger("pika").level == logging.WARNING
+    assert logging.getLogger("pika").level == logging.CRITICAL
     configure("WARNING")
     assert len(root.handlers) == 1  # replaced, not added
     assert root.level == logging.WARNING

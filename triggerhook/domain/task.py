@@ -70,7 +70,10 @@ def validate_payload(payload: object, max_payload_bytes: int) -> bytes:
     if payload is None:
         return b""
     if isinstance(payload, str):
-        payload = payload.encode("utf-8")
+        try:
+            payload = payload.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValidationError("payload", f"is not valid UTF-8 text: {exc.reason}") from None
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise ValidationError("payload", "must be bytes or text")
     data = bytes(payload)

@@ -1,0 +1,281 @@
+"""The ``triggerhook`` CLI as a separate process against the real MariaDB.
+
+Bad input must give one clear error line naming the field or cause, exit code
+2 (1 for an unreachable database), no traceback, and write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.daemon import TaskTable, base_env, closed_port, run_cli, settings_env
+from support.mysql import connect
+
+from triggerhook.store.mysql import init_schema
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[tuple[str, TaskTable]]:
+    """The test database with the schema applied, and a reader of its tasks."""
+    init_schema(database_url)
+    with TaskTable(database_url) as table:
+        yield database_url, table
+
+
+def cli_env(database_url: str, **settings: int | str) -> dict[str, str]:
+    return {**base_env(), **settings_env(database_url=database_url, **settings)}
+
+
+def assert_clean_error(result: subprocess.CompletedProcess[str], code: int, *mentions: str) -> None:
+    """Exit ``code``; stderr is exactly one line mentioning each of ``mentions``;
+    no traceback anywhere; nothing on stdout."""
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output
+    assert "Traceback" not in output, output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, output
+    assert lines[0].startswith("triggerhook: error: "), output
+    for mention in mentions:
+        assert mention in lines[0], output
+    assert result.stdout == "", output
+
+
+BAD_SCHEDULE_INPUT = [
+    pytest.param(["--id", "bad id!", "--in", "5s"], {}, ("id:",), id="id-bad-chars"),
+    pytest.param(["--id", "a" * 65, "--in", "5s"], {}, ("id:", "1-64"), id="id-65-chars"),
+    pytest.param(["--at", "notatime"], {}, ("at:", "notatime"), id="at-not-a-time"),
+    pytest.param(["--at", "10000-01-01T00:00:00Z"], {}, ("at:", "10000-01-01"), id="at-year-10000"),
+    pytest.param(["--at", "1969-12-31T23:59:59Z"], {}, ("at:", "1970"), id="at-before-epoch"),
+    pytest.param(
+        ["--in", "5s", "--payload", "x" * 11],
+        {"max_payload_bytes": 10},
+        ("payload:", "10"),
+        id="payload-too-big",
+    ),
+    pytest.param(
+        ["--in", "5s", "--routing-key", "bad key!"], {}, ("routing_key:",), id="routing-key"
+    ),
+    pytest.param(["--in", "5x"], {}, ("in:", "5x"), id="in-bad-duration"),
+    # A byte that is not UTF-8 in argv (Python passes it on as a lone surrogate).
+    pytest.param(
+        ["--in", "5s", "--payload", "caf\udce9"], {}, ("payload:",), id="payload-not-utf8"
+    ),
+    pytest.param(
+        ["--in", "5s"],
+        {"poll_interval_ms": "fifty"},
+        ("TRIGGERHOOK_POLL_INTERVAL_MS", "integer"),
+        id="env-bad-integer",
+    ),
+    pytest.param(
+        ["--in", "5s"],
+        {"claim_lease_ms": "999"},
+        ("TRIGGERHOOK_CLAIM_LEASE_MS", "1000"),
+        id="env-below-minimum",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "settings", "mentions"), BAD_SCHEDULE_INPUT)
+def test_schedule_rejects_bad_input(
+    db: tuple[str, TaskTable],
+    args: list[str],
+    settings: dict[str, int | str],
+    mentions: tuple[str, ...],
+) -> None:
+    database_url, table = db
+    result = run_cli(["schedule", *args], cli_env(database_url, **settings))
+    assert_clean_error(result, EXIT_USAGE, *mentions)
+    assert table.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("toml", "mentions"),
+    [
+        pytest.param('no_such_setting = 1\nexchange = "x"\n', ("no_such_setting",), id="unknown"),
+        pytest.param('poll_interval_ms = "fast"\n', ("poll_interval_ms", "integer"), id="type"),
+        pytest.param("exchange = 5\n", ("exchange", "string"), id="str-type"),
+        pytest.param("poll_interval_ms = \n", ("not valid TOML",), id="syntax"),
+    ],
+)
+def test_bad_config_file_is_rejected(
+    db: tuple[str, TaskTable], tmp_path: Path, toml: str, mentions: tuple[str, ...]
+) -> None:
+    database_url, table = db
+    config = tmp_path / "triggerhook.toml"
+    config.write_text(toml)
+    for command in (["schedule", "--in", "5s"], ["run"]):
+        result = run_cli(["--config", str(config), *command], cli_env(database_url))
+        assert_clean_error(result, EXIT_USAGE, str(config), *mentions)
+    assert table.count() == 0
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-utf8"])
+def test_unreadable_config_file_is_rejected(
+    db: tuple[str, TaskTable], tmp_path: Path, kind: str
+) -> None:
+    """A config file that cannot be read: a clean error naming the path."""
+    database_url, table = db
+    path = {"missing": tmp_path / "nope.toml", "directory": tmp_path}.get(
+        kind, tmp_path / "latin1.toml"
+    )
+    if kind == "not-utf8":
+        path.write_bytes(b'exchange = "caf\xe9"\n')
+    result = run_cli(["--config", str(path), "schedule", "--in", "5s"], cli_env(database_url))
+    assert_clean_error(result, EXIT_USAGE, str(path))
+    assert table.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "mentions"),
+    [
+        pytest.param({"amqp_url": "amqp://g:g@h:notaport/%2F"}, ("amqp_url",), id="amqp-url"),
+        pytest.param(
+            {"database_url": "postgresql://u@h/db"}, ("database_url", "scheme"), id="db-scheme"
+        ),
+        pytest.param({"log_level": "chatty"}, ("log_level",), id="log-level"),
+        pytest.param({"instance_id": "a b"}, ("instance_id",), id="instance-id"),
+        pytest.param(
+            {"preload_window_ms": 5000, "claim_lease_ms": 2000},
+            ("claim_lease_ms", "preload_window_ms"),
+            id="lease-vs-window",
+        ),
+    ],
+)
+def test_run_rejects_bad_settings(
+    db: tuple[str, TaskTable], settings: dict[str, int | str], mentions: tuple[str, ...]
+) -> None:
+    database_url, _ = db
+    result = run_cli(["run"], {**cli_env(database_url), **settings_env(**settings)})
+    assert_clean_error(result, EXIT_USAGE, *mentions)
+
+
+@pytest.mark.parametrize("command", [["schedule", "--in", "5s"], ["run"], ["get", "x"]])
+def test_unreachable_database_is_a_runtime_failure(command: list[str]) -> None:
+    url = f"mysql+pymysql://root:@127.0.0.1:{closed_port()}/th_unreachable"
+    result = run_cli(command, cli_env(url), timeout_s=60)
+    assert_clean_error(result, EXIT_FAILURE, "database")
+
+
+def test_schema_missing_is_reported(database_url: str) -> None:
+    """An existing database without the tables: a clear pointer to `db init`."""
+    result = run_cli(["schedule", "--in", "5s"], cli_env(database_url))
+    assert_clean_error(result, EXIT_USAGE, "db init")
+
+
+def test_db_init_creates_the_database_and_is_idempotent(mysql_url: str) -> None:
+    name = f"th_test_init_{secrets.token_hex(4)}"
+    url = f"{mysql_url}/{name}"
+    try:
+        for _ in range(2):
+            result = run_cli(["db", "init"], cli_env(url))
+            assert result.returncode == EXIT_OK, result.stdout + result.stderr
+            assert "Traceback" not in result.stderr
+            assert "schema version 1" in result.stdout
+        conn = connect(url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT name, value FROM th_meta")
+                assert list(cur.fetchall()) == [("schema_version", "1")]
+                cur.execute("SELECT COUNT(*) FROM th_tasks")
+                assert cur.fetchone() == (0,)
+        finally:
+            conn.close()
+    finally:
+        conn = connect(mysql_url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        finally:
+            conn.close()
+
+
+def _json(result: subprocess.CompletedProcess[str], code: int) -> dict[str, object]:
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def test_schedule_get_cancel_round_trip(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    env = cli_env(database_url)
+    at = "2030-01-01T00:00:00.250Z"
+    due_ms = 1_893_456_000_250
+    schedule = [
+        "schedule",
+        "--id",
+        "job-1",
+        "--at",
+        at,
+        "--routing-key",
+        "orders.expire",
+        "--payload",
+        "héllo",
+    ]
+
+    created = _json(run_cli(schedule, env), EXIT_OK)
+    assert created == {"id": "job-1", "due_ms": due_ms, "created": True}
+    assert table.ids() == {"job-1"}
+
+    # The same task again is a safe retry; different content is a conflict.
+    assert _json(run_cli(schedule, env), EXIT_OK) == {**created, "created": False}
+    conflict = run_cli([*schedule[:-1], "other"], env)
+    assert_clean_error(conflict, EXIT_USAGE, "job-1")
+
+    got = _json(run_cli(["get", "job-1"], env), EXIT_OK)
+    assert got == {
+        "id": "job-1",
+        "due_ms": due_ms,
+        "routing_key": "orders.expire",
+        "payload": "héllo",
+        "state": "scheduled",
+    }
+
+    cancelled = _json(run_cli(["cancel", "job-1"], env), EXIT_OK)
+    assert cancelled == {"id": "job-1", "result": "cancelled"}
+    assert table.count() == 0
+    again = _json(run_cli(["cancel", "job-1"], env), EXIT_NOT_FOUND)
+    assert again == {"id": "job-1", "result": "not_found"}
+    missing = _json(run_cli(["get", "job-1"], env), EXIT_NOT_FOUND)
+    assert missing == {"id": "job-1", "result": "not_found"}
+
+
+def test_schedule_with_generated_id_and_delay(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    env = cli_env(database_url)
+    before = table.query("SELECT UNIX_TIMESTAMP(NOW(3)) * 1000")[0][0]
+    created = _json(run_cli(["schedule", "--in", "1h30m"], env), EXIT_OK)
+    task_id = created["id"]
+    assert isinstance(task_id, str) and len(task_id) == 36  # a UUID
+    assert isinstance(created["due_ms"], int)
+    assert abs(created["due_ms"] - (int(before) + 5_400_000)) < 60_000
+    got = _json(run_cli(["get", task_id], env), EXIT_OK)
+    assert got["routing_key"] == "triggerhook.fire"  # default_routing_key
+    assert got["payload"] == ""
+    assert table.ids() == {task_id}
+
+
+def test_cancel_of_an_armed_task_is_too_late(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    env = cli_env(database_url)
+    _json(run_cli(["schedule", "--id", "armed", "--in", "1h"], env), EXIT_OK)
+    table.query("UPDATE th_tasks SET firing = 1 WHERE id = 'armed'")  # as an engine arms it
+    assert _json(run_cli(["get", "armed"], env), EXIT_OK)["state"] == "firing"
+    result = _json(run_cli(["cancel", "armed"], env), EXIT_TOO_LATE)
+    assert result == {"id": "armed", "result": "too_late"}
+    assert table.ids() == {"armed"}
+
+
+def test_get_and_cancel_validate_the_id(db: tuple[str, TaskTable]) -> None:
+    database_url, _ = db
+    for command in ("get", "cancel"):
+        result = run_cli([command, "bad id!"], cli_env(database_url))
+        assert_clean_error(result, EXIT_USAGE, "id:")

@@ -1,0 +1,284 @@
+"""The daemon (``python -m triggerhook run``) as a separate process: firing,
+graceful stop on SIGTERM, and a second SIGTERM during a stop."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+from support.amqp import AmqpNames, EventConsumer
+from support.daemon import (
+    DaemonGroup,
+    TaskTable,
+    base_env,
+    closed_port,
+    daemon_env,
+    fired_ms,
+    now_ms,
+    run_cli,
+    schedule_tasks,
+    settings_env,
+    spread,
+    wait_until,
+)
+
+from triggerhook.store.mysql import init_schema
+
+SIGTERM_EXIT = 128 + 15  # the CLI's os._exit(128 + signum) on a second signal
+
+
+@pytest.fixture
+def daemons() -> Iterator[DaemonGroup]:
+    with DaemonGroup() as group:
+        yield group
+
+
+@pytest.fixture
+def table(database_url: str) -> Iterator[TaskTable]:
+    init_schema(database_url)
+    with TaskTable(database_url) as reader:
+        yield reader
+
+
+def test_daemon_fires_tasks_with_the_documented_wire_format(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    event_consumer: EventConsumer,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    daemon = daemons.start(daemon_env(database_url, amqp_url, amqp_names.exchange, "wire"))
+    daemon.wait_ready()
+
+    start = now_ms()
+    tasks = spread("wire", 20, start + 300, start + 1300)
+    schedule_tasks(database_url, tasks, payload=b"\x00body\xff")
+    due = dict(tasks)
+
+    events = event_consumer.collect(len(tasks), timeout_s=15)
+    assert sorted(e.message_id or "" for e in events) == sorted(due)
+    for event in events:
+        assert event.message_id is not None
+        assert event.routing_key == "triggerhook.fire"
+        assert event.body == b"\x00body\xff"
+        assert event.delivery_mode == 2
+        due_ms = due[event.message_id]
+        assert event.headers["x-due-ms"] == due_ms
+        assert fired_ms(event) >= due_ms
+        assert event.timestamp == fired_ms(event) // 1000
+    wait_until(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
+    assert event_consumer.drain_quiet(0.3) == []
+
+    assert daemon.terminate() == 0
+    assert daemon.count("Traceback") == 0
+
+
+def test_run_init_db_creates_the_schema_and_cli_schedules_into_a_running_daemon(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    event_consumer: EventConsumer,
+    daemons: DaemonGroup,
+) -> None:
+    """``run --init-db`` on an empty database; ``schedule`` from another process."""
+    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "initdb")
+    daemon = daemons.start(env, "initdb", "--init-db")
+    daemon.wait_ready()
+
+    cli = {**base_env(), **settings_env(database_url=database_url)}
+    result = run_cli(["schedule", "--id", "cli-task", "--in", "500ms", "--routing-key", "a.b"], cli)
+    assert result.returncode == 0, result.stderr
+
+    (event,) = event_consumer.collect(1, timeout_s=10)
+    assert (event.message_id, event.routing_key, event.body) == ("cli-task", "a.b", b"")
+    with TaskTable(database_url) as table:
+        wait_until(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
+    daemon.signal(signal.SIGINT)  # Ctrl-C stops as gracefully as SIGTERM
+    assert daemon.wait_exit(10) == 0
+    daemon.wait_for_line("signal SIGINT: stopping gracefully", 1)
+
+
+def test_run_refuses_a_database_without_schema(
+    database_url: str, amqp_url: str, amqp_names: AmqpNames, daemons: DaemonGroup
+) -> None:
+    daemon = daemons.start(daemon_env(database_url, amqp_url, amqp_names.exchange, "noschema"))
+    assert daemon.wait_exit(30) == 2
+    output = "\n".join(daemon.lines)
+    assert "db init" in output
+    assert "Traceback" not in output
+
+
+def test_sigterm_stops_gracefully_and_releases_claims(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    event_consumer: EventConsumer,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    # Far tasks are inside the preload window, so they are claimed into memory;
+    # a claim lease much longer than the test shows the stop released them.
+    settings: dict[str, int | str] = {
+        "preload_window_ms": 10_000,
+        "claim_lease_ms": 60_000,
+        "shutdown_timeout_s": 5,
+    }
+    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "stopper", **settings)
+    daemon = daemons.start(env, "stopper")
+    daemon.wait_ready()
+
+    start = now_ms()
+    near = spread("near", 20, start + 300, start + 1300)
+    far = spread("far", 10, start + 6000, start + 6500)
+    schedule_tasks(database_url, near + far)
+    far_ids = {task_id for task_id, _ in far}
+
+    wait_until(
+        lambda: {k for k, v in table.claims().items() if v[0] == "stopper"} >= far_ids,
+        10,
+        lambda: f"far tasks not claimed: {table.claims()}",
+    )
+    events = event_consumer.collect(len(near), timeout_s=15)
+    assert sorted(e.message_id or "" for e in events) == sorted(t for t, _ in near)
+    wait_until(lambda: table.ids() == far_ids, 10, lambda: f"rows: {table.ids()}")
+
+    mark = daemon.mark()
+    began = time.monotonic()
+    code = daemon.terminate(timeout_s=5 + 5)
+    stop_s = time.monotonic() - began
+    assert code == 0, daemon.tail()
+    assert stop_s < 5, f"graceful stop took {stop_s:.1f}s (shutdown_timeout_s=5)"
+    daemon.wait_for_line("released 10 claims", 1, start=mark)
+
+    # Every claim released, nothing armed, nothing fired.
+    claims = table.claims()
+    assert set(claims) == far_ids
+    assert all(v == (None, 0, 0) for v in claims.values()), claims
+    assert event_consumer.drain_quiet(0.3) == []
+
+    # Another instance fires them on time: released claims are not waiting for
+    # the (60 s) lease to expire.
+    successor = daemons.start(
+        daemon_env(database_url, amqp_url, amqp_names.exchange, "successor", **settings),
+        "successor",
+    )
+    late = event_consumer.collect(len(far), timeout_s=(start + 6500 - now_ms()) / 1000 + 10)
+    assert sorted(e.message_id or "" for e in late) == sorted(far_ids)
+    due = dict(far)
+    for event in late:
+        assert event.message_id is not None
+        assert fired_ms(event) >= due[event.message_id]
+    wait_until(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
+    assert successor.terminate() == 0
+
+
+def test_stop_publishes_the_armed_tasks_at_their_due_time(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    event_consumer: EventConsumer,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    """Armed tasks are committed to fire: a stop requested before they are due
+    still publishes each of them (not early), then deletes the rows."""
+    knobs: dict[str, int | str] = {
+        "arm_ahead_ms": 1000,
+        "preload_window_ms": 2000,
+        "claim_lease_ms": 3000,
+    }
+    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "armed", **knobs)
+    daemon = daemons.start(env, "armed")
+    daemon.wait_ready()
+    start = now_ms()
+    tasks = spread("armed", 10, start + 1500, start + 1600)
+    schedule_tasks(database_url, tasks)
+
+    wait_until(
+        lambda: all(v[2] == 1 for v in table.claims().values()),
+        10,
+        lambda: f"not all armed: {table.claims()}",
+        interval_s=0.01,
+    )
+    assert now_ms() < start + 1500, "too slow to stop before the tasks were due"
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit(10) == 0
+
+    events = event_consumer.drain_quiet(0.5)
+    assert sorted(e.message_id or "" for e in events) == sorted(t for t, _ in tasks)
+    due = dict(tasks)
+    assert all(fired_ms(e) >= due[e.message_id or ""] for e in events)
+    assert table.count() == 0
+
+
+def test_stop_is_bounded_by_shutdown_timeout_when_the_broker_is_unreachable(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    event_consumer: EventConsumer,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    """An armed task that cannot be published: the stop gives up after
+    shutdown_timeout_s, exits 0, releases the claim; the row stays and another
+    instance fires it later (at-least-once)."""
+    dead_amqp = f"amqp://guest:guest@127.0.0.1:{closed_port()}/%2F"
+    env = daemon_env(database_url, dead_amqp, amqp_names.exchange, "nobroker", shutdown_timeout_s=1)
+    daemon = daemons.start(env, "nobroker")
+    daemon.wait_for_line("engine started", 20)
+    daemon.wait_for_line("cannot connect to RabbitMQ", 20)
+
+    schedule_tasks(database_url, [("stuck", now_ms() + 200)])
+    wait_until(lambda: table.claims().get("stuck", (None, 0, 0))[2] == 1, 10, "never armed")
+
+    began = time.monotonic()
+    assert daemon.terminate(timeout_s=10) == 0
+    stop_s = time.monotonic() - began
+    assert stop_s < 1 + 2.5, f"stop took {stop_s:.1f}s with shutdown_timeout_s=1"
+    daemon.wait_for_line("stopped with unpublished tasks", 1)
+    claims = table.claims()
+    assert claims == {"stuck": (None, 0, 1)}, claims
+
+    successor = daemons.start(
+        daemon_env(database_url, amqp_url, amqp_names.exchange, "rescuer"), "rescuer"
+    )
+    (event,) = event_consumer.collect(1, timeout_s=15)
+    assert event.message_id == "stuck"
+    wait_until(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
+    assert successor.terminate() == 0
+
+
+def test_second_sigterm_during_a_stop_exits_at_once(
+    database_url: str,
+    amqp_names: AmqpNames,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    # The broker is unreachable and a task is armed, so a graceful stop would
+    # wait the whole (long) shutdown timeout for its publish.
+    dead_amqp = f"amqp://guest:guest@127.0.0.1:{closed_port()}/%2F"
+    env = daemon_env(
+        database_url, dead_amqp, amqp_names.exchange, "impatient", shutdown_timeout_s=120
+    )
+    daemon = daemons.start(env, "impatient")
+    daemon.wait_for_line("engine started", 20)
+    schedule_tasks(database_url, [("pending", now_ms() + 200)])
+    wait_until(lambda: table.claims().get("pending", (None, 0, 0))[2] == 1, 10, "never armed")
+
+    daemon.signal(signal.SIGTERM)
+    daemon.wait_for_line("stopping gracefully", 10)
+    assert daemon.alive()
+
+    began = time.monotonic()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit(5) == SIGTERM_EXIT
+    assert time.monotonic() - began < 5
+    daemon.wait_for_line("second signal", 1)
+    # Claims were not released (the lease lets another instance take over).
+    claims = table.claims()
+    assert set(claims) == {"pending"}
+    claimed_by, _, firing = claims["pending"]
+    assert (claimed_by, firing) == ("impatient", 1)

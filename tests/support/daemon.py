@@ -1,0 +1,443 @@
+"""Run the real ``triggerhook`` daemon and CLI as separate processes.
+
+* :class:`Daemon`: ``python -m triggerhook run`` with settings in ``TRIGGERHOOK_*``
+  environment variables; stderr (the log) is read by a background thread into
+  :attr:`Daemon.lines`, so tests can wait for a log line with a deadline.
+* :class:`DaemonGroup`: starts daemons and makes sure none outlives the test
+  (killed with SIGKILL on exit if still running).
+* :func:`run_cli`: one CLI invocation, with a timeout.
+* :class:`TaskTable`: reads ``th_tasks`` of a test database directly.
+* :func:`schedule_tasks`: stores tasks through an in-process, never started
+  :class:`triggerhook.TriggerHook` (a database client only).
+* :func:`wait_until`: poll a condition until a deadline.
+
+Only processes started here are ever signalled, by their own pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import IO, Any, Self
+
+from support.amqp import EventConsumer, Received
+from support.mysql import connect
+
+# Settings every test daemon gets unless the test overrides them: short knobs
+# keep the tests fast (see Settings for the meaning of each).
+FAST_SETTINGS: dict[str, int | str] = {
+    "preload_window_ms": 1000,
+    "claim_lease_ms": 2000,
+    "poll_interval_ms": 50,
+    "shutdown_timeout_s": 5,
+    "log_level": "INFO",
+}
+
+_LOG_TAIL = 40
+_KILL_WAIT_S = 10.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    message: str | Callable[[], str] = "condition not met",
+    interval_s: float = 0.05,
+) -> None:
+    """Poll ``predicate`` until it is true; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout_s:.1f}s: {text}")
+        pause.wait(interval_s)
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound to an ephemeral port, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def base_env() -> dict[str, str]:
+    """The test process's environment without any TRIGGERHOOK_* variable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERHOOK_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def settings_env(**settings: int | str) -> dict[str, str]:
+    """``TRIGGERHOOK_<NAME>`` variables for the given settings."""
+    return {f"TRIGGERHOOK_{name.upper()}": str(value) for name, value in settings.items()}
+
+
+def daemon_env(
+    database_url: str,
+    amqp_url: str,
+    exchange: str,
+    instance_id: str,
+    **overrides: int | str,
+) -> dict[str, str]:
+    """Environment for a test daemon: FAST_SETTINGS, then ``overrides``."""
+    settings: dict[str, int | str] = {
+        **FAST_SETTINGS,
+        "database_url": database_url,
+        "amqp_url": amqp_url,
+        "exchange": exchange,
+        "instance_id": instance_id,
+        **overrides,
+    }
+    return {**base_env(), **settings_env(**settings)}
+
+
+def triggerhook_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "triggerhook", *args]
+
+
+def run_cli(
+    args: Sequence[str], env: Mapping[str, str], timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m triggerhook ARGS`` to completion; stdout/stderr captured as text."""
+    return subprocess.run(
+        triggerhook_command(*args),
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+class Daemon:
+    """One ``triggerhook run`` process. Use through :class:`DaemonGroup` (or as a
+    context manager) so it is always reaped."""
+
+    def __init__(self, env: Mapping[str, str], name: str = "daemon", args: Sequence[str] = ()):
+        self.name = name
+        self._env = dict(env)
+        self._args = list(args)
+        self._proc: subprocess.Popen[str] | None = None
+        self._cond = threading.Condition()
+        self._lines: list[str] = []
+        self._stdout: list[str] = []
+        self._readers: list[threading.Thread] = []
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._proc is not None:
+            raise RuntimeError(f"{self.name} was started already")
+        self._proc = subprocess.Popen(
+            triggerhook_command("run", *self._args),
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # a Ctrl-C at the terminal reaches only pytest
+        )
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._readers = [
+            threading.Thread(
+                target=self._read,
+                args=(self._proc.stderr, self._lines),
+                name=f"{self.name}-stderr",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._read,
+                args=(self._proc.stdout, self._stdout),
+                name=f"{self.name}-stdout",
+                daemon=True,
+            ),
+        ]
+        for reader in self._readers:
+            reader.start()
+        return self
+
+    def _read(self, stream: IO[str], into: list[str]) -> None:
+        for line in stream:
+            with self._cond:
+                into.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def proc(self) -> subprocess.Popen[str]:
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} has not been started")
+        return self._proc
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to this process (only if it has not been reaped)."""
+        if self.alive():
+            os.kill(self.pid, signum)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """Wait for the process to end; AssertionError (with the log tail) on timeout."""
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.name} still running after {timeout_s:.1f}s\n{self.tail()}"
+            ) from None
+        self._join_readers()
+        return code
+
+    def terminate(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM (graceful stop) and wait for the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(timeout_s)
+
+    def kill9(self) -> int:
+        """SIGKILL and wait for the exit code (-9)."""
+        self.signal(signal.SIGKILL)
+        return self.wait_exit(_KILL_WAIT_S)
+
+    def close(self) -> None:
+        """Make sure the process is gone (SIGKILL if it still runs) and reaped."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(_KILL_WAIT_S)
+        self._join_readers()
+
+    def _join_readers(self) -> None:
+        for reader in self._readers:
+            reader.join(5.0)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the log ------------------------------------------------------------------
+
+    @property
+    def lines(self) -> list[str]:
+        """A copy of the stderr lines read so far."""
+        with self._cond:
+            return list(self._lines)
+
+    @property
+    def stdout_lines(self) -> list[str]:
+        with self._cond:
+            return list(self._stdout)
+
+    def mark(self) -> int:
+        """The number of log lines so far: pass as ``start`` to wait for later lines."""
+        with self._cond:
+            return len(self._lines)
+
+    def count(self, substring: str, start: int = 0) -> int:
+        with self._cond:
+            return sum(substring in line for line in self._lines[start:])
+
+    def wait_for_line(
+        self, substring: str | Iterable[str], timeout_s: float, start: int = 0
+    ) -> str:
+        """The first log line from index ``start`` on containing ``substring`` (or
+        any of several). AssertionError with the log tail on timeout, or at once if
+        the process exited without printing it."""
+        wanted = [substring] if isinstance(substring, str) else list(substring)
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for line in self._lines[start:]:
+                    if any(w in line for w in wanted):
+                        return line
+                start = max(start, len(self._lines))
+                exited = self._proc is not None and self._proc.poll() is not None
+                if exited and not any(r.is_alive() for r in self._readers):
+                    raise AssertionError(
+                        f"{self.name} exited ({self._proc.poll() if self._proc else None}) "
+                        f"without logging {wanted!r}\n{self._tail_locked()}"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"{self.name} did not log {wanted!r} within {timeout_s:.1f}s\n"
+                        f"{self._tail_locked()}"
+                    )
+                # Short waits: also notice the process exiting.
+                self._cond.wait(min(left, 0.2))
+
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        """Wait until the engine runs and the publisher is connected."""
+        self.wait_for_line("engine started", timeout_s)
+        self.wait_for_line("publishing to exchange", timeout_s)
+
+    def tail(self, count: int = _LOG_TAIL) -> str:
+        with self._cond:
+            return self._tail_locked(count)
+
+    def _tail_locked(self, count: int = _LOG_TAIL) -> str:
+        shown = self._lines[-count:]
+        return f"--- last {len(shown)} log lines of {self.name} ---\n" + "\n".join(shown)
+
+
+class DaemonGroup:
+    """Starts daemons; on exit kills every one still running and writes each
+    log tail to stderr (pytest shows it when the test failed)."""
+
+    def __init__(self) -> None:
+        self.daemons: list[Daemon] = []
+
+    def start(self, env: Mapping[str, str], name: str = "daemon", *args: str) -> Daemon:
+        daemon = Daemon(env, name=name, args=args)
+        self.daemons.append(daemon)
+        return daemon.start()
+
+    def close(self) -> None:
+        for daemon in self.daemons:
+            daemon.close()
+        for daemon in self.daemons:
+            sys.stderr.write(daemon.tail(200) + "\n")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class TaskTable:
+    """Direct reads of ``th_tasks`` (autocommit: every query sees the latest commits)."""
+
+    def __init__(self, database_url: str) -> None:
+        self._conn: Any = connect(database_url)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def query(self, statement: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._conn.cursor() as cur:
+            cur.execute(statement, params)
+            return list(cur.fetchall())
+
+    def count(self) -> int:
+        return int(self.query("SELECT COUNT(*) FROM th_tasks")[0][0])
+
+    def ids(self) -> set[str]:
+        return {str(row[0]) for row in self.query("SELECT id FROM th_tasks")}
+
+    def claims(self) -> dict[str, tuple[str | None, int, int]]:
+        """id -> (claimed_by, claim_until_ms, firing) of every row."""
+        rows = self.query("SELECT id, claimed_by, claim_until_ms, firing FROM th_tasks")
+        return {str(r[0]): (r[1], int(r[2]), int(r[3])) for r in rows}
+
+    def claimed_by_counts(self) -> dict[str | None, int]:
+        rows = self.query("SELECT claimed_by, COUNT(*) FROM th_tasks GROUP BY claimed_by")
+        return {r[0]: int(r[1]) for r in rows}
+
+
+def schedule_tasks(
+    database_url: str, tasks: Sequence[tuple[str, int]], payload: bytes = b""
+) -> None:
+    """Store ``(id, due_ms)`` tasks in one transaction through a TriggerHook that is
+    never started (a plain database client, its own instance id): nothing is claimed."""
+    from triggerhook import Settings, TaskSpec, build
+
+    hook = build(Settings(database_url=database_url, instance_id="test-client"))
+    try:
+        hook.schedule_many(
+            [TaskSpec(id=task_id, at_ms=due, payload=payload) for task_id, due in tasks]
+        )
+    finally:
+        hook.close()
+
+
+def spread(prefix: str, count: int, first_ms: int, last_ms: int) -> list[tuple[str, int]]:
+    """``count`` task ids ``<prefix>-<n>`` with due times spread evenly over
+    ``[first_ms, last_ms]``."""
+    step = (last_ms - first_ms) / max(1, count - 1)
+    return [(f"{prefix}-{n}", first_ms + int(n * step)) for n in range(count)]
+
+
+def collect_ids(
+    consumer: EventConsumer, expected: Iterable[str], timeout_s: float, quiet_s: float = 0.5
+) -> list[Received]:
+    """Consume until every expected message id was seen (or ``timeout_s``), then
+    until nothing arrived for ``quiet_s``; returns everything received, duplicates
+    included. Check completeness with :func:`missing_ids`."""
+    missing = set(expected)
+    received: list[Received] = []
+    deadline = time.monotonic() + timeout_s
+    while missing:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        batch = consumer.collect(len(missing), timeout_s=min(left, 1.0))
+        received.extend(batch)
+        missing.difference_update(e.message_id for e in batch if e.message_id is not None)
+    received.extend(consumer.drain_quiet(quiet_s))
+    return received
+
+
+def missing_ids(expected: Iterable[str], received: Iterable[Received]) -> set[str]:
+    return set(expected) - {e.message_id for e in received if e.message_id is not None}
+
+
+def duplicates(received: Iterable[Received]) -> dict[str, int]:
+    """message id -> number of extra deliveries, for ids received more than once."""
+    counts = Counter(e.message_id or "" for e in received)
+    return {task_id: n - 1 for task_id, n in counts.items() if n > 1}
+
+
+def fired_ms(event: Received) -> int:
+    value = event.headers["x-fired-ms"]
+    assert isinstance(value, int), event
+    return value
+
+
+def report(text: str) -> None:
+    """A line for the test log (shown with ``pytest -s`` or when the test fails)."""
+    sys.stderr.write(f"[report] {text}\n")
