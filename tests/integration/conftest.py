@@ -1,0 +1,29 @@
+"""Fixtures for integration tests of the library API against real MariaDB and RabbitMQ."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+from support.amqp import AmqpNames
+from support.hook import HookFactory, RowReader
+
+from triggerhook.store.mysql import init_schema
+
+
+@pytest.fixture
+def hooks(database_url: str, amqp_url: str, amqp_names: AmqpNames) -> Iterator[HookFactory]:
+    with contextlib.ExitStack() as stack:
+        yield HookFactory(database_url, amqp_url, amqp_names.exchange, stack)
+
+
+@pytest.fixture
+def rows(database_url: str) -> Iterator[RowReader]:
+    """Reads ``th_tasks`` back over a separate connection (the schema is applied)."""
+    init_schema(database_url)
+    reader = RowReader(database_url)
+    try:
+        yield reader
+    finally:
+        reader.close()

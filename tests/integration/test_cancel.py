@@ -1,0 +1,232 @@
+"""cancel() against real MariaDB and RabbitMQ.
+
+"Never fires" is proven with a sentinel: a task due after the cancelled one is
+scheduled, and once the sentinel's event arrived, the cancelled task's event
+would have arrived before it (one engine publishes in due order, and an engine
+arms and fires a task before any task due later).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import pytest
+from support.amqp import EventConsumer
+from support.hook import HookFactory, RowReader, collect_until, header_int, now_ms, wait_until
+
+from triggerhook import CancelResult, TaskSpec, TaskState, ValidationError
+
+log = logging.getLogger(__name__)
+
+FAR_MS = 3_600_000
+
+
+def test_cancel_scheduled_tasks_they_never_fire(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
+) -> None:
+    hook = hooks()  # preload window 1000 ms, arm 200 ms ahead
+    start = now_ms()
+    hook.schedule("far", at_ms=start + FAR_MS)
+    hook.schedule("near", at_ms=start + 800)  # claimed into this instance's memory
+    near = rows.row("near")
+    assert near is not None and (near.claimed_by, near.firing) == (hook.instance_id, 0)
+    assert "near" in hook.engine.inventory.snapshot()
+
+    assert hook.cancel("far") is CancelResult.CANCELLED
+    assert hook.cancel("near") is CancelResult.CANCELLED
+
+    assert rows.row("far") is None and rows.row("near") is None
+    assert hook.get("near") is None
+    hook.schedule("sentinel", at_ms=start + 1100)
+    received = collect_until(event_consumer, "sentinel", timeout_s=15)
+    assert [r.message_id for r in received] == ["sentinel"]
+    # The engine noticed at arm time and let go of it.
+    assert wait_until(lambda: "near" not in hook.engine.inventory.snapshot(), 5)
+    assert hook.engine.armer.dropped >= 1
+    assert hook.cancel("near") is CancelResult.NOT_FOUND  # a second cancel
+    assert wait_until(lambda: rows.count() == 0, 10)
+
+
+def test_cancel_unknown_id_is_not_found(hooks: HookFactory, rows: RowReader) -> None:
+    hook = hooks(start=False)
+    hook.schedule("other", delay_ms=FAR_MS)
+
+    assert hook.cancel("no-such-task") is CancelResult.NOT_FOUND
+    assert hook.cancel("OTHER") is CancelResult.NOT_FOUND  # ids are case-sensitive
+    assert rows.row("other") is not None
+
+
+@pytest.mark.parametrize("bad_id", ["bad id!", "", "x" * 65])
+def test_cancel_invalid_id_is_a_validation_error(hooks: HookFactory, bad_id: str) -> None:
+    hook = hooks(start=False)
+    with pytest.raises(ValidationError) as info:
+        hook.cancel(bad_id)
+    assert info.value.field == "id"
+
+
+def test_cancel_after_fired_and_deleted_is_not_found(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
+) -> None:
+    hook = hooks()
+    hook.schedule("done", delay_ms=0)
+    assert [e.message_id for e in event_consumer.collect(1, 10)] == ["done"]
+    assert wait_until(lambda: rows.row("done") is None, 10)
+
+    assert hook.cancel("done") is CancelResult.NOT_FOUND
+
+
+def test_cancel_task_armed_on_insert_is_too_late_and_it_fires(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
+) -> None:
+    hook = hooks(arm_ahead_ms=500)
+    scheduled = hook.schedule("armed", delay_ms=400)  # due within arm_ahead_ms
+
+    result = hook.cancel("armed")
+
+    assert result is CancelResult.TOO_LATE
+    info = hook.get("armed")
+    assert info is not None and info.state is TaskState.FIRING
+    events = event_consumer.collect(1, 10)
+    assert [e.message_id for e in events] == ["armed"]
+    assert header_int(events[0], "x-fired-ms") >= scheduled.task.due_ms
+    assert wait_until(lambda: rows.count() == 0, 10)
+
+
+def test_cancel_task_armed_by_the_armer_is_too_late_and_it_fires(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
+) -> None:
+    hook = hooks(arm_ahead_ms=500)
+    scheduled = hook.schedule("later", delay_ms=900)  # claimed, armed 500 ms before due
+    row = rows.row("later")
+    assert row is not None and row.firing == 0
+
+    def armed() -> bool:
+        current = rows.row("later")
+        return current is not None and current.firing == 1
+
+    assert wait_until(armed, 5, interval_s=0.01)
+    assert hook.cancel("later") is CancelResult.TOO_LATE
+
+    events = event_consumer.collect(1, 10)
+    assert [e.message_id for e in events] == ["later"]
+    assert header_int(events[0], "x-fired-ms") >= scheduled.task.due_ms
+    assert wait_until(lambda: rows.count() == 0, 10)
+
+
+def test_cancel_row_already_firing_is_too_late_and_it_fires(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
+) -> None:
+    # A row another instance armed and then lost (crash before publishing).
+    due = now_ms() - 100
+    rows.execute(
+        "INSERT INTO th_tasks (id, due_ms, routing_key, payload, firing)"
+        " VALUES (%s, %s, %s, %s, 1)",
+        ("orphan", due, "orphan.key", b"data"),
+    )
+    client = hooks(start=False)
+
+    assert client.cancel("orphan") is CancelResult.TOO_LATE
+    info = client.get("orphan")
+    assert info is not None and info.state is TaskState.FIRING
+
+    hooks()  # an engine takes the unclaimed armed row and fires it
+    events = event_consumer.collect(1, 10)
+    assert [(e.message_id, e.routing_key, e.body) for e in events] == [
+        ("orphan", "orphan.key", b"data")
+    ]
+    assert header_int(events[0], "x-due-ms") == due
+    assert wait_until(lambda: rows.count() == 0, 10)
+    assert client.cancel("orphan") is CancelResult.NOT_FOUND
+
+
+@pytest.mark.parametrize("b_started", [False, True], ids=["b-client", "b-engine"])
+def test_cancel_task_held_by_another_instance(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer, b_started: bool
+) -> None:
+    knobs: dict[str, Any] = {"preload_window_ms": 3000, "claim_lease_ms": 10_000}
+    engine_a = hooks(instance_id="a", **knobs)
+    client = hooks(start=False, instance_id="c", **knobs)
+    due = now_ms() + 1500
+    client.schedule("held", at_ms=due, payload="must not fire")
+
+    def claimed_by_a() -> bool:
+        row = rows.row("held")
+        return row is not None and row.claimed_by == "a"
+
+    assert wait_until(claimed_by_a, 5), rows.row("held")
+    assert wait_until(lambda: "held" in engine_a.engine.inventory.snapshot(), 5)
+    other = hooks(start=b_started, instance_id="b", **knobs)
+
+    assert other.cancel("held") is CancelResult.CANCELLED
+
+    assert rows.row("held") is None
+    other.schedule("sentinel", at_ms=due + 300)
+    received = collect_until(event_consumer, "sentinel", timeout_s=15)
+    assert [r.message_id for r in received] == ["sentinel"]
+    assert wait_until(lambda: "held" not in engine_a.engine.inventory.snapshot(), 5)
+    assert engine_a.engine.armer.dropped >= 1
+    assert wait_until(lambda: rows.count() == 0, 10)
+
+
+@pytest.mark.parametrize("new_due_delta", [0, -400, 300], ids=["same-due", "earlier", "later"])
+def test_cancel_then_reschedule_same_id_fires_the_new_task(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer, new_due_delta: int
+) -> None:
+    hook = hooks()  # preload window 1000 ms, arm 200 ms ahead, lease 2000 ms
+    due = now_ms() + 800
+    hook.schedule("re", at_ms=due, payload="old")  # claimed into memory on insert
+    assert hook.cancel("re") is CancelResult.CANCELLED
+
+    new = hook.schedule("re", at_ms=due + new_due_delta, routing_key="new.key", payload="new")
+
+    assert new.created is True
+    hook.schedule("sentinel", at_ms=due + 1000)
+    received = collect_until(event_consumer, "sentinel", timeout_s=15)
+    fired = [(r.message_id, r.routing_key, r.body) for r in received if r.message_id == "re"]
+    assert fired == [("re", "new.key", b"new")]
+    event = next(r for r in received if r.message_id == "re")
+    assert header_int(event, "x-due-ms") == new.task.due_ms
+    assert header_int(event, "x-fired-ms") >= new.task.due_ms
+    assert wait_until(lambda: rows.count() == 0, 10)
+
+
+def test_cancels_racing_the_armer_each_have_exactly_one_outcome(
+    hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
+) -> None:
+    # Tasks whose arm times (due - 200 ms) fall while they are being cancelled:
+    # CANCELLED ones must never fire, TOO_LATE and NOT_FOUND ones fire exactly once.
+    hook = hooks()
+    client = hooks(start=False)
+    start = now_ms()
+    count = 120
+    hook.schedule_many([TaskSpec(id=f"r-{i}", at_ms=start + 400 + i * 3) for i in range(count)])
+    results: dict[str, CancelResult] = {}
+    lock = threading.Lock()
+
+    def canceller(n: int) -> None:
+        canceller_hook = hook if n % 2 else client  # via the engine and directly
+        for i in range(n, count, 4):
+            result = canceller_hook.cancel(f"r-{i}")
+            with lock:
+                results[f"r-{i}"] = result
+
+    assert wait_until(lambda: now_ms() >= start + 200 + count, 5, interval_s=0.001)
+    threads = [threading.Thread(target=canceller, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    hook.schedule("sentinel", at_ms=max(now_ms(), start + 400 + 3 * count) + 300)
+    received = collect_until(event_consumer, "sentinel", timeout_s=20)
+
+    assert len(results) == count
+    fired = [r.message_id for r in received if r.message_id != "sentinel"]
+    assert len(fired) == len(set(fired)), "an event fired twice"
+    cancelled = {i for i, r in results.items() if r is CancelResult.CANCELLED}
+    assert cancelled.isdisjoint(fired), sorted(cancelled & set(fired))
+    assert set(fired) == set(results) - cancelled
+    outcomes = {o: sum(1 for r in results.values() if r is o) for o in CancelResult}
+    log.info("cancel race outcomes: %s", {o.value: n for o, n in outcomes.items()})
+    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()

@@ -1,0 +1,202 @@
+"""Helpers for integration tests of the in-process library API (``TriggerHook``).
+
+* :func:`make_settings`: ``Settings`` for a test's database and exchange, with
+  short knobs so every stage of the engine turns over in milliseconds.
+* :func:`open_hook`: context manager that applies the schema, builds a
+  ``TriggerHook`` with ``triggerhook.build``, optionally starts it and waits
+  (with a deadline) until its publisher is connected, and always stops and
+  closes it. :class:`HookFactory` (the ``hooks`` fixture) builds several per
+  test and closes them all at its end.
+* :func:`wait_until`: poll a condition until it holds or a deadline passes.
+* :class:`RowReader`: reads ``th_tasks`` back over its own PyMySQL connection,
+  independent of the engine's pool.
+* :func:`collect_until`: consume events until one with a given id arrived
+  (the "sentinel" technique to prove that something never fired).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from support.amqp import EventConsumer, Received
+from support.mysql import connect
+from triggerhook import Settings, TriggerHook, build
+from triggerhook.amqp.publisher import AmqpPublisher
+from triggerhook.store.mysql import init_schema
+
+# Knobs that keep integration tests fast; a test overrides what it needs.
+SHORT_KNOBS: dict[str, Any] = {
+    "preload_window_ms": 1000,
+    "arm_ahead_ms": 200,
+    "claim_lease_ms": 2000,
+    "poll_interval_ms": 50,
+    "shutdown_timeout_s": 5,
+    "publish_retry_max_ms": 1000,
+    "confirm_max_delay_ms": 10,
+}
+CONNECT_TIMEOUT_S = 20.0
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds (the clock the engine and the consumer use)."""
+    return int(time.time() * 1000)
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is truthy (True) or ``timeout_s`` passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while True:
+        if predicate():
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        pause.wait(min(interval_s, left))
+
+
+def make_settings(database_url: str, amqp_url: str, exchange: str, **overrides: Any) -> Settings:
+    knobs = {**SHORT_KNOBS, **overrides}
+    return Settings(database_url=database_url, amqp_url=amqp_url, exchange=exchange, **knobs)
+
+
+def publisher_of(hook: TriggerHook) -> AmqpPublisher:
+    """The engine's publisher as the concrete AMQP class (for its counters)."""
+    publisher = hook.engine.publisher
+    assert isinstance(publisher, AmqpPublisher)
+    return publisher
+
+
+@contextlib.contextmanager
+def open_hook(
+    settings: Settings, *, start: bool = True, connect_timeout_s: float = CONNECT_TIMEOUT_S
+) -> Iterator[TriggerHook]:
+    """A built ``TriggerHook`` (started and connected when ``start``); always closed."""
+    init_schema(settings.database_url)
+    switch_interval = sys.getswitchinterval()  # a running engine changes it
+    hook = build(settings)
+    try:
+        if start:
+            hook.start()
+            connected = publisher_of(hook).connected.wait(connect_timeout_s)
+            assert connected, f"publisher not connected within {connect_timeout_s}s"
+        yield hook
+    finally:
+        try:
+            hook.close()
+        finally:
+            sys.setswitchinterval(switch_interval)
+
+
+class HookFactory:
+    """Builds ``TriggerHook`` objects on the test's database and exchange.
+
+    Every hook built is stopped and closed when the test ends (last built first).
+    """
+
+    def __init__(
+        self, database_url: str, amqp_url: str, exchange: str, stack: contextlib.ExitStack
+    ) -> None:
+        self.database_url = database_url
+        self.amqp_url = amqp_url
+        self.exchange = exchange
+        self._stack = stack
+
+    def settings(self, **overrides: Any) -> Settings:
+        return make_settings(self.database_url, self.amqp_url, self.exchange, **overrides)
+
+    def __call__(self, *, start: bool = True, **overrides: Any) -> TriggerHook:
+        """A hook with ``SHORT_KNOBS`` + ``overrides``; started and connected if ``start``."""
+        return self._stack.enter_context(open_hook(self.settings(**overrides), start=start))
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One ``th_tasks`` row as stored."""
+
+    id: str
+    due_ms: int
+    routing_key: str | None
+    payload: bytes | None
+    claimed_by: str | None
+    claim_until_ms: int
+    firing: int
+    created_at: object
+
+
+_ROW_COLUMNS = "id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing, created_at"
+
+
+class RowReader:
+    """Reads ``th_tasks`` over its own autocommit connection (each query sees
+    everything committed before it). Single-threaded: one per thread."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+        self._conn: Any = None
+
+    def _cursor(self) -> Any:
+        if self._conn is None:
+            self._conn = connect(self._url)
+        return self._conn.cursor()
+
+    def row(self, task_id: str) -> TaskRow | None:
+        with self._cursor() as cur:
+            cur.execute(f"SELECT {_ROW_COLUMNS} FROM th_tasks WHERE id = %s", (task_id,))
+            found = cur.fetchone()
+        return None if found is None else _task_row(found)
+
+    def rows(self) -> dict[str, TaskRow]:
+        with self._cursor() as cur:
+            cur.execute(f"SELECT {_ROW_COLUMNS} FROM th_tasks")
+            return {r[0]: _task_row(r) for r in cur.fetchall()}
+
+    def count(self) -> int:
+        with self._cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM th_tasks")
+            (count,) = cur.fetchone()
+        return int(count)
+
+    def execute(self, statement: str, args: tuple[object, ...] = ()) -> int:
+        """Run a write statement (autocommit); returns the affected row count."""
+        with self._cursor() as cur:
+            return int(cur.execute(statement, args))
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _task_row(r: tuple[Any, ...]) -> TaskRow:
+    payload = None if r[3] is None else bytes(r[3])
+    return TaskRow(r[0], int(r[1]), r[2], payload, r[4], int(r[5]), int(r[6]), r[7])
+
+
+def collect_until(consumer: EventConsumer, message_id: str, timeout_s: float) -> list[Received]:
+    """Every event received until (and including) the one with ``message_id``.
+
+    Raises AssertionError if it does not arrive within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    received: list[Received] = []
+    while not any(r.message_id == message_id for r in received):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            seen = sorted({str(r.message_id) for r in received})
+            raise AssertionError(f"{message_id!r} not received within {timeout_s}s; saw {seen}")
+        received += consumer.collect(1, left)
+    return received
+
+
+def header_int(event: Received, name: str) -> int:
+    """An integer header of an event (asserting it is an int, not a string)."""
+    value = event.headers.get(name)
+    assert isinstance(value, int) and not isinstance(value, bool), (name, value)
+    return value
