@@ -77,7 +77,11 @@ class TriggerHook:
             return make_task(
                 task_id=spec.id,
                 due_ms=due_ms,
-                routing_key=spec.routing_key or self.settings.default_routing_key,
+                routing_key=(
+                    self.settings.default_routing_key
+                    if spec.routing_key is None
+                    else spec.routing_key
+                ),
                 payload=spec.payload,
                 max_payload_bytes=self.settings.max_payload_bytes,
             )
@@ -104,10 +108,14 @@ class TriggerHook:
         :class:`~triggerhook.errors.StoreUnavailable` (retry: it is idempotent).
         """
         task = self.task_from(TaskSpec(id, at, at_ms, delay_ms, routing_key, payload))
+        outcome = None
         if self._engine.running:
             rows = self._engine.plan([task], self._clock.now_ms())
-            outcome = self._engine.committer.submit(rows[0], timeout_s)
-        else:
+            try:
+                outcome = self._engine.committer.submit(rows[0], timeout_s)
+            except NotRunningError:  # stopping: refused before queuing
+                self._engine.unplan(rows)
+        if outcome is None:
             outcome = self._write_batch([NewRow(task)])[0]
         if outcome is InsertOutcome.CONFLICT:
             raise ConflictError(task.id)
@@ -134,7 +142,11 @@ class TriggerHook:
 
     def _insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
         lease_until_ms = int(self._clock.now_ms()) + self.settings.claim_lease_ms
-        outcomes = self._store.insert(rows, self.instance_id, lease_until_ms, atomic)
+        try:
+            outcomes = self._store.insert(rows, self.instance_id, lease_until_ms, atomic)
+        except BaseException:
+            self._engine.unplan(rows)
+            raise
         self._engine.adopt(rows, outcomes)
         return outcomes
 

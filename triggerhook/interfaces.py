@@ -11,8 +11,9 @@ Errors: every method may raise :class:`~triggerhook.errors.StoreUnavailable`
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from triggerhook.domain.task import CancelResult, Task, TaskInfo
@@ -32,10 +33,17 @@ class ClaimMode(enum.Enum):
     ARM = 2  # claimed and armed: due so soon that it is committed to fire
 
 
+def new_rev() -> int:
+    """A fresh row revision: random, so a row deleted and created again under
+    the same id never has the revision an old in-memory copy carries."""
+    return random.getrandbits(63)
+
+
 @dataclass(frozen=True, slots=True)
 class NewRow:
     task: Task
     claim: ClaimMode = ClaimMode.NONE
+    rev: int = field(default_factory=new_rev)
 
 
 class InsertOutcome(enum.Enum):
@@ -45,9 +53,16 @@ class InsertOutcome(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed:
+class Claim:
+    """A task held in memory by this instance, with the revision of its row."""
+
     task: Task
+    rev: int
     armed: bool
+
+    @property
+    def due_ms(self) -> int:
+        return self.task.due_ms
 
 
 class TaskStore(Protocol):
@@ -69,7 +84,7 @@ class TaskStore(Protocol):
         arm_until_ms: int,
         lease_until_ms: int,
         limit: int,
-    ) -> list[Claimed]:
+    ) -> list[Claim]:
         """Claim up to ``limit`` claimable tasks due by ``horizon_ms``, earliest first.
 
         Rows due by ``arm_until_ms`` (and rows armed by an instance that died)
@@ -77,9 +92,10 @@ class TaskStore(Protocol):
         """
         ...
 
-    def arm(self, instance: str, tasks: Sequence[Task]) -> list[Task]:
-        """Commit the given claimed tasks to firing; returns those still ours and
-        unchanged. The others were cancelled or taken over: drop them."""
+    def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
+        """Commit the given claims to firing; returns those whose rows are still
+        ours at the same revision. The others were cancelled, re-created or
+        taken over: drop them."""
         ...
 
     def delete_fired(self, ids: Sequence[str]) -> int:

@@ -18,6 +18,10 @@ CREATE TABLE IF NOT EXISTS th_tasks (
     -- 1 once an instance committed to publishing it (armed): cancel is then too late,
     -- and the row is deleted after the broker confirmed the event.
     firing         TINYINT      NOT NULL DEFAULT 0,
+    -- Random revision written with the row's content: an in-memory copy is armed
+    -- only if its revision still matches (the id may have been cancelled and
+    -- scheduled again meanwhile).
+    rev            BIGINT       NOT NULL DEFAULT 0,
     created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
     PRIMARY KEY (id),
     -- "The next N claimable tasks due before T" is a range scan on this index; the

@@ -3,10 +3,15 @@
 * :class:`FakeClock`: wall-clock time the test sets (``now``) instead of reading it.
 * :class:`FakeStore`: a thread-safe, in-memory model of the ``th_tasks`` table
   implementing the :class:`triggerhook.interfaces.TaskStore` protocol with the
-  same rules as the SQL in ``triggerhook/store/sql.py`` (claimable = claim
-  expired; arm only rows still claimed by the caller and not rescheduled; cancel
-  only unarmed rows; delete only armed rows). It records every call, and
-  :meth:`FakeStore.fail_next` makes the next call(s) of a method raise.
+  same rules as the SQL in ``triggerhook/store/sql.py`` and
+  ``triggerhook/store/mysql.py`` (every row carries the ``rev`` it was
+  inserted with; claimable = claim expired; arm only rows still claimed by the
+  caller at the claim's revision, a row already armed at that revision counting
+  as armed; cancel only unarmed rows; delete only armed rows). It records every
+  call, and :meth:`FakeStore.fail_next` makes the next call(s) of a method raise.
+* :class:`FakePublisher`: an :class:`~triggerhook.interfaces.EventPublisher`
+  that publishes nothing (for an :class:`~triggerhook.engine.engine.Engine`
+  whose scheduling into memory is under test, not its firing).
 * :func:`wait_until`: poll a condition with short waits until a deadline.
 """
 
@@ -21,7 +26,16 @@ from typing import TYPE_CHECKING
 
 from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, SchemaError
-from triggerhook.interfaces import Claimed, ClaimMode, Clock, InsertOutcome, NewRow, TaskStore
+from triggerhook.interfaces import (
+    Claim,
+    ClaimMode,
+    Clock,
+    EventPublisher,
+    InsertOutcome,
+    NewRow,
+    TaskStore,
+    new_rev,
+)
 
 DEFAULT_NOW_MS = 1_700_000_000_000.0
 
@@ -68,6 +82,7 @@ class StoredRow:
     claimed_by: str | None = None
     claim_until_ms: int = 0
     firing: bool = False
+    rev: int = 0  # the schema's default; every insert writes a random one
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +132,17 @@ class FakeStore:
         claimed_by: str | None = None,
         claim_until_ms: int = 0,
         firing: bool = False,
-    ) -> None:
-        """Store a row directly, as if inserted earlier."""
+        rev: int | None = None,
+    ) -> int:
+        """Store a row directly, as if inserted earlier; returns its revision.
+
+        Without ``rev`` the row gets a fresh one (a new row, as an insert would
+        write); pass the revision of an existing row to change it in place.
+        """
+        row_rev = new_rev() if rev is None else rev
         with self._lock:
-            self.rows[task.id] = StoredRow(task, claimed_by, claim_until_ms, firing)
+            self.rows[task.id] = StoredRow(task, claimed_by, claim_until_ms, firing, row_rev)
+        return row_rev
 
     def row(self, task_id: str) -> StoredRow | None:
         with self._lock:
@@ -164,6 +186,7 @@ class FakeStore:
                     instance if claimed else None,
                     lease_until_ms if claimed else 0,
                     new.claim is ClaimMode.ARM,
+                    new.rev,
                 )
                 outcomes.append(InsertOutcome.CREATED)
             self.rows.update(staged)
@@ -177,7 +200,7 @@ class FakeStore:
         arm_until_ms: int,
         lease_until_ms: int,
         limit: int,
-    ) -> list[Claimed]:
+    ) -> list[Claim]:
         with self._lock:
             self._maybe_fail("claim")
             self.claim_calls.append(
@@ -196,20 +219,22 @@ class FakeStore:
                 r.claimed_by = instance
                 r.claim_until_ms = lease_until_ms
                 r.firing = r.firing or r.task.due_ms <= arm_until_ms
-                out.append(Claimed(r.task, r.firing))
+                out.append(Claim(r.task, r.rev, r.firing))
             return out
 
-    def arm(self, instance: str, tasks: Sequence[Task]) -> list[Task]:
+    def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
         with self._lock:
             self._maybe_fail("arm")
-            self.arm_calls.append([t.id for t in tasks])
+            self.arm_calls.append([c.task.id for c in claims])
             armed = []
-            for task in tasks:
-                r = self.rows.get(task.id)
-                if r is None or r.claimed_by != instance or r.task.due_ms != task.due_ms:
+            for claim in claims:
+                # Like LOCK_ARMABLE + ARM_ROWS: still claimed by the caller and at
+                # the claim's revision (a row already firing at it counts as armed).
+                r = self.rows.get(claim.task.id)
+                if r is None or r.claimed_by != instance or r.rev != claim.rev:
                     continue
                 r.firing = True
-                armed.append(task)
+                armed.append(claim)
             return armed
 
     def delete_fired(self, ids: Sequence[str]) -> int:
@@ -280,6 +305,35 @@ class FakeStore:
         self.closed = True
 
 
+class FakePublisher:
+    """An event publisher without a broker: it never takes anything from the
+    send buffer, so fired tasks stay there for the test to look at."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.finished = False
+        self.wakes = 0
+
+    def start(self) -> None:
+        self.started = True
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def finish(self, deadline_s: float) -> None:
+        self.finished = True
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        return True
+
+    def is_alive(self) -> bool:
+        return self.started and not self.finished
+
+    def unconfirmed(self) -> int:
+        return 0
+
+
 if TYPE_CHECKING:  # mypy checks the fakes against the protocols they stand in for
     _store: TaskStore = FakeStore()
     _clock: Clock = FakeClock()
+    _publisher: EventPublisher = FakePublisher()

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from support.fakes import FakeClock, FakeStore, wait_until
+from support.fakes import FakeClock, FakePublisher, FakeStore, wait_until
 
 from triggerhook.domain.task import CancelResult, Task, TaskState
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
+from triggerhook.engine.engine import Engine
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.errors import ConflictError, StoreError, StoreUnavailable
-from triggerhook.interfaces import ClaimMode, InsertOutcome, NewRow
+from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, NewRow
+from triggerhook.settings import Settings
 
 NOW = 1_700_000_000_000
 ME = "me"
@@ -28,8 +30,13 @@ def task(name: str, due_ms: int, payload: bytes = b"") -> Task:
     return Task(name, due_ms, "rk", payload)
 
 
-def ids(tasks: list[Task]) -> list[str]:
-    return [t.id for t in tasks]
+def ids(items: Sequence[Task | Claim]) -> list[str]:
+    """The task ids of tasks (scheduler, send buffer) or claims (armer, inventory)."""
+    return [item.task.id if isinstance(item, Claim) else item.id for item in items]
+
+
+def claim(t: Task, rev: int = 1, armed: bool = False) -> Claim:
+    return Claim(t, rev, armed)
 
 
 class Failures:
@@ -209,23 +216,26 @@ def test_scheduler_thread_wakes_when_the_buffer_gets_room() -> None:
 
 def test_armer_pops_tasks_arm_ahead_before_due(stages: Stages) -> None:
     due = NOW + 1000
-    stages.armer.push_many([task("t", due)])
+    stages.armer.push_many([claim(task("t", due))])
     batch, wait_s = stages.armer.poll(due - 200 - 1)
     assert batch == []
     assert wait_s == pytest.approx(0.001)
     assert ids(stages.armer.poll(due - 200)[0]) == ["t"]
 
 
-def _held(s: Stages, *tasks: Task, claimed_by: str = ME) -> None:
+def _held(s: Stages, *tasks: Task, claimed_by: str = ME) -> list[Claim]:
+    """Rows claimed (not armed) and held in memory, as after a claim; their claims."""
+    claims = []
     for t in tasks:
-        s.store.put(t, claimed_by=claimed_by, claim_until_ms=NOW + 10_000)
-    s.inventory.admit(list(tasks))
+        rev = s.store.put(t, claimed_by=claimed_by, claim_until_ms=NOW + 10_000)
+        claims.append(claim(t, rev))
+    assert s.inventory.admit(claims, 0) == claims
+    return claims
 
 
 def test_armer_arms_and_hands_to_scheduler(stages: Stages) -> None:
     a, b = task("a", NOW + 100), task("b", NOW + 50)
-    _held(stages, a, b)
-    stages.armer.handle([a, b], NOW)
+    stages.armer.handle(_held(stages, a, b), NOW)
     assert stages.store.arm_calls == [["a", "b"]]
     assert stages.store.rows["a"].firing
     assert stages.store.rows["b"].firing
@@ -240,12 +250,14 @@ def test_armer_discards_tasks_the_store_refuses_to_arm(stages: Stages) -> None:
     cancelled = task("cancelled", NOW + 100)
     taken_over = task("taken-over", NOW + 100)
     rescheduled = task("rescheduled", NOW + 100)
-    _held(stages, kept, cancelled, taken_over, rescheduled)
+    claims = _held(stages, kept, cancelled, taken_over, rescheduled)
     assert stages.store.cancel(["cancelled"]) == [CancelResult.CANCELLED]  # deleted meanwhile
-    stages.store.put(taken_over, claimed_by="other", claim_until_ms=NOW + 10_000)
+    # Same row (same revision), now claimed by another instance.
+    stages.store.put(taken_over, claimed_by="other", claim_until_ms=NOW + 10_000, rev=claims[2].rev)
+    # Cancelled and created again with other content: a new row, a new revision.
     stages.store.put(task("rescheduled", NOW + 9999), claimed_by=ME, claim_until_ms=NOW + 10_000)
 
-    stages.armer.handle([kept, cancelled, taken_over, rescheduled], NOW)
+    stages.armer.handle(claims, NOW)
 
     assert ids(stages.scheduler.take_remaining()) == ["kept"]
     assert stages.inventory.snapshot() == ["kept"]
@@ -257,12 +269,12 @@ def test_armer_discards_tasks_the_store_refuses_to_arm(stages: Stages) -> None:
 
 def test_armer_pushes_tasks_back_on_a_transient_store_error(stages: Stages) -> None:
     a, b = task("a", NOW + 100), task("b", NOW + 150)
-    _held(stages, a, b)
+    claims = _held(stages, a, b)
     stages.store.fail_next("arm", StoreUnavailable("database went away"))
     # Stopped (never started): back_off does not wait, so handle returns at once.
     stages.armer.stop()
     started = time.monotonic()
-    stages.armer.handle([a, b], NOW)
+    stages.armer.handle(claims, NOW)
     assert time.monotonic() - started < 1.0
     assert len(stages.scheduler) == 0  # not armed: never fired
     assert len(stages.armer) == 2  # waiting to be armed again
@@ -271,27 +283,82 @@ def test_armer_pushes_tasks_back_on_a_transient_store_error(stages: Stages) -> N
     assert not stages.store.rows["a"].firing
     # The retry arms them.
     batch, _ = stages.armer.poll(NOW)
-    assert ids(batch) == ["a", "b"]
+    assert batch == claims  # the same claims, revisions included
     stages.armer.handle(batch, NOW)
     assert ids(stages.scheduler.take_remaining()) == ["a", "b"]
     assert stages.armer.armed == 2
 
 
+@pytest.mark.parametrize(
+    "again",
+    [
+        task("x", NOW + 100),  # the very same content
+        task("x", NOW + 100, b"new content"),
+        task("x", NOW + 50),  # earlier
+        task("x", NOW + 150),  # later
+    ],
+    ids=["same-content", "other-payload", "earlier", "later"],
+)
+def test_armer_fires_only_the_new_copy_of_a_task_cancelled_and_created_again(
+    stages: Stages, again: Task
+) -> None:
+    # Bug fixed by row revisions: the old in-memory copy of a cancelled task
+    # must never fire, not even when the re-created row has the same content.
+    (old,) = _held(stages, task("x", NOW + 100))
+    stages.armer.push_many([old])
+    assert stages.store.cancel(["x"]) == [CancelResult.CANCELLED]
+    row = NewRow(again, ClaimMode.CLAIM)
+    assert stages.store.insert([row], ME, NOW + 10_000, atomic=False) == [InsertOutcome.CREATED]
+    new = claim(again, row.rev)
+    assert stages.inventory.admit([new], 0) == [new]  # another revision: queued again
+    stages.armer.push_many([new])
+
+    batch, _ = stages.armer.poll(NOW)
+    assert sorted(c.rev for c in batch) == sorted([old.rev, new.rev])
+    stages.armer.handle(batch, NOW)
+
+    assert stages.scheduler.take_remaining() == [again]  # once, with the new content
+    assert stages.armer.armed == 1
+    assert stages.armer.dropped == 1
+    assert stages.inventory.snapshot() == ["x"]  # the new copy is still held
+    stored = stages.store.rows["x"]
+    assert (stored.task, stored.rev, stored.firing) == (again, row.rev, True)
+
+
+def test_armer_dropping_an_old_copy_keeps_the_new_copy_held(stages: Stages) -> None:
+    (old,) = _held(stages, task("x", NOW + 100))
+    assert stages.store.cancel(["x"]) == [CancelResult.CANCELLED]
+    again = task("x", NOW + 5000)
+    rev = stages.store.put(again, claimed_by=ME, claim_until_ms=NOW + 10_000)
+    new = claim(again, rev)
+    assert stages.inventory.admit([new], 0) == [new]
+
+    stages.armer.handle([old], NOW)  # the old copy comes up first, alone
+
+    assert stages.armer.dropped == 1
+    assert stages.scheduler.take_remaining() == []
+    assert stages.inventory.snapshot() == ["x"]  # still held: renewed, counted in memory
+    assert not stages.store.rows["x"].firing
+    stages.armer.handle([new], NOW + 4800)
+    assert stages.scheduler.take_remaining() == [again]
+    assert stages.armer.armed == 1
+
+
 def test_armer_permanent_store_error_propagates(stages: Stages) -> None:
     a = task("a", NOW)
-    _held(stages, a)
+    claims = _held(stages, a)
     stages.store.fail_next("arm", StoreError("bad"))
     with pytest.raises(StoreError):
-        stages.armer.handle([a], NOW)
+        stages.armer.handle(claims, NOW)
 
 
 def test_armer_thread_arms_due_tasks(stages: Stages) -> None:
     a = task("a", NOW + 150)  # within arm_ahead_ms of the fake now
     later = task("later", NOW + 100_000)
-    _held(stages, a, later)
+    held_a, held_later = _held(stages, a, later)
     stages.armer.start()
     stages.started.append(stages.armer)
-    stages.armer.push_many([later, a])
+    stages.armer.push_many([held_later, held_a])
     assert wait_until(lambda: len(stages.scheduler) == 1, WAIT_S)
     assert stages.store.arm_calls == [["a"]]
     assert len(stages.armer) == 1
@@ -355,7 +422,7 @@ def test_preloader_claims_due_tasks_armed_to_scheduler_unarmed_to_armer(stages: 
 
 def test_preloader_claims_at_most_the_inventory_room() -> None:
     s = make_stages(capacity=3)
-    s.inventory.admit([task("held-1", NOW + 5000), task("held-2", NOW + 5000)])
+    s.inventory.admit([claim(task("held-1", NOW + 5000)), claim(task("held-2", NOW + 5000))], 0)
     for i in range(5):
         s.store.put(task(f"t{i}", NOW + 300 + i))
     preloader = make_preloader(s)
@@ -436,6 +503,7 @@ def test_preloader_transient_error_propagates_and_claims_nothing(stages: Stages)
     with pytest.raises(StoreUnavailable):
         preloader.step(NOW)
     assert len(stages.inventory) == 0
+    assert stages.inventory.room() == 100  # the failed claim's reservation was released
     assert preloader.step(NOW) is False
     assert stages.inventory.snapshot() == ["a"]
 
@@ -469,10 +537,11 @@ def test_preloader_thread_retries_after_a_transient_error(stages: Stages) -> Non
 def test_inventory_admit_discard_room() -> None:
     inventory = Inventory(3)
     assert inventory.room() == 3
-    assert ids(inventory.admit([task("a", 1), task("b", 2)])) == ["a", "b"]
+    assert ids(inventory.admit([claim(task("a", 1)), claim(task("b", 2))], 0)) == ["a", "b"]
     assert len(inventory) == 2
     assert inventory.room() == 1
-    assert ids(inventory.admit([task("b", 2), task("c", 3)])) == ["c"]  # b already held
+    # b already held (same revision)
+    assert ids(inventory.admit([claim(task("b", 2)), claim(task("c", 3))], 0)) == ["c"]
     assert inventory.room() == 0
     assert inventory.reserve(5) == 0
     inventory.discard(["a", "unknown"])
@@ -484,10 +553,141 @@ def test_inventory_admit_discard_room() -> None:
 
 def test_inventory_room_never_negative() -> None:
     inventory = Inventory(1)
-    inventory.admit([task("a", 1), task("b", 2)])  # admit does not refuse
+    inventory.admit([claim(task("a", 1)), claim(task("b", 2))], 0)  # admit does not refuse
     assert len(inventory) == 2
     assert inventory.room() == 0
     assert inventory.reserve(3) == 0
+
+
+# -- Engine.plan / adopt / unplan: room for rows claimed on insert ----------------------
+
+
+def make_engine(store: FakeStore, capacity: int, clock: FakeClock | None = None) -> Engine:
+    settings = Settings(
+        instance_id=ME,
+        max_tasks_in_memory=capacity,
+        preload_window_ms=WINDOW,
+        arm_ahead_ms=200,
+        claim_lease_ms=LEASE,
+        switch_interval_us=0,  # leave the interpreter's switch interval alone
+        shutdown_timeout_s=1,
+    )
+
+    def write_batch(rows: Sequence[NewRow]) -> list[InsertOutcome]:
+        raise AssertionError("the tests below insert into the store themselves")
+
+    return Engine(
+        settings,
+        store,
+        clock or FakeClock(NOW),
+        ME,
+        lambda buffer, sink, retry, fail: FakePublisher(),
+        write_batch,
+    )
+
+
+@dataclass
+class Running:
+    engine: Engine
+    store: FakeStore
+    clock: FakeClock
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    """A running engine (capacity 5) whose preloader is stopped, so that only
+    plan/adopt/unplan take inventory room."""
+    store = FakeStore()
+    clock = FakeClock(NOW)
+    eng = make_engine(store, capacity=5, clock=clock)
+    eng.start()
+    try:
+        eng.preloader.stop()
+        assert eng.preloader.join(WAIT_S)
+        assert eng.running
+        assert eng.inventory.room() == 5
+        yield Running(eng, store, clock)
+    finally:
+        # Past every due time, so that stopping does not wait for the fake
+        # clock to reach a task armed on insert.
+        clock.advance(10 * LEASE)
+        eng.stop()
+    assert eng.failure is None
+
+
+def _modes(rows: list[NewRow]) -> list[ClaimMode]:
+    return [row.claim for row in rows]
+
+
+def test_engine_plan_before_start_claims_nothing_and_reserves_nothing() -> None:
+    eng = make_engine(FakeStore(), capacity=5)
+    rows = eng.plan([task("a", NOW + 100), task("b", NOW + 500)], NOW)
+    assert _modes(rows) == [ClaimMode.NONE, ClaimMode.NONE]
+    assert eng.inventory.room() == 5
+
+
+def test_engine_plan_reserves_room_so_concurrent_callers_cannot_overshoot(
+    running: Running,
+) -> None:
+    engine, store = running.engine, running.store
+    first = engine.plan(
+        [task("s0", NOW + 500), task("far", NOW + WINDOW + 1), task("s1", NOW + 100)], NOW
+    )
+    assert _modes(first) == [ClaimMode.CLAIM, ClaimMode.NONE, ClaimMode.ARM]
+    assert engine.inventory.room() == 3  # reserved, though nothing is held yet
+    assert len(engine.inventory) == 0
+    # Another caller planning before the first one committed gets what is left.
+    second = engine.plan([task(f"o{i}", NOW + 300) for i in range(5)], NOW)
+    assert _modes(second) == [ClaimMode.CLAIM] * 3 + [ClaimMode.NONE] * 2
+    assert engine.inventory.room() == 0
+    assert _modes(engine.plan([task("late", NOW + 300)], NOW)) == [ClaimMode.NONE]
+
+    for rows in (first, second):
+        outcomes = store.insert(rows, ME, NOW + LEASE, atomic=False)
+        engine.adopt(rows, outcomes)
+
+    assert len(engine.inventory) == 5  # exactly the capacity, not more
+    assert engine.inventory.room() == 0
+    assert sorted(engine.inventory.snapshot()) == ["o0", "o1", "o2", "s0", "s1"]
+    assert len(engine.scheduler) == 1  # s1: armed on insert
+    assert len(engine.armer) == 4
+
+
+def test_engine_unplan_releases_the_room_of_a_failed_insert(running: Running) -> None:
+    engine = running.engine
+    rows = engine.plan([task("a", NOW + 500), task("b", NOW + 100)], NOW)
+    assert engine.inventory.room() == 3
+    engine.unplan(rows)
+    assert engine.inventory.room() == 5
+    assert len(engine.inventory) == 0
+    assert len(engine.armer) == 0
+    assert len(engine.scheduler) == 0
+
+
+def test_engine_adopt_holds_only_created_rows_and_settles_the_rest(running: Running) -> None:
+    engine, store = running.engine, running.store
+    store.put(task("same", NOW + 500))
+    store.put(task("other", NOW + 500))
+    rows = engine.plan(
+        [
+            task("same", NOW + 500),  # exists with this content: a retry
+            task("other", NOW + 500, b"changed"),  # exists with other content
+            task("new", NOW + 500),
+        ],
+        NOW,
+    )
+    assert engine.inventory.room() == 2
+    outcomes = store.insert(rows, ME, NOW + LEASE, atomic=False)
+    assert outcomes == [InsertOutcome.EXISTS, InsertOutcome.CONFLICT, InsertOutcome.CREATED]
+
+    engine.adopt(rows, outcomes)
+
+    assert engine.inventory.snapshot() == ["new"]
+    assert engine.inventory.room() == 4  # the other two reservations came back
+    assert len(engine.armer) == 1
+    stored = store.row("new")
+    assert stored is not None
+    assert stored.rev == rows[2].rev
 
 
 # -- SendBuffer --------------------------------------------------------------------------
@@ -547,10 +747,12 @@ def test_send_buffer_over_capacity_after_requeue() -> None:
 
 
 def _firing(s: Stages, names: list[str]) -> None:
-    tasks = [task(n, NOW) for n in names]
-    for t in tasks:
-        s.store.put(t, claimed_by=ME, claim_until_ms=NOW + 10_000, firing=True)
-    s.inventory.admit(tasks)
+    claims = []
+    for n in names:
+        t = task(n, NOW)
+        rev = s.store.put(t, claimed_by=ME, claim_until_ms=NOW + 10_000, firing=True)
+        claims.append(claim(t, rev, armed=True))
+    s.inventory.admit(claims, 0)
 
 
 def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
@@ -560,7 +762,7 @@ def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
 def test_confirmer_deletes_in_batches_then_discards(stages: Stages) -> None:
     names = [f"t{i}" for i in range(7)]
     _firing(stages, names)
-    stages.inventory.admit([task("unrelated", NOW)])
+    stages.inventory.admit([claim(task("unrelated", NOW))], 0)
     confirmer = _confirmer(stages, batch_size=3, max_delay_ms=20)
     confirmer.start()
     stages.started.append(confirmer)
@@ -649,3 +851,42 @@ def test_fake_store_follows_the_store_contract() -> None:
     ]
     assert store.delete_fired(["a"]) == 1
     assert store.get("a") is None
+
+
+def test_fake_store_keeps_a_revision_per_row_and_arms_by_it() -> None:
+    store = FakeStore()
+    a = task("a", NOW + 5000)
+    row = NewRow(a, ClaimMode.CLAIM)
+    assert store.insert([row], ME, NOW + LEASE, atomic=False) == [InsertOutcome.CREATED]
+    stored = store.row("a")
+    assert stored is not None
+    assert (stored.rev, stored.claimed_by, stored.firing) == (row.rev, ME, False)
+    # Same id and content inserted again: nothing written, the revision stays.
+    assert store.insert([NewRow(a, ClaimMode.CLAIM)], ME, NOW, atomic=False) == [
+        InsertOutcome.EXISTS
+    ]
+    assert store.rows["a"].rev == row.rev
+
+    def firing() -> bool:
+        stored = store.row("a")
+        return stored is not None and stored.firing
+
+    stale = claim(a, row.rev + 1)
+    current = claim(a, row.rev)
+    assert store.arm(ME, [stale]) == []  # another revision: not armed
+    assert store.arm("other", [current]) == []  # not claimed by the caller
+    assert not firing()
+    assert store.arm(ME, [stale, current]) == [current]
+    assert firing()
+    assert store.arm(ME, [current]) == [current]  # already armed at that revision
+    assert store.arm(ME, [stale]) == []
+    assert store.arm_calls == [["a"], ["a"], ["a", "a"], ["a"], ["a"]]
+
+    # claim() hands out each row's revision, like SELECT_CLAIMABLE.
+    b_rev = store.put(task("b", NOW + 100))
+    c_rev = store.put(task("c", NOW + 900), rev=7)
+    assert c_rev == 7
+    assert store.claim(ME, NOW, NOW + 1000, NOW + 200, NOW + LEASE, 10) == [
+        Claim(task("b", NOW + 100), b_rev, True),
+        Claim(task("c", NOW + 900), 7, False),
+    ]

@@ -8,6 +8,7 @@ import pytest
 
 from triggerhook.domain.heap import DueHeap
 from triggerhook.domain.task import Task
+from triggerhook.interfaces import Claim
 
 
 def task(name: str, due_ms: int) -> Task:
@@ -19,7 +20,7 @@ def ids(tasks: list[Task]) -> list[str]:
 
 
 def test_empty_heap() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     assert len(heap) == 0
     assert heap.next_fire_ms() is None
     assert heap.pop_until(float("inf"), 10) == []
@@ -27,7 +28,7 @@ def test_empty_heap() -> None:
 
 
 def test_pops_in_due_order() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     for name, due in [("c", 30), ("a", 10), ("d", 40), ("b", 20)]:
         heap.push(task(name, due))
     assert len(heap) == 4
@@ -37,7 +38,7 @@ def test_pops_in_due_order() -> None:
 
 
 def test_ties_keep_arrival_order() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     heap.push(task("first", 5))
     heap.push_many([task("second", 5), task("third", 5)])
     heap.push(task("early", 1))
@@ -47,7 +48,7 @@ def test_ties_keep_arrival_order() -> None:
 
 def test_identical_tasks_are_never_compared() -> None:
     # Two equal-due entries holding the same Task: the sequence number decides.
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     same = task("same", 7)
     heap.push(same)
     heap.push(same)
@@ -55,7 +56,7 @@ def test_identical_tasks_are_never_compared() -> None:
 
 
 def test_push_with_explicit_fire_time_overrides_due() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     heap.push(task("retry", 10), fire_at_ms=500)
     heap.push(task("normal", 100))
     assert heap.next_fire_ms() == 100
@@ -64,7 +65,7 @@ def test_push_with_explicit_fire_time_overrides_due() -> None:
 
 
 def test_pop_until_bound_is_inclusive_and_fractional() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     heap.push_many([task("a", 1000), task("b", 1001)])
     assert heap.pop_until(999.999, 10) == []
     assert ids(heap.pop_until(1000.0, 10)) == ["a"]
@@ -73,7 +74,7 @@ def test_pop_until_bound_is_inclusive_and_fractional() -> None:
 
 
 def test_pop_until_respects_limit() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     heap.push_many([task(f"t{i}", i) for i in range(10)])
     assert ids(heap.pop_until(100, 3)) == ["t0", "t1", "t2"]
     assert ids(heap.pop_until(100, 0)) == []
@@ -82,7 +83,7 @@ def test_pop_until_respects_limit() -> None:
     assert heap.next_fire_ms() == 5
 
 
-def _check_pops_sorted(heap: DueHeap, expected: list[Task]) -> None:
+def _check_pops_sorted(heap: DueHeap[Task], expected: list[Task]) -> None:
     """Everything pops earliest first; equal due times in arrival order."""
     popped = heap.pop_until(float("inf"), len(expected) + 1)
     assert popped == expected
@@ -101,7 +102,7 @@ def _check_pops_sorted(heap: DueHeap, expected: list[Task]) -> None:
 )
 def test_push_many_keeps_heap_order_on_both_paths(existing: int, batch: int) -> None:
     rng = random.Random(existing * 1000 + batch)
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     arrivals: list[Task] = []
     for i in range(existing):
         t = task(f"e{i}", rng.randrange(50))  # few distinct dues: many ties
@@ -117,7 +118,7 @@ def test_push_many_keeps_heap_order_on_both_paths(existing: int, batch: int) -> 
 
 
 def test_push_many_accepts_a_generator_and_empty_batches() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     heap.push_many(task(f"g{i}", 10 - i) for i in range(3))
     heap.push_many([])
     assert ids(heap.drain()) == ["g2", "g1", "g0"]
@@ -125,7 +126,7 @@ def test_push_many_accepts_a_generator_and_empty_batches() -> None:
 
 def test_interleaved_pushes_and_pops_stay_ordered() -> None:
     rng = random.Random(7)
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     live: list[Task] = []
     counter = 0
     for _ in range(200):
@@ -150,7 +151,7 @@ def test_interleaved_pushes_and_pops_stay_ordered() -> None:
 
 
 def test_drain_returns_everything_earliest_first_and_empties() -> None:
-    heap = DueHeap()
+    heap: DueHeap[Task] = DueHeap()
     heap.push(task("late", 300))
     heap.push(task("tie-1", 100))
     heap.push(task("tie-2", 100))
@@ -160,3 +161,18 @@ def test_drain_returns_everything_earliest_first_and_empties() -> None:
     assert heap.next_fire_ms() is None
     heap.push(task("again", 5))
     assert ids(heap.drain()) == ["again"]
+
+
+def test_holds_any_item_with_a_due_time() -> None:
+    # The armer's heap holds claims (a task plus its row revision), ordered by
+    # the task's due time like tasks; the items come back unchanged.
+    heap: DueHeap[Claim] = DueHeap()
+    late = Claim(task("x", 30), rev=1, armed=False)
+    old = Claim(task("x", 10), rev=2, armed=False)
+    new = Claim(task("x", 10), rev=3, armed=True)
+    heap.push_many([late, old])
+    heap.push(new)
+    heap.push(Claim(task("retry", 1), rev=4, armed=False), fire_at_ms=20)
+    assert heap.next_fire_ms() == 10
+    assert heap.pop_until(10, 10) == [old, new]  # same task and due: arrival order
+    assert [c.rev for c in heap.drain()] == [4, 1]

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import logging
 
-from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.timed import TimedWorker
 from triggerhook.engine.worker import FailureHandler
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import Clock, TaskStore
+from triggerhook.interfaces import Claim, Clock, TaskStore
 
 log = logging.getLogger(__name__)
 
 
-class Armer(TimedWorker):
+class Armer(TimedWorker[Claim]):
     def __init__(
         self,
         clock: Clock,
@@ -40,7 +39,7 @@ class Armer(TimedWorker):
         self.armed = 0
         self.dropped = 0
 
-    def handle(self, tasks: list[Task], now_ms: float) -> None:
+    def handle(self, tasks: list[Claim], now_ms: float) -> None:
         try:
             armed = self._store.arm(self._instance, tasks)
         except TransientError as exc:
@@ -52,9 +51,9 @@ class Armer(TimedWorker):
         self.succeeded("arming tasks")
         self.armed += len(armed)
         if len(armed) != len(tasks):
-            kept = {t.id for t in armed}
-            gone = [t.id for t in tasks if t.id not in kept]
+            kept = {id(c) for c in armed}  # the store returns the objects it was given
+            gone = [c for c in tasks if id(c) not in kept]
             self.dropped += len(gone)
-            log.debug("dropping %d cancelled or taken-over tasks", len(gone))
-            self._inventory.discard(gone)
-        self._scheduler.push_many(armed)
+            log.debug("dropping %d cancelled, re-created or taken-over tasks", len(gone))
+            self._inventory.drop(gone)
+        self._scheduler.push_many([c.task for c in armed])

@@ -20,6 +20,7 @@ from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import (
+    Claim,
     ClaimMode,
     Clock,
     ConfirmSink,
@@ -217,12 +218,20 @@ class Engine:
     # -- scheduling into memory -------------------------------------------------
 
     def plan(self, tasks: Sequence[Task], now_ms: float) -> list[NewRow]:
-        """How each new task is held: soon-due ones go straight into memory."""
+        """How each new task is held: soon-due ones go straight into memory.
+
+        Inventory room is reserved for every row that claims; the caller settles
+        it with :meth:`adopt` after the insert, or :meth:`unplan` if it failed.
+        """
         if not self._running:
             return [NewRow(task) for task in tasks]
         horizon = now_ms + self.settings.preload_window_ms
         arm_by = now_ms + self.settings.arm_ahead_ms
-        room = self.inventory.reserve(len(tasks))
+        soon = sum(1 for task in tasks if task.due_ms <= horizon)
+        room = self.inventory.reserve(soon) if soon else 0
+        if room < soon:
+            # Memory is (nearly) full: the preloader claims these as room frees.
+            self.preloader.wake()
         rows = []
         for task in tasks:
             if task.due_ms <= horizon and room > 0:
@@ -233,22 +242,19 @@ class Engine:
                 rows.append(NewRow(task))
         return rows
 
+    def unplan(self, rows: Sequence[NewRow]) -> None:
+        self.inventory.release(_claiming(rows))
+
     def adopt(self, rows: Sequence[NewRow], outcomes: Sequence[InsertOutcome]) -> None:
         """After the commit: hold the rows this instance claimed on insert."""
-        created = [
-            row
+        claims = [
+            Claim(row.task, row.rev, row.claim is ClaimMode.ARM)
             for row, outcome in zip(rows, outcomes, strict=True)
             if outcome is InsertOutcome.CREATED and row.claim is not ClaimMode.NONE
         ]
-        if not created:
-            return
-        fresh = {t.id for t in self.inventory.admit([row.task for row in created])}
-        self.scheduler.push_many(
-            [r.task for r in created if r.claim is ClaimMode.ARM and r.task.id in fresh]
-        )
-        self.armer.push_many(
-            [r.task for r in created if r.claim is ClaimMode.CLAIM and r.task.id in fresh]
-        )
+        fresh = self.inventory.admit(claims, _claiming(rows))
+        self.scheduler.push_many([c.task for c in fresh if c.armed])
+        self.armer.push_many([c for c in fresh if not c.armed])
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -261,6 +267,11 @@ class Engine:
             fired=self.scheduler.fired,
             deleted=self.confirmer.deleted,
         )
+
+
+def _claiming(rows: Sequence[NewRow]) -> int:
+    """Rows that claim on insert: each holds one unit of reserved room."""
+    return sum(1 for row in rows if row.claim is not ClaimMode.NONE)
 
 
 def _left(deadline: float) -> float:

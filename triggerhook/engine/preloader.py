@@ -69,18 +69,22 @@ class Preloader(Worker):
         limit = self._inventory.reserve(self._batch_size)
         if limit == 0:
             return False
-        claimed = self._store.claim(
-            self._instance,
-            now_ms,
-            now_ms + self._window_ms,
-            now_ms + self._arm_ahead_ms,
-            now_ms + self._lease_ms,
-            limit,
-        )
-        fresh = {t.id for t in self._inventory.admit([c.task for c in claimed])}
+        try:
+            claimed = self._store.claim(
+                self._instance,
+                now_ms,
+                now_ms + self._window_ms,
+                now_ms + self._arm_ahead_ms,
+                now_ms + self._lease_ms,
+                limit,
+            )
+        except BaseException:
+            self._inventory.release(limit)
+            raise
+        fresh = self._inventory.admit(claimed, limit)
         self.claimed += len(fresh)
-        self._scheduler.push_many([c.task for c in claimed if c.armed and c.task.id in fresh])
-        self._armer.push_many([c.task for c in claimed if not c.armed and c.task.id in fresh])
+        self._scheduler.push_many([c.task for c in fresh if c.armed])
+        self._armer.push_many([c for c in fresh if not c.armed])
         return len(claimed) == limit
 
     def run(self) -> None:

@@ -8,7 +8,7 @@ from triggerhook.engine.worker import FailureHandler
 from triggerhook.interfaces import Clock, FiredSink
 
 
-class Scheduler(TimedWorker):
+class Scheduler(TimedWorker[Task]):
     """Fires each task once the clock has reached its fire time, never before.
 
     Fire times are integer milliseconds and the clock is fractional, so a task

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from typing import Generic
 
-from triggerhook.domain.heap import DueHeap
-from triggerhook.domain.task import Task
+from triggerhook.domain.heap import DueHeap, Item
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.interfaces import Clock
 
@@ -15,7 +15,7 @@ from triggerhook.interfaces import Clock
 _FULL_RECHECK_S = 0.05
 
 
-class TimedWorker(Worker):
+class TimedWorker(Worker, Generic[Item]):
     """Owns a :class:`DueHeap`; pops tasks due within ``lead_ms`` and handles them.
 
     Other threads add tasks with :meth:`push_many`/:meth:`push_at`; an earlier
@@ -30,7 +30,7 @@ class TimedWorker(Worker):
         super().__init__(name, on_failure)
         self._clock = clock
         self._batch_limit = batch_limit
-        self._heap = DueHeap()
+        self._heap: DueHeap[Item] = DueHeap()
         self._cond = threading.Condition()
         # After stop(): keep handling tasks due by this time, then exit.
         self._finish_until_ms = -math.inf
@@ -38,7 +38,7 @@ class TimedWorker(Worker):
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push_many(self, tasks: Sequence[Task]) -> None:
+    def push_many(self, tasks: Sequence[Item]) -> None:
         if not tasks:
             return
         with self._cond:
@@ -47,7 +47,7 @@ class TimedWorker(Worker):
             if head is None or self._heap.next_fire_ms() != head:
                 self._cond.notify()
 
-    def push_at(self, task: Task, fire_at_ms: int) -> None:
+    def push_at(self, task: Item, fire_at_ms: int) -> None:
         with self._cond:
             head = self._heap.next_fire_ms()
             self._heap.push(task, fire_at_ms)
@@ -63,7 +63,7 @@ class TimedWorker(Worker):
         self._finish_until_ms = until_ms
         self.stop()
 
-    def take_remaining(self) -> list[Task]:
+    def take_remaining(self) -> list[Item]:
         """After the thread ended: every task still in the heap."""
         with self._cond:
             return self._heap.drain()
@@ -72,10 +72,10 @@ class TimedWorker(Worker):
         """How many tasks the next stage can take now."""
         return self._batch_limit
 
-    def handle(self, tasks: list[Task], now_ms: float) -> None:
+    def handle(self, tasks: list[Item], now_ms: float) -> None:
         raise NotImplementedError
 
-    def poll(self, now_ms: float) -> tuple[list[Task], float | None]:
+    def poll(self, now_ms: float) -> tuple[list[Item], float | None]:
         """Due tasks to handle now, or none and how long to wait (None: until woken)."""
         head = self._heap.next_fire_ms()
         if head is None:

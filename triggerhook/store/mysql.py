@@ -11,7 +11,7 @@ import pymysql
 
 from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, SchemaError, StoreError
-from triggerhook.interfaces import Claimed, ClaimMode, InsertOutcome, NewRow
+from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, NewRow
 from triggerhook.store import sql
 from triggerhook.store.connection import (
     ConnectionPool,
@@ -106,6 +106,7 @@ class MySQLStore:
             instance if claimed else None,
             lease_until_ms if claimed else 0,
             1 if row.claim is ClaimMode.ARM else 0,
+            row.rev,
         )
 
     # -- scheduling -----------------------------------------------------------
@@ -208,7 +209,7 @@ class MySQLStore:
         arm_until_ms: int,
         lease_until_ms: int,
         limit: int,
-    ) -> list[Claimed]:
+    ) -> list[Claim]:
         with self._pool.transaction() as cur:
             cur.execute(sql.SELECT_CLAIMABLE, (horizon_ms, now_ms, limit))
             found = cur.fetchall()
@@ -220,26 +221,24 @@ class MySQLStore:
                 [instance, lease_until_ms, arm_until_ms, *ids],
             )
         task = self._task
-        return [Claimed(task(row), bool(row[4]) or row[1] <= arm_until_ms) for row in found]
+        return [Claim(task(row), row[5], bool(row[4]) or row[1] <= arm_until_ms) for row in found]
 
-    def arm(self, instance: str, tasks: Sequence[Task]) -> list[Task]:
-        if not tasks:
-            return []
-        by_id = {t.id: t for t in tasks}
-        armed: list[Task] = []
+    def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
+        armed: list[Claim] = []
         with self._pool.transaction() as cur:
-            for part in _chunks(list(by_id), _IN_LIST_CHUNK):
+            for part in _chunks(claims, _IN_LIST_CHUNK):
+                ids = [c.task.id for c in part]
                 cur.execute(
-                    sql.LOCK_ARMABLE.format(ids=sql.placeholders(len(part))), [*part, instance]
+                    sql.LOCK_ARMABLE.format(ids=sql.placeholders(len(ids))), [*ids, instance]
                 )
-                # A row whose due time changed was rescheduled: not ours to fire.
-                rows = [
-                    (tid, firing) for tid, due, firing in cur.fetchall() if by_id[tid].due_ms == due
-                ]
-                unarmed = [tid for tid, firing in rows if not firing]
+                current = {tid: (rev, firing) for tid, rev, firing in cur.fetchall()}
+                # Only a copy of the row's current revision may fire: an older
+                # one is the content of a task cancelled and created again.
+                ok = [c for c in part if current.get(c.task.id, (None, 0))[0] == c.rev]
+                unarmed = [c.task.id for c in ok if not current[c.task.id][1]]
                 if unarmed:
                     cur.execute(sql.ARM_ROWS.format(ids=sql.placeholders(len(unarmed))), unarmed)
-                armed.extend(by_id[tid] for tid, _ in rows)
+                armed.extend(ok)
         return armed
 
     def delete_fired(self, ids: Sequence[str]) -> int:

@@ -15,8 +15,9 @@ READ_SCHEMA_VERSION = "SELECT value FROM th_meta WHERE name = 'schema_version'"
 # Plain INSERT on purpose: a duplicate id fails the statement (error 1062) and
 # the caller falls back to comparing contents; the fast path costs nothing extra.
 INSERT_TASKS = (
-    "INSERT INTO th_tasks (id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    "INSERT INTO th_tasks"
+    " (id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing, rev)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
 SELECT_TASKS_BY_IDS = (
@@ -28,7 +29,7 @@ SELECT_TASK = "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHE
 # Claim, step 1: the earliest claimable rows, skipping rows another instance is
 # claiming right now. Claimable: unclaimed (claim_until_ms = 0) or claim expired.
 SELECT_CLAIMABLE = (
-    "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks"
+    "SELECT id, due_ms, routing_key, payload, firing, rev FROM th_tasks"
     " WHERE due_ms <= %s AND claim_until_ms < %s"
     " ORDER BY due_ms LIMIT %s FOR UPDATE SKIP LOCKED"
 )
@@ -42,7 +43,7 @@ CLAIM_ROWS = (
 # Arm, step 1: lock those of the rows that are still claimed by us (see
 # LOCK_FOR_CANCEL for how this and a cancel exclude each other).
 LOCK_ARMABLE = (
-    "SELECT id, due_ms, firing FROM th_tasks WHERE id IN ({ids}) AND claimed_by = %s FOR UPDATE"
+    "SELECT id, rev, firing FROM th_tasks WHERE id IN ({ids}) AND claimed_by = %s FOR UPDATE"
 )
 
 ARM_ROWS = "UPDATE th_tasks SET firing = 1 WHERE id IN ({ids})"
