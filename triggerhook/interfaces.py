@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -136,6 +136,10 @@ class ConfirmSink(Protocol):
     """Where the publisher hands the ids of tasks the broker confirmed."""
 
     def confirmed(self, ids: Sequence[str]) -> None: ...
+
+
+# (task, attempt, reason): an event the broker did not take; fire it again later.
+RetryHandler = Callable[[Task, int, str], None]
 
 
 class EventPublisher(Protocol):

@@ -5,10 +5,9 @@ from __future__ import annotations
 from triggerhook.amqp.publisher import AmqpPublisher, amqp_parameters
 from triggerhook.app import TriggerHook
 from triggerhook.clock import SystemClock
-from triggerhook.engine.engine import RetryHandler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler
-from triggerhook.interfaces import ConfirmSink
+from triggerhook.interfaces import ConfirmSink, RetryHandler
 from triggerhook.settings import Settings
 from triggerhook.store.mysql import MySQLStore
 

@@ -1,4 +1,4 @@
-"""Fixtures for integration tests of the library API against real MariaDB and RabbitMQ."""
+"""Fixtures for integration tests against real MariaDB and RabbitMQ."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.amqp import AmqpNames
+from support.daemon import DaemonGroup, TaskTable
 from support.hook import HookFactory, RowReader
 
 from triggerhook.store.mysql import init_schema
@@ -27,3 +28,18 @@ def rows(database_url: str) -> Iterator[RowReader]:
         yield reader
     finally:
         reader.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[DaemonGroup]:
+    """Daemon processes started by the test; any still running are killed after it."""
+    with DaemonGroup() as group:
+        yield group
+
+
+@pytest.fixture
+def table(database_url: str) -> Iterator[TaskTable]:
+    """The test database with the schema applied, read directly."""
+    init_schema(database_url)
+    with TaskTable(database_url) as reader:
+        yield reader

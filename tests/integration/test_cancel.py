@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from support.amqp import EventConsumer
-from support.hook import HookFactory, RowReader, collect_until, header_int, now_ms, wait_until
+from support.hook import HookFactory, RowReader, collect_until, header_int
+from support.waiting import now_ms, wait_until
 
 from triggerhook import CancelResult, TaskSpec, TaskState, ValidationError
 

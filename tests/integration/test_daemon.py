@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 
-import pytest
 from support.amqp import AmqpNames, EventConsumer
 from support.daemon import (
     DaemonGroup,
@@ -16,30 +14,14 @@ from support.daemon import (
     closed_port,
     daemon_env,
     fired_ms,
-    now_ms,
     run_cli,
     schedule_tasks,
     settings_env,
     spread,
-    wait_until,
 )
-
-from triggerhook.store.mysql import init_schema
+from support.waiting import now_ms, wait_for
 
 SIGTERM_EXIT = 128 + 15  # the CLI's os._exit(128 + signum) on a second signal
-
-
-@pytest.fixture
-def daemons() -> Iterator[DaemonGroup]:
-    with DaemonGroup() as group:
-        yield group
-
-
-@pytest.fixture
-def table(database_url: str) -> Iterator[TaskTable]:
-    init_schema(database_url)
-    with TaskTable(database_url) as reader:
-        yield reader
 
 
 def test_daemon_fires_tasks_with_the_documented_wire_format(
@@ -69,7 +51,7 @@ def test_daemon_fires_tasks_with_the_documented_wire_format(
         assert event.headers["x-due-ms"] == due_ms
         assert fired_ms(event) >= due_ms
         assert event.timestamp == fired_ms(event) // 1000
-    wait_until(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
+    wait_for(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
     assert event_consumer.drain_quiet(0.3) == []
 
     assert daemon.terminate() == 0
@@ -95,7 +77,7 @@ def test_run_init_db_creates_the_schema_and_cli_schedules_into_a_running_daemon(
     (event,) = event_consumer.collect(1, timeout_s=10)
     assert (event.message_id, event.routing_key, event.body) == ("cli-task", "a.b", b"")
     with TaskTable(database_url) as table:
-        wait_until(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
+        wait_for(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
     daemon.signal(signal.SIGINT)  # Ctrl-C stops as gracefully as SIGTERM
     assert daemon.wait_exit(10) == 0
     daemon.wait_for_line("signal SIGINT: stopping gracefully", 1)
@@ -136,14 +118,14 @@ def test_sigterm_stops_gracefully_and_releases_claims(
     schedule_tasks(database_url, near + far)
     far_ids = {task_id for task_id, _ in far}
 
-    wait_until(
+    wait_for(
         lambda: {k for k, v in table.claims().items() if v[0] == "stopper"} >= far_ids,
         10,
         lambda: f"far tasks not claimed: {table.claims()}",
     )
     events = event_consumer.collect(len(near), timeout_s=15)
     assert sorted(e.message_id or "" for e in events) == sorted(t for t, _ in near)
-    wait_until(lambda: table.ids() == far_ids, 10, lambda: f"rows: {table.ids()}")
+    wait_for(lambda: table.ids() == far_ids, 10, lambda: f"rows: {table.ids()}")
 
     mark = daemon.mark()
     began = time.monotonic()
@@ -171,7 +153,7 @@ def test_sigterm_stops_gracefully_and_releases_claims(
     for event in late:
         assert event.message_id is not None
         assert fired_ms(event) >= due[event.message_id]
-    wait_until(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
+    wait_for(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
     assert successor.terminate() == 0
 
 
@@ -197,7 +179,7 @@ def test_stop_publishes_the_armed_tasks_at_their_due_time(
     tasks = spread("armed", 10, start + 1500, start + 1600)
     schedule_tasks(database_url, tasks)
 
-    wait_until(
+    wait_for(
         lambda: all(v[2] == 1 for v in table.claims().values()),
         10,
         lambda: f"not all armed: {table.claims()}",
@@ -232,7 +214,7 @@ def test_stop_is_bounded_by_shutdown_timeout_when_the_broker_is_unreachable(
     daemon.wait_for_line("cannot connect to RabbitMQ", 20)
 
     schedule_tasks(database_url, [("stuck", now_ms() + 200)])
-    wait_until(lambda: table.claims().get("stuck", (None, 0, 0))[2] == 1, 10, "never armed")
+    wait_for(lambda: table.claims().get("stuck", (None, 0, 0))[2] == 1, 10, "never armed")
 
     began = time.monotonic()
     assert daemon.terminate(timeout_s=10) == 0
@@ -247,7 +229,7 @@ def test_stop_is_bounded_by_shutdown_timeout_when_the_broker_is_unreachable(
     )
     (event,) = event_consumer.collect(1, timeout_s=15)
     assert event.message_id == "stuck"
-    wait_until(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
+    wait_for(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
     assert successor.terminate() == 0
 
 
@@ -266,7 +248,7 @@ def test_second_sigterm_during_a_stop_exits_at_once(
     daemon = daemons.start(env, "impatient")
     daemon.wait_for_line("engine started", 20)
     schedule_tasks(database_url, [("pending", now_ms() + 200)])
-    wait_until(lambda: table.claims().get("pending", (None, 0, 0))[2] == 1, 10, "never armed")
+    wait_for(lambda: table.claims().get("pending", (None, 0, 0))[2] == 1, 10, "never armed")
 
     daemon.signal(signal.SIGTERM)
     daemon.wait_for_line("stopping gracefully", 10)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -19,30 +18,14 @@ from support.daemon import (
     duplicates,
     fired_ms,
     missing_ids,
-    now_ms,
     report,
     schedule_tasks,
     spread,
-    wait_until,
 )
 from support.tcpproxy import TcpProxy
-
-from triggerhook.store.mysql import init_schema
+from support.waiting import now_ms, wait_for
 
 TASKS = 2000
-
-
-@pytest.fixture
-def daemons() -> Iterator[DaemonGroup]:
-    with DaemonGroup() as group:
-        yield group
-
-
-@pytest.fixture
-def table(database_url: str) -> Iterator[TaskTable]:
-    init_schema(database_url)
-    with TaskTable(database_url) as reader:
-        yield reader
 
 
 def assert_fired_after_due(events: list[Received], due: dict[str, int]) -> None:
@@ -120,7 +103,7 @@ def test_kill9_then_restart_same_instance_fires_every_task(
     assert not missing_ids(due, events), sorted(missing_ids(due, events))[:10]
     assert_fired_after_due(events, due)
     check_duplicates_after_kill(events, rows_after_kill, restart_ms, TASKS, "kill-9 same id")
-    wait_until(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
+    wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
     assert second.terminate() == 0
 
 
@@ -169,7 +152,7 @@ def test_kill9_then_another_instance_takes_over_after_the_lease(
     assert not early, f"fired by the heir before the dead claim expired: {early[:10]}"
     assert heir.count("left by a previous run") == 0
     check_duplicates_after_kill(events, rows_after_kill, restart_ms, TASKS, "kill-9 other id")
-    wait_until(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
+    wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
     assert heir.terminate() == 0
 
 
@@ -205,7 +188,7 @@ def test_rabbitmq_restart_while_tasks_come_due(
             ("RabbitMQ connection closed", "cannot connect to RabbitMQ"), 10, start=mark
         )
         # Keep the broker down while the first tasks come due (the outage stays < 10 s).
-        wait_until(lambda: now_ms() >= start + 3500, 10, "clock")
+        wait_for(lambda: now_ms() >= start + 3500, 10, "clock")
     finally:
         rabbitmqctl("start_app")
         rabbitmqctl("await_startup")
@@ -223,7 +206,7 @@ def test_rabbitmq_restart_while_tasks_come_due(
         f"{len(due)} tasks, {sum(duplicates(events).values())} duplicates"
     )
     assert daemon.alive(), daemon.tail()
-    wait_until(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
+    wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
     assert daemon.terminate() == 0
 
 
@@ -278,7 +261,7 @@ def test_mysql_unreachable_for_a_few_seconds(
             f"mysql cut 3s: {len(events)} events for {len(due)} tasks, "
             f"{sum(duplicates(events).values())} duplicates"
         )
-        wait_until(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
+        wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
         daemon.wait_for_line("recovered after", 1, start=mark)
         assert daemon.alive(), daemon.tail()
         assert daemon.terminate() == 0

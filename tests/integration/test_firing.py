@@ -23,10 +23,9 @@ from support.hook import (
     HookFactory,
     RowReader,
     header_int,
-    now_ms,
     publisher_of,
-    wait_until,
 )
+from support.waiting import now_ms, wait_until
 
 from triggerhook import Task, TaskSpec
 from triggerhook.engine.inventory import Inventory

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from support.amqp import EventConsumer
-from support.hook import HookFactory, RowReader, collect_until, now_ms, wait_until
+from support.hook import HookFactory, RowReader, collect_until
+from support.waiting import now_ms, wait_until
 
 from triggerhook import (
     ConflictError,

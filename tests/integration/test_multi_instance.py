@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer
@@ -15,27 +14,11 @@ from support.daemon import (
     duplicates,
     fired_ms,
     missing_ids,
-    now_ms,
     report,
     schedule_tasks,
     spread,
-    wait_until,
 )
-
-from triggerhook.store.mysql import init_schema
-
-
-@pytest.fixture
-def daemons() -> Iterator[DaemonGroup]:
-    with DaemonGroup() as group:
-        yield group
-
-
-@pytest.fixture
-def table(database_url: str) -> Iterator[TaskTable]:
-    init_schema(database_url)
-    with TaskTable(database_url) as reader:
-        yield reader
+from support.waiting import now_ms, wait_for
 
 
 class ClaimSampler:
@@ -92,7 +75,7 @@ def test_two_daemons_fire_every_task_exactly_once(
     assert not extra, f"{sum(extra.values())} duplicates, e.g. {sorted(extra)[:10]}"
     assert len(events) == len(tasks)
     assert sampler.seen == {"alpha", "beta"}, "both daemons should have claimed tasks"
-    wait_until(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
+    wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
     for daemon in pair:
         assert daemon.alive(), daemon.tail()
         assert daemon.terminate() == 0
@@ -123,7 +106,7 @@ def test_survivor_fires_the_tasks_of_a_killed_daemon_after_its_lease(
     tasks = spread("s", 1000, start + 3000, start + 4000)
     due = dict(tasks)
     schedule_tasks(database_url, tasks)
-    wait_until(
+    wait_for(
         lambda: min(table.claimed_by_counts().get(n, 0) for n in ("victim", "survivor")) >= 100,
         10,
         lambda: f"claims: {table.claimed_by_counts()}",
@@ -156,6 +139,6 @@ def test_survivor_fires_the_tasks_of_a_killed_daemon_after_its_lease(
         f"{len(events)} events, {sum(extra.values())} duplicates"
     )
     assert set(extra) <= in_flight, sorted(set(extra) - in_flight)[:10]
-    wait_until(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
+    wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
     assert survivor.alive(), survivor.tail()
     assert survivor.terminate() == 0

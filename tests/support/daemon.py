@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import IO, Any, Self
 
@@ -44,26 +44,6 @@ FAST_SETTINGS: dict[str, int | str] = {
 
 _LOG_TAIL = 40
 _KILL_WAIT_S = 10.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def wait_until(
-    predicate: Callable[[], bool],
-    timeout_s: float,
-    message: str | Callable[[], str] = "condition not met",
-    interval_s: float = 0.05,
-) -> None:
-    """Poll ``predicate`` until it is true; AssertionError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not predicate():
-        if time.monotonic() >= deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout_s:.1f}s: {text}")
-        pause.wait(interval_s)
 
 
 def closed_port() -> int:

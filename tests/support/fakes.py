@@ -18,9 +18,8 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,20 +37,6 @@ from triggerhook.interfaces import (
 )
 
 DEFAULT_NOW_MS = 1_700_000_000_000.0
-
-
-def wait_until(
-    predicate: Callable[[], bool], timeout_s: float = 5.0, interval_s: float = 0.002
-) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout_s`` passes (False)."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        pause.wait(interval_s)
 
 
 class FakeClock:

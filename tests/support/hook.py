@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,24 +40,6 @@ SHORT_KNOBS: dict[str, Any] = {
     "confirm_max_delay_ms": 10,
 }
 CONNECT_TIMEOUT_S = 20.0
-
-
-def now_ms() -> int:
-    """Wall-clock epoch milliseconds (the clock the engine and the consumer use)."""
-    return int(time.time() * 1000)
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.02) -> bool:
-    """Poll ``predicate`` until it is truthy (True) or ``timeout_s`` passed (False)."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while True:
-        if predicate():
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        pause.wait(min(interval_s, left))
 
 
 def make_settings(database_url: str, amqp_url: str, exchange: str, **overrides: Any) -> Settings:

@@ -7,7 +7,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
-from support.fakes import FakeClock, FakePublisher, FakeStore, wait_until
+from support.fakes import FakeClock, FakePublisher, FakeStore
+from support.waiting import wait_until
 
 from triggerhook.domain.task import CancelResult, Task, TaskState
 from triggerhook.engine.armer import Armer

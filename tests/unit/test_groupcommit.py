@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-from support.fakes import wait_until
+from support.waiting import wait_until
 
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.engine.groupcommit import GroupCommitter

@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -31,14 +30,12 @@ from triggerhook.domain.task import Task
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import BrokerUnavailable, ConfigError
-from triggerhook.interfaces import ConfirmSink
+from triggerhook.interfaces import ConfirmSink, RetryHandler
 
 log = logging.getLogger(__name__)
 
 _SLICE = 256  # messages published per I/O-loop turn, so acks are read in between
 _FINISH_CHECK_S = 0.02
-
-RetryHandler = Callable[[Task, int, str], None]
 
 
 def _body_frame_max(conn: pika.SelectConnection) -> int:

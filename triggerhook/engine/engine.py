@@ -27,14 +27,13 @@ from triggerhook.interfaces import (
     EventPublisher,
     InsertOutcome,
     NewRow,
+    RetryHandler,
     TaskStore,
 )
 from triggerhook.retry import Backoff
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
-
-RetryHandler = Callable[[Task, int, str], None]
 
 
 PublisherFactory = Callable[[SendBuffer, ConfirmSink, RetryHandler, FailureHandler], EventPublisher]
