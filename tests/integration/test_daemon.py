@@ -264,3 +264,21 @@ def test_second_sigterm_during_a_stop_exits_at_once(
     assert set(claims) == {"pending"}
     claimed_by, _, firing = claims["pending"]
     assert (claimed_by, firing) == ("impatient", 1)
+
+
+def test_daemon_exits_non_zero_when_a_thread_cannot_recover(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    """A permanent error (the tasks table is gone) must not leave a wedged daemon:
+    it logs the cause and exits with status 1, for a supervisor to act on."""
+    daemon = daemons.start(daemon_env(database_url, amqp_url, amqp_names.exchange, "doomed"))
+    daemon.wait_ready()
+    table.query("DROP TABLE th_tasks")
+
+    assert daemon.wait_exit(timeout_s=15) == 1
+    assert daemon.count("has no triggerhook tables") >= 1, daemon.tail()
+    assert daemon.count("exiting after a fatal engine failure") == 1, daemon.tail()

@@ -18,7 +18,7 @@ from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler, Worker
-from triggerhook.errors import TransientError
+from triggerhook.errors import TransientError, TriggerHookError
 from triggerhook.interfaces import (
     Claim,
     ClaimMode,
@@ -185,9 +185,12 @@ class Engine:
                 log.warning("releasing claims failed: %s", exc)
                 threading.Event().wait(backoff.next_delay_s())
                 continue
+            except TriggerHookError as exc:
+                log.error("cannot release claims: %s", exc)
+                break
             log.info("released %d claims", released)
             return
-        log.error("could not release claims; they expire after claim_lease_ms")
+        log.error("claims not released; they expire after claim_lease_ms")
 
     # -- failures and retries --------------------------------------------------
 
