@@ -338,8 +338,8 @@ def _record_sizes(monkeypatch: pytest.MonkeyPatch, inventory: Inventory) -> list
     sizes: list[int] = []
     lock = threading.Lock()
 
-    def admit(claims: Sequence[Claim], reserved: int) -> list[Claim]:
-        fresh = original_admit(claims, reserved)
+    def admit(claims: Sequence[Claim], reserved: int, claimed_ms: float = 0.0) -> list[Claim]:
+        fresh = original_admit(claims, reserved, claimed_ms)
         with lock:
             sizes.append(len(inventory))
         return fresh

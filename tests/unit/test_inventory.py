@@ -234,3 +234,31 @@ def test_discard_forgets_ids_at_any_revision() -> None:
     assert inventory.snapshot() == ["b"]
     assert inventory.admit([claim("a", rev=1)], 0) == [claim("a", rev=1)]  # held again
     assert sorted(inventory.snapshot()) == ["a", "b"]
+
+
+def test_claims_due_for_renewal_are_the_oldest_ones() -> None:
+    inventory = Inventory(10)
+    inventory.admit([claim("a")], 0, claimed_ms=100)
+    inventory.admit([claim("b"), claim("c")], 0, claimed_ms=200)
+    assert inventory.claimed_before(99) == []
+    assert inventory.claimed_before(100) == ["a"]
+    assert inventory.claimed_before(200) == ["a", "b", "c"]
+
+    inventory.renewed(["a", "gone"], 300)  # an id no longer held is ignored
+    assert inventory.claimed_before(200) == ["b", "c"]
+    assert inventory.claimed_before(300) == ["b", "c", "a"]
+    assert inventory.snapshot() == ["a", "b", "c"]
+
+
+def test_forgotten_claims_are_not_renewed_and_a_reclaim_refreshes_the_stamp() -> None:
+    inventory = Inventory(10)
+    inventory.admit([claim("a"), claim("b", rev=1), claim("c")], 0, claimed_ms=100)
+    inventory.discard(["a"])
+    inventory.drop([claim("c")])
+    assert inventory.claimed_before(1000) == ["b"]
+
+    inventory.admit([claim("b", rev=1)], 0, claimed_ms=500)  # re-claimed after its lease ran out
+    assert inventory.claimed_before(400) == []
+    inventory.admit([claim("b", rev=2)], 0, claimed_ms=600)  # re-created: the new claim's time
+    assert inventory.claimed_before(550) == []
+    assert inventory.claimed_before(600) == ["b"]

@@ -82,6 +82,7 @@ class AmqpPublisher(Worker):
         self._conn: pika.SelectConnection | None = None
         self._channel: pika.channel.Channel | None = None
         self._drain_pending = False
+        self._finish_checking = False
         self._next_tag = 0
         self._tags: deque[int] = deque()
         self._unconfirmed: dict[int, Task] = {}
@@ -143,6 +144,7 @@ class AmqpPublisher(Worker):
             with self._lock:
                 self._conn = None
                 self._drain_pending = False
+                self._finish_checking = False
             self._channel = None
             self.connected.clear()
             self._requeue_unconfirmed()
@@ -201,9 +203,9 @@ class AmqpPublisher(Worker):
         log.info("publishing to exchange %r", self._exchange)
         self.connected.set()
         self._drain()
-        self._check_finish()
 
     def _check_finish(self) -> None:
+        """While stopping: close once everything is confirmed or time is up."""
         conn = self._conn
         if conn is None:
             return
@@ -215,6 +217,10 @@ class AmqpPublisher(Worker):
     def _drain(self) -> None:
         with self._lock:
             self._drain_pending = False
+            start_finish_check = self.stopping and not self._finish_checking
+            self._finish_checking |= start_finish_check
+        if start_finish_check:  # stop() wakes us: one check loop per connection
+            self._check_finish()
         channel = self._channel
         if channel is None or not self.connected.is_set():
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
@@ -126,6 +127,10 @@ class Engine:
             # A busy thread gives up the GIL only every switch interval; the
             # scheduler waking at a due time must not wait 5 ms (the default).
             sys.setswitchinterval(self.settings.switch_interval_us / 1e6)
+            # A full garbage collection stops every thread for as long as it
+            # takes to walk the live objects; leave out those that exist at
+            # start (modules, configuration, the caller's data) for good.
+            gc.freeze()
         # A previous run under this instance id (crashed or killed) may have
         # left claims: take them back at once instead of waiting for the lease.
         released = self._store.release_claims(self.instance)
@@ -254,7 +259,7 @@ class Engine:
             for row, outcome in zip(rows, outcomes, strict=True)
             if outcome is InsertOutcome.CREATED and row.claim is not ClaimMode.NONE
         ]
-        fresh = self.inventory.admit(claims, _claiming(rows))
+        fresh = self.inventory.admit(claims, _claiming(rows), self._clock.now_ms())
         self.scheduler.push_many([c.task for c in fresh if c.armed])
         self.armer.push_many([c for c in fresh if not c.armed])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from triggerhook.interfaces import Claim
@@ -20,6 +21,9 @@ class Inventory:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._revs: dict[str, int] = {}  # task id -> revision of the copy held
+        # task id -> when its claim was made or last renewed (epoch ms), oldest
+        # first, so finding the claims due for renewal costs only those claims.
+        self._claimed_ms: OrderedDict[str, float] = OrderedDict()
         self._reserved = 0
         self._lock = threading.Lock()
 
@@ -36,12 +40,14 @@ class Inventory:
             self._reserved += granted
             return granted
 
-    def admit(self, claims: Sequence[Claim], reserved: int) -> list[Claim]:
+    def admit(self, claims: Sequence[Claim], reserved: int, claimed_ms: float = 0.0) -> list[Claim]:
         """Hold the claimed tasks and settle a reservation of ``reserved``.
 
-        Returns the claims to queue: those not held yet, or held at another
-        revision (the id was cancelled and created again; the old copy will
-        be dropped when it fails to arm). A claim already held is not queued twice.
+        ``claimed_ms`` is when the claims were made (0: unknown, so they are
+        renewed at the next chance). Returns the claims to queue: those not
+        held yet, or held at another revision (the id was cancelled and created
+        again; the old copy is dropped when it fails to arm). A claim already
+        held is not queued twice.
         """
         with self._lock:
             self._reserved = max(0, self._reserved - reserved)
@@ -49,6 +55,7 @@ class Inventory:
             fresh = [c for c in claims if revs.get(c.task.id) != c.rev]
             for claim in fresh:
                 revs[claim.task.id] = claim.rev
+            self._stamp((c.task.id for c in claims if c.task.id in revs), claimed_ms)
         return fresh
 
     def release(self, reserved: int) -> None:
@@ -61,14 +68,38 @@ class Inventory:
         with self._lock:
             for claim in claims:
                 if self._revs.get(claim.task.id) == claim.rev:
-                    del self._revs[claim.task.id]
+                    self._forget(claim.task.id)
 
     def discard(self, ids: Iterable[str]) -> None:
         """Forget tasks whose rows were deleted (their events were confirmed)."""
         with self._lock:
             for task_id in ids:
-                self._revs.pop(task_id, None)
+                self._forget(task_id)
+
+    def claimed_before(self, before_ms: float) -> list[str]:
+        """Ids whose claims were made or renewed at or before ``before_ms``."""
+        out = []
+        with self._lock:
+            for task_id, claimed_ms in self._claimed_ms.items():
+                if claimed_ms > before_ms:
+                    break
+                out.append(task_id)
+        return out
+
+    def renewed(self, ids: Iterable[str], renewed_ms: float) -> None:
+        with self._lock:
+            self._stamp((i for i in ids if i in self._revs), renewed_ms)
 
     def snapshot(self) -> list[str]:
         with self._lock:
             return list(self._revs)
+
+    def _stamp(self, ids: Iterable[str], at_ms: float) -> None:
+        stamps = self._claimed_ms
+        for task_id in ids:
+            stamps[task_id] = at_ms
+            stamps.move_to_end(task_id)
+
+    def _forget(self, task_id: str) -> None:
+        if self._revs.pop(task_id, None) is not None:
+            del self._claimed_ms[task_id]

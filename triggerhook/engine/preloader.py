@@ -20,8 +20,8 @@ class Preloader(Worker):
 
     A full batch means more may be waiting, so the next round starts at once;
     otherwise it waits ``poll_interval_ms``. Memory stays bounded: a round never
-    claims more than the inventory has room for. Claims are renewed every third
-    of the lease so a healthy instance never loses its tasks to another.
+    claims more than the inventory has room for. A claim is renewed once it is a
+    third of the lease old, so a healthy instance never loses its tasks to another.
     """
 
     def __init__(
@@ -52,7 +52,6 @@ class Preloader(Worker):
         self._lease_ms = lease_ms
         self._batch_size = batch_size
         self._poll_s = poll_interval_ms / 1000.0
-        self._next_renew_ms = 0.0
         self._wakeup = threading.Event()
         self.claimed = 0
 
@@ -61,11 +60,12 @@ class Preloader(Worker):
 
     def step(self, now_ms: int) -> bool:
         """One round; True when it claimed a full batch (more may be waiting)."""
-        if now_ms >= self._next_renew_ms:
-            held = self._inventory.snapshot()
-            if held:
-                self._store.renew_claims(self._instance, held, now_ms + self._lease_ms)
-            self._next_renew_ms = now_ms + self._lease_ms / 3
+        # Only claims older than a third of the lease are renewed: tasks usually
+        # leave memory long before that, so a healthy engine renews nothing.
+        stale = self._inventory.claimed_before(now_ms - self._lease_ms / 3)
+        if stale:
+            self._store.renew_claims(self._instance, stale, now_ms + self._lease_ms)
+            self._inventory.renewed(stale, now_ms)
         limit = self._inventory.reserve(self._batch_size)
         if limit == 0:
             return False
@@ -81,7 +81,7 @@ class Preloader(Worker):
         except BaseException:
             self._inventory.release(limit)
             raise
-        fresh = self._inventory.admit(claimed, limit)
+        fresh = self._inventory.admit(claimed, limit, now_ms)
         self.claimed += len(fresh)
         self._scheduler.push_many([c.task for c in fresh if c.armed])
         self._armer.push_many([c for c in fresh if not c.armed])

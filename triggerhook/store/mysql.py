@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 _INSERT_CHUNK_ROWS = 2000
 _INSERT_CHUNK_BYTES = 4 * 1024 * 1024
 _IN_LIST_CHUNK = 2000
+_RENEW_CHUNK = 500
 _DUPLICATE_RETRIES = 3
 
 Row = tuple[Any, ...]
@@ -251,9 +252,11 @@ class MySQLStore:
         return deleted
 
     def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
+        # Small transactions: a renewal must not hold many row locks that the
+        # armer is waiting for just before those tasks are due.
         renewed = 0
-        with self._pool.transaction() as cur:
-            for part in _chunks(ids, _IN_LIST_CHUNK):
+        for part in _chunks(ids, _RENEW_CHUNK):
+            with self._pool.transaction() as cur:
                 stmt = sql.RENEW_CLAIMS.format(ids=sql.placeholders(len(part)))
                 renewed += cur.execute(stmt, [lease_until_ms, instance, *part])
         return int(renewed)
