@@ -182,10 +182,6 @@ class TriggerHook:
         self.stop()
         self._store.close()
 
-    def require_running(self) -> None:
-        if not self._engine.running:
-            raise NotRunningError(self._engine.failure or "the engine is not running")
-
     def __enter__(self) -> TriggerHook:
         return self
 
