@@ -157,7 +157,10 @@ class TriggerHook:
         (unknown, or fired and deleted), or TOO_LATE (being published)."""
         validate_id(task_id)
         if self._engine.running:
-            return self._engine.canceller.submit(task_id, timeout_s)
+            try:
+                return self._engine.canceller.submit(task_id, timeout_s)
+            except NotRunningError:  # stopping: refused before queuing; go direct
+                pass
         return self._store.cancel([task_id])[0]
 
     def get(self, task_id: str) -> TaskInfo | None:

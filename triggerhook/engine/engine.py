@@ -259,9 +259,7 @@ class Engine:
             for row, outcome in zip(rows, outcomes, strict=True)
             if outcome is InsertOutcome.CREATED and row.claim is not ClaimMode.NONE
         ]
-        fresh = self.inventory.admit(claims, _claiming(rows), self._clock.now_ms())
-        self.scheduler.push_many([c.task for c in fresh if c.armed])
-        self.armer.push_many([c for c in fresh if not c.armed])
+        self.preloader.hold(claims, _claiming(rows), self._clock.now_ms())
 
     def stats(self) -> EngineStats:
         return EngineStats(

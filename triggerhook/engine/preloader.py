@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import Clock, TaskStore
+from triggerhook.interfaces import Claim, Clock, TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +82,17 @@ class Preloader(Worker):
         except BaseException:
             self._inventory.release(limit)
             raise
-        fresh = self._inventory.admit(claimed, limit, now_ms)
-        self.claimed += len(fresh)
+        self.claimed += len(self.hold(claimed, limit, now_ms))
+        return len(claimed) == limit
+
+    def hold(self, claims: Sequence[Claim], reserved: int, claimed_ms: float) -> list[Claim]:
+        """Take claims into memory (settling ``reserved`` room) and queue them:
+        armed ones to the scheduler, the others to the armer. Also used for
+        rows claimed on insert. Returns the claims that were not held already."""
+        fresh = self._inventory.admit(claims, reserved, claimed_ms)
         self._scheduler.push_many([c.task for c in fresh if c.armed])
         self._armer.push_many([c for c in fresh if not c.armed])
-        return len(claimed) == limit
+        return fresh
 
     def run(self) -> None:
         while not self.stopping:
