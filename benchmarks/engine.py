@@ -314,6 +314,9 @@ class _DrainingPublisher:
     def unconfirmed(self) -> int:
         return 0
 
+    def is_connected(self) -> bool:
+        return True
+
 
 def bench_sending_and_confirm(base: Settings, n: int) -> list[Figure]:
     """Trigger Hook's two in-process lines: overdue rows preloaded (claimed) ->

@@ -1,7 +1,7 @@
 """triggerhook: a high-precision trigger engine (MySQL in, RabbitMQ out)."""
 
 from triggerhook.app import Scheduled, TaskSpec, TriggerHook
-from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import (
     ConfigError,
     ConflictError,
@@ -10,6 +10,7 @@ from triggerhook.errors import (
     TriggerHookError,
     ValidationError,
 )
+from triggerhook.interfaces import Moved
 from triggerhook.settings import Settings, load_settings
 from triggerhook.wiring import build
 
@@ -17,7 +18,9 @@ __all__ = [
     "CancelResult",
     "ConfigError",
     "ConflictError",
+    "Moved",
     "NotRunningError",
+    "RescheduleResult",
     "Scheduled",
     "Settings",
     "StoreUnavailable",

@@ -11,8 +11,9 @@ from typing import Any
 from triggerhook.domain.task import CancelResult, Task, TaskInfo, make_task, validate_id
 from triggerhook.domain.timeparse import due_from
 from triggerhook.engine.engine import Engine, PublisherFactory
-from triggerhook.errors import ConflictError, NotRunningError, ValidationError
-from triggerhook.interfaces import Clock, InsertOutcome, NewRow, TaskStore
+from triggerhook.engine.groupcommit import Done, GroupCommitter, Item, Result
+from triggerhook.errors import ConflictError, NotRunningError, TriggerHookError, ValidationError
+from triggerhook.interfaces import Clock, InsertOutcome, Move, Moved, NewRow, TaskStore
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ class Scheduled:
     created: bool  # False: the same task existed already (a safe retry)
 
 
+def _scheduled(task: Task, outcome: InsertOutcome) -> Scheduled:
+    if outcome is InsertOutcome.CONFLICT:
+        raise ConflictError(task.id)
+    return Scheduled(task, outcome is InsertOutcome.CREATED)
+
+
 class TriggerHook:
     """Schedule, cancel and look up tasks; with :meth:`start`, also fire them.
 
@@ -60,7 +67,13 @@ class TriggerHook:
         self._store = store
         self._clock = clock
         self._engine = Engine(
-            settings, store, clock, self.instance_id, publisher_factory, self._write_batch
+            settings,
+            store,
+            clock,
+            self.instance_id,
+            publisher_factory,
+            self._write_batch,
+            self._write_moves,
         )
 
     @property
@@ -117,9 +130,60 @@ class TriggerHook:
                 self._engine.unplan(rows)
         if outcome is None:
             outcome = self._write_batch([NewRow(task)])[0]
-        if outcome is InsertOutcome.CONFLICT:
-            raise ConflictError(task.id)
-        return Scheduled(task, outcome is InsertOutcome.CREATED)
+        return _scheduled(task, outcome)
+
+    # -- non-blocking calls, for event loops --------------------------------------
+
+    def schedule_nowait(self, task: Task, done: Done[Scheduled]) -> None:
+        """Queue a validated task (see :meth:`task_from`) for the next group
+        commit; ``done`` is called on a writer thread once it committed or
+        failed. Raises :class:`NotRunningError` unless the engine is running."""
+        rows = self._engine.plan([task], self._clock.now_ms())
+
+        def finish(outcome: InsertOutcome | None, error: TriggerHookError | None) -> None:
+            if error is not None or outcome is None:
+                done(None, error)
+                return
+            try:
+                result = _scheduled(task, outcome)
+            except ConflictError as exc:
+                done(None, exc)
+                return
+            done(result, None)
+
+        self._enqueue(self._engine.committer, rows[0], finish, rows)
+
+    def cancel_nowait(self, task_id: str, done: Done[CancelResult]) -> None:
+        """Like :meth:`cancel`, without blocking; see :meth:`schedule_nowait`."""
+        self._enqueue(self._engine.canceller, validate_id(task_id), done)
+
+    def reschedule_nowait(
+        self,
+        task_id: str,
+        done: Done[Moved],
+        *,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+    ) -> None:
+        """Like :meth:`reschedule`, without blocking; see :meth:`schedule_nowait`."""
+        moves = self._plan_move(task_id, None, at_ms, delay_ms)
+        self._enqueue(self._engine.rescheduler, moves[0], done, moves)
+
+    def _enqueue(
+        self,
+        committer: GroupCommitter[Item, Result],
+        item: Item,
+        done: Done[Result],
+        planned: Sequence[NewRow | Move] = (),
+    ) -> None:
+        """Queue ``item``; if refused, give back the room ``planned`` reserved."""
+        try:
+            if not self._engine.running:
+                raise NotRunningError("the engine is not running")
+            committer.enqueue(item, done)
+        except NotRunningError:
+            self._engine.unplan(planned)
+            raise
 
     def schedule_many(self, specs: Iterable[TaskSpec]) -> list[Scheduled]:
         """Store many tasks in one transaction: all of them or, on any error, none.
@@ -148,6 +212,47 @@ class TriggerHook:
             self._engine.unplan(rows)
             raise
         self._engine.adopt(rows, outcomes)
+        return outcomes
+
+    def reschedule(
+        self,
+        task_id: str,
+        *,
+        at: Due | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+        timeout_s: float = 30.0,
+    ) -> Moved:
+        """Move a task that has not started firing to a new due time.
+
+        RESCHEDULED (``task`` as now stored: it fires at the new time and never
+        at the old one), NOT_FOUND, or TOO_LATE (being published at its old time).
+        """
+        moves = self._plan_move(task_id, at, at_ms, delay_ms)
+        if self._engine.running:
+            try:
+                return self._engine.rescheduler.submit(moves[0], timeout_s)
+            except NotRunningError:  # stopping: refused before queuing; go direct
+                self._engine.unplan(moves)
+                moves = [Move(moves[0].task_id, moves[0].due_ms)]
+        return self._write_moves(moves)[0]
+
+    def _plan_move(
+        self, task_id: str, at: Due | None, at_ms: int | None, delay_ms: int | None
+    ) -> list[Move]:
+        validate_id(task_id)
+        now_ms = self._clock.now_ms()
+        due_ms = due_from(at, at_ms, delay_ms, now_ms)
+        return self._engine.plan_moves([(task_id, due_ms)], now_ms)
+
+    def _write_moves(self, moves: Sequence[Move]) -> list[Moved]:
+        lease_until_ms = int(self._clock.now_ms()) + self.settings.claim_lease_ms
+        try:
+            outcomes = self._store.reschedule(moves, self.instance_id, lease_until_ms)
+        except BaseException:
+            self._engine.unplan(moves)
+            raise
+        self._engine.adopt_moves(moves, outcomes)
         return outcomes
 
     # -- lookups --------------------------------------------------------------

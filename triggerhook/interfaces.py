@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from triggerhook.domain.task import CancelResult, Task, TaskInfo
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
 
 
 class Clock(Protocol):
@@ -44,6 +44,24 @@ class NewRow:
     task: Task
     claim: ClaimMode = ClaimMode.NONE
     rev: int = field(default_factory=new_rev)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Reschedule the task ``task_id`` to ``due_ms``, held as ``claim`` with a new ``rev``."""
+
+    task_id: str
+    due_ms: int
+    claim: ClaimMode = ClaimMode.NONE
+    rev: int = field(default_factory=new_rev)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """A reschedule's outcome; ``task`` is the task as now stored when it moved."""
+
+    result: RescheduleResult
+    task: Task | None = None
 
 
 class InsertOutcome(enum.Enum):
@@ -115,6 +133,13 @@ class TaskStore(Protocol):
         cancelled once, then not found)."""
         ...
 
+    def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
+        """Move unarmed tasks to new due times in one transaction (a new
+        revision, so copies held in memory anywhere fail to arm); one outcome
+        per move. An armed task is TOO_LATE; an id moved twice in one call takes
+        the last move."""
+        ...
+
     def check_schema(self) -> None:
         """Raise :class:`~triggerhook.errors.SchemaError` unless the schema is current."""
         ...
@@ -159,5 +184,9 @@ class EventPublisher(Protocol):
     def join(self, timeout_s: float | None = None) -> bool: ...
 
     def is_alive(self) -> bool: ...
+
+    def is_connected(self) -> bool:
+        """Connected to the broker with a channel ready to publish."""
+        ...
 
     def unconfirmed(self) -> int: ...

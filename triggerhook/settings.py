@@ -7,6 +7,7 @@ flags and the documentation are derived from these declarations.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import socket
 import tomllib
@@ -94,6 +95,30 @@ class Settings:
         15, "Graceful stop waits this long for due tasks to be published and confirmed.", 0
     )
     log_level: str = _setting("INFO", "Logging level: DEBUG, INFO, WARNING or ERROR.")
+    http_enabled: bool = _setting(True, "Serve the HTTP API (`triggerhook run`).")
+    http_host: str = _setting("127.0.0.1", "Address the HTTP API binds to.")
+    http_port: int = _setting(8080, "TCP port of the HTTP API.", 0)
+    api_token: str = _setting(
+        "",
+        "Bearer token every /v1/* request must carry; empty = no authentication "
+        "(then only a loopback http_host is allowed, see http_allow_public_without_token).",
+    )
+    http_allow_public_without_token: bool = _setting(
+        False, "Allow a non-loopback http_host without api_token (trusted networks only)."
+    )
+    http_max_body_bytes: int = _setting(
+        16 * 1024 * 1024, "Largest HTTP request body; larger ones get 413 unread.", 1
+    )
+    http_max_batch_tasks: int = _setting(10000, "Most tasks in one POST /v1/tasks/batch.", 1)
+    commands_enabled: bool = _setting(True, "Consume the AMQP command queue (`triggerhook run`).")
+    command_queue: str = _setting(
+        "triggerhook.commands",
+        "Durable queue of create/cancel/reschedule commands; malformed ones go to "
+        "<command_queue>.dead.",
+    )
+    command_prefetch: int = _setting(
+        256, "Commands taken from the queue at once (unacknowledged until committed).", 1
+    )
 
     def __post_init__(self) -> None:
         for name in FIELDS:
@@ -106,9 +131,18 @@ class Settings:
             raise ConfigError("claim_lease_ms: must exceed preload_window_ms")
         if self.instance_id and not _INSTANCE_ID.fullmatch(self.instance_id):
             raise ConfigError("instance_id: must be 1-64 characters from [A-Za-z0-9._:-]")
-        for name in ("exchange", "default_routing_key"):
+        for name in ("exchange", "default_routing_key", "command_queue"):
             if not _ROUTING_KEY.fullmatch(getattr(self, name)):
                 raise ConfigError(f"{name}: must be 1-255 characters from [A-Za-z0-9._:/-]")
+        self._check_http()
+
+    def _check_http(self) -> None:
+        open_to_all = not self.api_token and not self.http_allow_public_without_token
+        if self.http_enabled and open_to_all and not is_loopback(self.http_host):
+            raise ConfigError(
+                f"http_host: {self.http_host!r} is not a loopback address and api_token "
+                "is empty; set api_token (or http_allow_public_without_token = true)"
+            )
 
     def resolved_instance_id(self) -> str:
         if self.instance_id:
@@ -117,6 +151,15 @@ class Settings:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 def env_var(name: str) -> str:
@@ -158,7 +201,20 @@ def _read_toml(path: Path) -> dict[str, object]:
     return {name: _check(name, value, source=f"{path}: {name}") for name, value in data.items()}
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_bool(raw: str, source: str) -> bool:
+    text = raw.strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ConfigError(f"{source}: expected true or false, got {raw!r}")
+
+
 def _coerce(name: str, raw: str, source: str) -> object:
+    if FIELDS[name].type in ("bool", bool):
+        return parse_bool(raw, source)
     if FIELDS[name].type in ("int", int):
         try:
             return _check(name, int(raw.strip()), source)
@@ -171,7 +227,10 @@ def _check(name: str, value: object, source: str) -> object:
     if name not in FIELDS:
         raise ConfigError(f"{source}: unknown setting {name!r}")
     spec = FIELDS[name]
-    if spec.type in ("int", int):
+    if spec.type in ("bool", bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: expected true or false, got {value!r}")
+    elif spec.type in ("int", int):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ConfigError(f"{source}: expected an integer, got {value!r}")
         minimum = spec.metadata["minimum"]
@@ -191,6 +250,9 @@ def render_toml() -> str:
     ]
     for name, spec in FIELDS.items():
         value = spec.default
-        rendered = str(value) if isinstance(value, int) else f'"{value}"'
+        if isinstance(value, bool):
+            rendered = "true" if value else "false"
+        else:
+            rendered = str(value) if isinstance(value, int) else f'"{value}"'
         lines += ["", f"# {spec.metadata['help']} (env {env_var(name)})", f"{name} = {rendered}"]
     return "\n".join(lines) + "\n"

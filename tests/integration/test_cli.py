@@ -10,11 +10,14 @@ import json
 import secrets
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from support.daemon import TaskTable, base_env, closed_port, run_cli, settings_env
+from support.http import ROUTED, STUCK, Api, api_daemon
 from support.mysql import connect
+from support.waiting import now_ms, wait_for
 
 from triggerhook.store.mysql import init_schema
 
@@ -156,7 +159,10 @@ def test_run_rejects_bad_settings(
     assert_clean_error(result, EXIT_USAGE, *mentions)
 
 
-@pytest.mark.parametrize("command", [["schedule", "--in", "5s"], ["run"], ["get", "x"]])
+@pytest.mark.parametrize(
+    "command",
+    [["schedule", "--in", "5s"], ["run"], ["get", "x"], ["reschedule", "x", "--in", "5s"]],
+)
 def test_unreachable_database_is_a_runtime_failure(command: list[str]) -> None:
     url = f"mysql+pymysql://root:@127.0.0.1:{closed_port()}/th_unreachable"
     result = run_cli(command, cli_env(url), timeout_s=60)
@@ -279,3 +285,188 @@ def test_get_and_cancel_validate_the_id(db: tuple[str, TaskTable]) -> None:
     for command in ("get", "cancel"):
         result = run_cli([command, "bad id!"], cli_env(database_url))
         assert_clean_error(result, EXIT_USAGE, "id:")
+
+
+def epoch_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).astimezone(UTC).timestamp() * 1000)
+
+
+def test_reschedule_against_the_database(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    env = cli_env(database_url)
+    _json(run_cli(["schedule", "--id", "mv", "--at", "2030-01-01T00:00:00Z"], env), EXIT_OK)
+
+    due_ms = epoch_ms("2031-01-01T00:00:00.500+00:00")
+    moved = _json(run_cli(["reschedule", "mv", "--at", "2031-01-01T00:00:00.5Z"], env), EXIT_OK)
+    assert moved == {"id": "mv", "due_ms": due_ms, "result": "rescheduled"}
+    assert table.query("SELECT due_ms FROM th_tasks WHERE id = 'mv'") == [(due_ms,)]
+    before = now_ms()
+    later = _json(run_cli(["reschedule", "mv", "--in", "2h"], env), EXIT_OK)
+    assert isinstance(later["due_ms"], int)
+    assert before + 7_200_000 <= later["due_ms"] <= now_ms() + 7_200_000 + 1
+    assert table.query("SELECT due_ms FROM th_tasks WHERE id = 'mv'") == [(later["due_ms"],)]
+
+    missing = _json(run_cli(["reschedule", "nope", "--in", "5s"], env), EXIT_NOT_FOUND)
+    assert missing == {"id": "nope", "result": "not_found"}
+    table.query("UPDATE th_tasks SET firing = 1 WHERE id = 'mv'")  # as an engine arms it
+    too_late = _json(run_cli(["reschedule", "mv", "--in", "5s"], env), EXIT_TOO_LATE)
+    assert too_late == {"id": "mv", "result": "too_late"}
+    assert table.query("SELECT due_ms FROM th_tasks WHERE id = 'mv'") == [(later["due_ms"],)]
+
+
+@pytest.mark.parametrize(
+    ("args", "mentions"),
+    [
+        pytest.param(["mv", "--in", "5x"], ("in:", "5x"), id="in"),
+        pytest.param(["mv", "--at", "notatime"], ("at:", "notatime"), id="at"),
+        pytest.param(["mv", "--at", "10000-01-01T00:00:00Z"], ("at:",), id="at-year-10000"),
+        pytest.param(["bad id!", "--in", "5s"], ("id:",), id="id"),
+    ],
+)
+def test_reschedule_rejects_bad_input(
+    db: tuple[str, TaskTable], args: list[str], mentions: tuple[str, ...]
+) -> None:
+    database_url, table = db
+    env = cli_env(database_url)
+    _json(run_cli(["schedule", "--id", "mv", "--at", "2030-01-01T00:00:00Z"], env), EXIT_OK)
+    assert_clean_error(run_cli(["reschedule", *args], env), EXIT_USAGE, *mentions)
+    assert table.query("SELECT due_ms FROM th_tasks") == [(epoch_ms("2030-01-01T00:00:00+00:00"),)]
+
+
+# -- through a daemon's HTTP API (--url / TRIGGERHOOK_URL) ----------------------------------
+
+TOKEN = "cli-test-" + secrets.token_hex(8)
+
+
+@pytest.fixture(scope="module")
+def served(mysql_url: str, amqp_url: str) -> Iterator[Api]:
+    """A daemon serving the HTTP API (bearer token required) for this module's --url tests."""
+    with api_daemon(mysql_url, amqp_url, api_token=TOKEN, default_routing_key=ROUTED) as api:
+        yield api
+        assert api.daemon.terminate() == 0, api.daemon.tail()
+        assert api.daemon.count("Traceback") == 0, api.daemon.tail()
+
+
+def url_env(api: Api, token: str = TOKEN) -> dict[str, str]:
+    """The CLI pointed at the daemon. Its own database_url leads nowhere: only the
+    daemon can answer."""
+    nowhere = f"mysql+pymysql://root:@127.0.0.1:{closed_port()}/th_unused"
+    return {**cli_env(nowhere, api_token=token), "TRIGGERHOOK_URL": api.url}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def test_url_schedule_get_reschedule_cancel_round_trip(served: Api) -> None:
+    env = url_env(served)
+    task_id = new_id("url")
+    schedule = ["schedule", "--id", task_id, "--at", "2030-01-01T00:00:00.250Z"]
+    schedule += ["--routing-key", "orders.expire", "--payload", "héllo"]
+
+    created = _json(run_cli(schedule, env), EXIT_OK)
+    assert created == {"id": task_id, "due_ms": 1_893_456_000_250, "created": True}
+    assert _json(run_cli(schedule, env), EXIT_OK) == {**created, "created": False}
+    assert_clean_error(run_cli([*schedule[:-1], "other"], env), EXIT_USAGE, task_id)
+    # The same output as in database mode.
+    assert _json(run_cli(["get", task_id], env), EXIT_OK) == {
+        "id": task_id,
+        "due_ms": 1_893_456_000_250,
+        "routing_key": "orders.expire",
+        "payload": "héllo",
+        "state": "scheduled",
+    }
+
+    due_ms = epoch_ms("2031-01-01T00:00:00+00:00")
+    moved = _json(run_cli(["reschedule", task_id, "--at", "2031-01-01T00:00:00Z"], env), EXIT_OK)
+    assert moved == {"id": task_id, "due_ms": due_ms, "result": "rescheduled"}
+    assert _json(run_cli(["get", task_id], env), EXIT_OK)["due_ms"] == due_ms
+    before = now_ms()
+    later = _json(run_cli(["reschedule", task_id, "--in", "1h"], env), EXIT_OK)
+    assert isinstance(later["due_ms"], int)
+    assert before + 3_600_000 <= later["due_ms"] <= now_ms() + 3_600_000 + 1
+    assert _json(run_cli(["get", task_id], env), EXIT_OK)["due_ms"] == later["due_ms"]
+
+    cancelled = _json(run_cli(["cancel", task_id], env), EXIT_OK)
+    assert cancelled == {"id": task_id, "result": "cancelled"}
+    for command in (["cancel", task_id], ["get", task_id], ["reschedule", task_id, "--in", "5s"]):
+        result = _json(run_cli(command, env), EXIT_NOT_FOUND)
+        assert result == {"id": task_id, "result": "not_found"}, command
+
+
+def test_url_and_token_as_flags_and_a_generated_id(served: Api) -> None:
+    env = url_env(served, token="")
+    del env["TRIGGERHOOK_URL"]
+    flags = ["--url", served.url, "--api-token", TOKEN]
+    before = now_ms()
+    created = _json(run_cli([*flags, "schedule", "--in", "1h30m"], env), EXIT_OK)
+    task_id = created["id"]
+    assert isinstance(task_id, str) and len(task_id) == 36  # a UUID
+    assert created["created"] is True
+    assert isinstance(created["due_ms"], int)
+    assert before + 5_400_000 <= created["due_ms"] <= now_ms() + 5_400_000 + 1
+    got = _json(run_cli([*flags, "get", task_id], env), EXIT_OK)
+    assert got["routing_key"] == ROUTED  # the daemon's default_routing_key
+    assert _json(run_cli([*flags, "cancel", task_id], env), EXIT_OK)["result"] == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("args", "mentions"),
+    [
+        pytest.param(["schedule", "--in", "5x"], ("in:", "5x"), id="in-bad-duration"),
+        pytest.param(["schedule", "--in", "99999999999999999s"], ("in:",), id="in-past-9999"),
+        pytest.param(["schedule", "--at", "notatime"], ("at:", "notatime"), id="at"),
+        pytest.param(
+            ["schedule", "--in", "5s", "--routing-key", "bad key!"],
+            ("routing_key:",),
+            id="routing-key",
+        ),
+        pytest.param(
+            ["schedule", "--in", "5s", "--payload", "caf\udce9"],
+            ("payload:",),
+            id="payload-not-utf8",
+        ),
+        pytest.param(["schedule", "--id", "bad id!", "--in", "5s"], ("id:",), id="schedule-id"),
+        pytest.param(["get", "bad id!"], ("id:",), id="get-id"),
+        pytest.param(["cancel", "bad id!"], ("id:",), id="cancel-id"),
+        pytest.param(["reschedule", "x", "--at", "notatime"], ("at:",), id="reschedule-at"),
+        pytest.param(["reschedule", "x", "--in", "soon"], ("in:",), id="reschedule-in"),
+    ],
+)
+def test_url_mode_rejects_bad_input(
+    served: Api, args: list[str], mentions: tuple[str, ...]
+) -> None:
+    with TaskTable(served.database_url) as table:
+        before = table.count()
+        assert_clean_error(run_cli(args, url_env(served)), EXIT_USAGE, *mentions)
+        assert table.count() == before
+
+
+def test_url_mode_too_late(served: Api) -> None:
+    env = url_env(served)
+    task_id = new_id("stuck")
+    # Unroutable: the daemon keeps retrying it, so it stays armed.
+    schedule = ["schedule", "--id", task_id, "--in", "0s", "--routing-key", STUCK]
+    assert _json(run_cli(schedule, env), EXIT_OK)["created"] is True
+
+    def firing() -> bool:
+        return bool(_json(run_cli(["get", task_id], env), EXIT_OK)["state"] == "firing")
+
+    wait_for(firing, 20, "task never armed")
+    too_late = {"id": task_id, "result": "too_late"}
+    assert _json(run_cli(["cancel", task_id], env), EXIT_TOO_LATE) == too_late
+    assert _json(run_cli(["reschedule", task_id, "--in", "1m"], env), EXIT_TOO_LATE) == too_late
+
+
+def test_url_mode_failures(served: Api) -> None:
+    wrong_token = run_cli(["get", "x"], url_env(served, token="wrong"))
+    assert_clean_error(wrong_token, EXIT_USAGE, "bearer token", "api_token")
+    no_token = run_cli(["schedule", "--in", "5s"], url_env(served, token=""))
+    assert_clean_error(no_token, EXIT_USAGE, "bearer token")
+
+    nobody = {**url_env(served), "TRIGGERHOOK_URL": f"http://127.0.0.1:{closed_port()}"}
+    for command in (["schedule", "--in", "5s"], ["cancel", "x"]):
+        assert_clean_error(run_cli(command, nobody), EXIT_FAILURE, "no answer")
+
+    bad_url = {**url_env(served), "TRIGGERHOOK_URL": "ftp://example.com"}
+    assert_clean_error(run_cli(["get", "x"], bad_url), EXIT_USAGE, "--url")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer, Received
@@ -22,7 +22,7 @@ from support.daemon import (
     schedule_tasks,
     spread,
 )
-from support.tcpproxy import TcpProxy
+from support.tcpproxy import TcpProxy, via_proxy
 from support.waiting import now_ms, wait_for
 
 TASKS = 2000
@@ -208,13 +208,6 @@ def test_rabbitmq_restart_while_tasks_come_due(
     assert daemon.alive(), daemon.tail()
     wait_for(lambda: table.count() == 0, 15, lambda: f"{table.count()} rows left")
     assert daemon.terminate() == 0
-
-
-def via_proxy(database_url: str, port: int) -> str:
-    parts = urlsplit(database_url)
-    credentials = parts.netloc.rpartition("@")[0]
-    netloc = f"{credentials}@127.0.0.1:{port}" if credentials else f"127.0.0.1:{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def test_mysql_unreachable_for_a_few_seconds(

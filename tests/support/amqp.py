@@ -28,6 +28,11 @@ class AmqpNames:
     exchange: str
     queue: str
 
+    @property
+    def commands(self) -> str:
+        """The command queue a test daemon consumes (its dead-letter queue: + ``.dead``)."""
+        return f"{self.exchange}.commands"
+
 
 @dataclass(frozen=True)
 class Received:
@@ -60,9 +65,10 @@ class EventConsumer:
     reconnects within the same call's deadline; unacked messages are redelivered.
     """
 
-    def __init__(self, amqp_url: str, names: AmqpNames) -> None:
+    def __init__(self, amqp_url: str, names: AmqpNames, binding: str = "#") -> None:
         self.amqp_url = amqp_url
         self.names = names
+        self.binding = binding  # routing keys of the events kept
         self._connection: Any = None
         self._channel: Any = None
         self._buffer: deque[Received] = deque()
@@ -142,7 +148,7 @@ class EventConsumer:
             )
             channel.queue_declare(queue=self.names.queue, durable=True)
             channel.queue_bind(
-                queue=self.names.queue, exchange=self.names.exchange, routing_key="#"
+                queue=self.names.queue, exchange=self.names.exchange, routing_key=self.binding
             )
             channel.basic_consume(
                 queue=self.names.queue, on_message_callback=self._on_message, auto_ack=False
@@ -169,10 +175,11 @@ class EventConsumer:
 
 
 def delete_topology(amqp_url: str, names: AmqpNames) -> None:
-    """Delete the exchange and queue; missing ones are fine."""
+    """Delete the exchange and the queues (events, commands); missing ones are fine."""
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    queues = (names.queue, names.commands, f"{names.commands}.dead")
     try:
-        for kind, name in (("queue", names.queue), ("exchange", names.exchange)):
+        for kind, name in [*(("queue", q) for q in queues), ("exchange", names.exchange)]:
             channel = connection.channel()
             try:
                 if kind == "queue":

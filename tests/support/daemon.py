@@ -72,13 +72,19 @@ def daemon_env(
     instance_id: str,
     **overrides: int | str,
 ) -> dict[str, str]:
-    """Environment for a test daemon: FAST_SETTINGS, then ``overrides``."""
+    """Environment for a test daemon: FAST_SETTINGS, then ``overrides``.
+
+    The daemon's HTTP API gets a free port and its command queue is named after
+    the test's exchange (``<exchange>.commands``, deleted with the exchange).
+    """
     settings: dict[str, int | str] = {
         **FAST_SETTINGS,
         "database_url": database_url,
         "amqp_url": amqp_url,
         "exchange": exchange,
         "instance_id": instance_id,
+        "http_port": closed_port(),
+        "command_queue": f"{exchange}.commands",
         **overrides,
     }
     return {**base_env(), **settings_env(**settings)}
@@ -279,9 +285,18 @@ class Daemon:
                 self._cond.wait(min(left, 0.2))
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
-        """Wait until the engine runs and the publisher is connected."""
+        """Wait until the engine runs, the publisher is connected and (unless
+        turned off) the HTTP API listens and the command consumer consumes."""
         self.wait_for_line("engine started", timeout_s)
         self.wait_for_line("publishing to exchange", timeout_s)
+        if self._enabled("HTTP_ENABLED"):
+            self.wait_for_line("http api listening", timeout_s)
+        if self._enabled("COMMANDS_ENABLED"):
+            self.wait_for_line("consuming commands from queue", timeout_s)
+
+    def _enabled(self, setting: str) -> bool:
+        value = self._env.get(f"TRIGGERHOOK_{setting}", "true")
+        return value.strip().lower() not in ("0", "false", "no", "off")
 
     def tail(self, count: int = _LOG_TAIL) -> str:
         with self._cond:

@@ -7,7 +7,7 @@
   ``triggerhook/store/mysql.py`` (every row carries the ``rev`` it was
   inserted with; claimable = claim expired; arm only rows still claimed by the
   caller at the claim's revision, a row already armed at that revision counting
-  as armed; cancel only unarmed rows; delete only armed rows). It records every
+  as armed; cancel and reschedule only unarmed rows; delete only armed rows). It records every
   call, and :meth:`FakeStore.fail_next` makes the next call(s) of a method raise.
 * :class:`FakePublisher`: an :class:`~triggerhook.interfaces.EventPublisher`
   that publishes nothing (for an :class:`~triggerhook.engine.engine.Engine`
@@ -17,13 +17,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, SchemaError
 from triggerhook.interfaces import (
     Claim,
@@ -31,6 +32,8 @@ from triggerhook.interfaces import (
     Clock,
     EventPublisher,
     InsertOutcome,
+    Move,
+    Moved,
     NewRow,
     TaskStore,
     new_rev,
@@ -272,6 +275,30 @@ class FakeStore:
                     results.append(CancelResult.CANCELLED)
             return results
 
+    def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
+        with self._lock:
+            self._maybe_fail("reschedule")
+            last = {move.task_id: move for move in moves}
+            outcome: dict[str, Moved] = {}
+            for tid, move in last.items():
+                row = self.rows.get(tid)
+                if row is None:
+                    outcome[tid] = Moved(RescheduleResult.NOT_FOUND)
+                elif row.firing:
+                    outcome[tid] = Moved(RescheduleResult.TOO_LATE)
+                else:
+                    task = dataclasses.replace(row.task, due_ms=move.due_ms)
+                    claimed = move.claim is not ClaimMode.NONE
+                    self.rows[tid] = StoredRow(
+                        task,
+                        instance if claimed else None,
+                        lease_until_ms if claimed else 0,
+                        move.claim is ClaimMode.ARM,
+                        move.rev,
+                    )
+                    outcome[tid] = Moved(RescheduleResult.RESCHEDULED, task)
+            return [outcome[move.task_id] for move in moves]
+
     def check_schema(self) -> None:
         with self._lock:
             self._maybe_fail("check_schema")
@@ -313,6 +340,9 @@ class FakePublisher:
 
     def is_alive(self) -> bool:
         return self.started and not self.finished
+
+    def is_connected(self) -> bool:
+        return self.is_alive()
 
     def unconfirmed(self) -> int:
         return 0

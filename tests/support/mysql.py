@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -31,3 +33,40 @@ def connect_kwargs(url: str) -> dict[str, Any]:
 def connect(url: str) -> Any:
     """A new autocommit pymysql connection (the caller closes it)."""
     return pymysql.connect(**connect_kwargs(url))
+
+
+@contextlib.contextmanager
+def temporary_database(mysql_url: str, name: str) -> Iterator[str]:
+    """Create an empty utf8mb4 database ``name``; yield its URL; drop it."""
+    conn = connect(mysql_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+            )
+    finally:
+        conn.close()
+    try:
+        yield f"{mysql_url}/{name}"
+    finally:
+        _drop_database(mysql_url, name)
+
+
+def _drop_database(mysql_url: str, name: str) -> None:
+    conn = connect(mysql_url)
+    try:
+        with conn.cursor() as cur:
+            # Sessions the test leaked (a daemon thread still connected, an open
+            # transaction) would hold metadata locks and make DROP DATABASE hang.
+            cur.execute(
+                "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> "
+                "CONNECTION_ID()",
+                (name,),
+            )
+            for (session_id,) in cur.fetchall():
+                with contextlib.suppress(pymysql.err.MySQLError):  # may be gone already
+                    cur.execute(f"KILL CONNECTION {int(session_id)}")
+            cur.execute("SET SESSION lock_wait_timeout = 30")
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        conn.close()

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
+from urllib.parse import urlsplit, urlunsplit
 
 _BUFSIZE = 65536
 _JOIN_TIMEOUT_S = 10.0
@@ -287,3 +288,11 @@ class TcpProxy:
     def _forget(self, link: _Link) -> None:
         with self._links_lock:
             self._links.discard(link)
+
+
+def via_proxy(url: str, port: int) -> str:
+    """``url`` with its host and port replaced by the local proxy's (credentials kept)."""
+    parts = urlsplit(url)
+    credentials = parts.netloc.rpartition("@")[0]
+    netloc = f"{credentials}@127.0.0.1:{port}" if credentials else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))

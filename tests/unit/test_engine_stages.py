@@ -10,7 +10,7 @@ import pytest
 from support.fakes import FakeClock, FakePublisher, FakeStore
 from support.waiting import wait_until
 
-from triggerhook.domain.task import CancelResult, Task, TaskState
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskState
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.engine import Engine
@@ -19,7 +19,7 @@ from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.errors import ConflictError, StoreError, StoreUnavailable
-from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, NewRow
+from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, Move, Moved, NewRow
 from triggerhook.settings import Settings
 
 NOW = 1_700_000_000_000
@@ -577,6 +577,9 @@ def make_engine(store: FakeStore, capacity: int, clock: FakeClock | None = None)
     def write_batch(rows: Sequence[NewRow]) -> list[InsertOutcome]:
         raise AssertionError("the tests below insert into the store themselves")
 
+    def write_moves(moves: Sequence[Move]) -> list[Moved]:
+        raise AssertionError("the tests below reschedule in the store themselves")
+
     return Engine(
         settings,
         store,
@@ -584,6 +587,7 @@ def make_engine(store: FakeStore, capacity: int, clock: FakeClock | None = None)
         ME,
         lambda buffer, sink, retry, fail: FakePublisher(),
         write_batch,
+        write_moves,
     )
 
 
@@ -891,3 +895,46 @@ def test_fake_store_keeps_a_revision_per_row_and_arms_by_it() -> None:
         Claim(task("b", NOW + 100), b_rev, True),
         Claim(task("c", NOW + 900), 7, False),
     ]
+
+
+def test_engine_reschedule_holds_moved_rows_like_new_ones(running: Running) -> None:
+    engine, store = running.engine, running.store
+    store.put(task("near", NOW + 50_000))
+    store.put(task("soon", NOW + 40_000))
+    moves = engine.plan_moves([("near", NOW + 500), ("soon", NOW + 100)], NOW)
+    assert [m.claim for m in moves] == [ClaimMode.CLAIM, ClaimMode.ARM]
+    assert engine.inventory.room() == 3
+    engine.adopt_moves(moves, store.reschedule(moves, ME, NOW + LEASE))
+    assert sorted(engine.inventory.snapshot()) == ["near", "soon"]
+    assert len(engine.scheduler) == 1 and len(engine.armer) == 1
+    row = store.row("soon")
+    assert row is not None and row.firing and row.rev == moves[1].rev
+
+
+def test_engine_reschedule_of_one_id_twice_in_a_batch_holds_only_the_last_move(
+    running: Running,
+) -> None:
+    engine, store = running.engine, running.store
+    store.put(task("twice", NOW + 50_000))
+    moves = engine.plan_moves([("twice", NOW + 100), ("twice", NOW + 150)], NOW)
+    assert [m.claim for m in moves] == [ClaimMode.ARM, ClaimMode.ARM]
+    outcomes = store.reschedule(moves, ME, NOW + LEASE)
+    assert [o.task.due_ms if o.task else None for o in outcomes] == [NOW + 150] * 2
+    engine.adopt_moves(moves, outcomes)
+    # One copy, at the revision the row has: it fires once, at the last time.
+    assert len(engine.scheduler) == 1
+    assert engine.inventory.room() == 4  # both reservations settled
+    row = store.row("twice")
+    assert row is not None and row.rev == moves[1].rev and row.task.due_ms == NOW + 150
+
+
+def test_engine_reschedule_refused_rows_take_no_room(running: Running) -> None:
+    engine, store = running.engine, running.store
+    store.put(
+        task("armed", NOW + 1000), claimed_by="other", claim_until_ms=NOW + LEASE, firing=True
+    )
+    moves = engine.plan_moves([("armed", NOW + 300), ("gone", NOW + 300)], NOW)
+    outcomes = store.reschedule(moves, ME, NOW + LEASE)
+    assert [o.result for o in outcomes] == [RescheduleResult.TOO_LATE, RescheduleResult.NOT_FOUND]
+    engine.adopt_moves(moves, outcomes)
+    assert len(engine.inventory) == 0 and engine.inventory.room() == 5

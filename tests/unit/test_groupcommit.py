@@ -258,3 +258,49 @@ def test_named_committer_of_other_items() -> None:
         committer.stop()
         assert committer.join(WAIT_S)
     assert batches == [["c-1"], ["x-1"], ["boom"]]
+
+
+class Callback:
+    """A non-blocking caller's ``done``: records what the writer thread handed it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[InsertOutcome | None, TriggerHookError | None, str]] = []
+        self.called = threading.Event()
+
+    def __call__(self, outcome: InsertOutcome | None, error: TriggerHookError | None) -> None:
+        self.calls.append((outcome, error, threading.current_thread().name))
+        self.called.set()
+
+
+def test_enqueue_shares_the_batch_of_blocking_callers_and_calls_back(make: Factory) -> None:
+    committer, write, _ = make()
+    first = hold_first_batch(committer, write)
+    blocked = start_callers(committer, ["row-1"])
+    callbacks = {name: Callback() for name in ("row-2", "row-3")}
+    for name, callback in callbacks.items():
+        committer.enqueue(row(name), callback)  # returns at once
+    assert wait_until(lambda: queued(committer) == 3, WAIT_S)
+    assert not any(cb.called.is_set() for cb in callbacks.values())
+    write.gate.set()
+    join_all([first, *blocked])
+
+    for name, callback in callbacks.items():
+        assert callback.called.wait(WAIT_S)
+        assert callback.calls == [(outcome_for(name), None, "th-commit-0")]
+    assert write.batches == [["row-0"], ["row-1", "row-2", "row-3"]]
+
+
+def test_enqueue_reports_a_failed_write_and_is_refused_when_stopping(make: Factory) -> None:
+    committer, write, _ = make(error=StoreUnavailable("db down"))
+    callback = Callback()
+    committer.enqueue(row("row-0"), callback)
+    write.gate.set()
+    assert callback.called.wait(WAIT_S)
+    ((outcome, error, _thread),) = callback.calls
+    assert outcome is None and isinstance(error, StoreUnavailable)
+
+    committer.stop()
+    refused = Callback()
+    with pytest.raises(NotRunningError):
+        committer.enqueue(row("row-1"), refused)
+    assert not refused.called.is_set()

@@ -18,6 +18,7 @@ CONFIG_FILE = REPO / "config" / "triggerhook.toml"
 
 INT_FIELDS = [name for name, f in FIELDS.items() if f.type in ("int", int)]
 STR_FIELDS = [name for name, f in FIELDS.items() if f.type in ("str", str)]
+BOOL_FIELDS = [name for name, f in FIELDS.items() if f.type in ("bool", bool)]
 
 
 def write_toml(tmp_path: Path, text: str) -> Path:
@@ -29,8 +30,8 @@ def write_toml(tmp_path: Path, text: str) -> Path:
 # -- the documented file ------------------------------------------------------------
 
 
-def test_every_field_is_an_int_or_a_str_with_help() -> None:
-    assert sorted(INT_FIELDS + STR_FIELDS) == sorted(FIELDS)
+def test_every_field_is_an_int_a_str_or_a_bool_with_help() -> None:
+    assert sorted(INT_FIELDS + STR_FIELDS + BOOL_FIELDS) == sorted(FIELDS)
     for name, spec in FIELDS.items():
         assert spec.metadata["help"], name
 
@@ -317,3 +318,47 @@ def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.exchange = "other"  # type: ignore[misc]
+
+
+# -- booleans and the HTTP binding rule ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("true", True), ("1", True), (" YES ", True), ("on", True), ("false", False), ("0", False)],
+)
+@pytest.mark.parametrize("name", BOOL_FIELDS)
+def test_bool_settings_from_env(name: str, raw: str, expected: bool) -> None:
+    assert getattr(load_settings(environ={env_var(name): raw}), name) is expected
+
+
+@pytest.mark.parametrize("name", BOOL_FIELDS)
+def test_bad_bools_are_rejected_from_every_source(name: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=env_var(name)):
+        load_settings(environ={env_var(name): "maybe"})
+    with pytest.raises(ConfigError, match=name):
+        load_settings(write_toml(tmp_path, f"{name} = 1\n"), environ={})
+    with pytest.raises(ConfigError, match=name.replace("_", "-")):
+        load_settings(environ={}, overrides={name: "true"})
+    assert (
+        getattr(load_settings(write_toml(tmp_path, f"{name} = false\n"), environ={}), name) is False
+    )
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.5", "::", "example.com"])
+def test_a_public_http_host_needs_a_token_or_an_explicit_allowance(host: str) -> None:
+    with pytest.raises(ConfigError, match="http_host"):
+        Settings(http_host=host)
+    assert Settings(http_host=host, api_token="t").http_host == host
+    assert Settings(http_host=host, http_allow_public_without_token=True).http_host == host
+    assert Settings(http_host=host, http_enabled=False).http_host == host
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_hosts_need_no_token(host: str) -> None:
+    assert Settings(http_host=host).http_host == host
+
+
+def test_command_queue_must_be_a_valid_name() -> None:
+    with pytest.raises(ConfigError, match="command_queue"):
+        Settings(command_queue="bad name")

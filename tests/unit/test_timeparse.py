@@ -303,3 +303,41 @@ def test_bad_durations_are_rejected(text: str) -> None:
     with pytest.raises(ValidationError) as named:
         parse_duration_ms(text, field="delay")
     assert named.value.field == "delay"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (1_900_000_000.001, 1_900_000_000_001),  # x * 1000 is inexact in binary
+        (1_900_000_000.0011, 1_900_000_000_002),  # a real sub-ms part rounds up
+        (0.1, 100),
+        (0.0001, 1),
+        (1.0000001, 1001),
+        (253_402_300_799.999, MAX_DUE_MS),
+        (1_764_500_000.25, 1_764_500_000_250),
+    ],
+)
+def test_float_seconds_resolve_to_the_millisecond_they_name(seconds: float, expected: int) -> None:
+    assert seconds_to_ms(seconds) == expected
+    # The exact decimal path agrees.
+    assert seconds_to_ms(Decimal(repr(seconds))) == expected
+
+
+@pytest.mark.parametrize("value", [1e300, 1.7976931348623157e308, 1e15, 10**400])
+def test_huge_numbers_are_rejected_not_overflowing(value: float) -> None:
+    with pytest.raises(ValidationError) as info:
+        seconds_to_ms(value, "at")
+    assert info.value.field == "at"
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, -1e300, -1e308, "1969-12-31T23:59:59Z"])
+def test_past_ok_turns_times_before_1970_into_the_epoch(value: object) -> None:
+    assert parse_at(value, past_ok=True) == 0
+    with pytest.raises(ValidationError):
+        parse_at(value)
+
+
+def test_past_ok_still_rejects_times_after_9999() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_at(253_402_300_800, "when", past_ok=True)
+    assert info.value.field == "when"

@@ -117,6 +117,9 @@ class AmqpPublisher(Worker):
     def unconfirmed(self) -> int:
         return len(self._unconfirmed)
 
+    def is_connected(self) -> bool:
+        return self.connected.is_set()
+
     # -- the thread -----------------------------------------------------------
 
     def run(self) -> None:

@@ -36,6 +36,14 @@ class CancelResult(enum.Enum):
     TOO_LATE = "too_late"  # being published, or published and not yet deleted
 
 
+class RescheduleResult(enum.Enum):
+    """The exact outcome of a reschedule."""
+
+    RESCHEDULED = "rescheduled"  # it fires at the new time, and only then
+    NOT_FOUND = "not_found"  # unknown, or already fired and deleted
+    TOO_LATE = "too_late"  # being published at its old time
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """One task: fire ``payload`` to ``routing_key`` at ``due_ms``."""

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.armer import Armer
@@ -27,6 +28,8 @@ from triggerhook.interfaces import (
     ConfirmSink,
     EventPublisher,
     InsertOutcome,
+    Move,
+    Moved,
     NewRow,
     RetryHandler,
     TaskStore,
@@ -63,6 +66,7 @@ class Engine:
         instance: str,
         publisher_factory: PublisherFactory,
         write_batch: Callable[[Sequence[NewRow]], list[InsertOutcome]],
+        write_moves: Callable[[Sequence[Move]], list[Moved]],
     ) -> None:
         self.settings = settings
         self.instance = instance
@@ -113,6 +117,9 @@ class Engine:
         self.canceller = GroupCommitter(
             store.cancel, settings.schedule_batch_size, 1, self._fail, name="cancel"
         )
+        self.rescheduler = GroupCommitter(
+            write_moves, settings.schedule_batch_size, 1, self._fail, name="reschedule"
+        )
         self._retry_backoff_max_ms = settings.publish_retry_max_ms
         self._running = False
 
@@ -138,8 +145,8 @@ class Engine:
             log.info("released %d claims left by a previous run of this instance", released)
         for worker in self._workers():
             worker.start()
-        self.committer.start()
-        self.canceller.start()
+        for committer in self._committers():
+            committer.start()
         self._running = True
         log.info(
             "engine started",
@@ -149,6 +156,13 @@ class Engine:
     def _workers(self) -> list[Worker | EventPublisher]:
         # Downstream first, so nothing is handed to a stage that is not running.
         return [self.confirmer, self.publisher, self.scheduler, self.armer, self.preloader]
+
+    def _committers(self) -> list[GroupCommitter[Any, Any]]:
+        return [self.committer, self.canceller, self.rescheduler]
+
+    def alive(self) -> bool:
+        """Every thread of a running engine is alive (a wedged one is not seen here)."""
+        return self.running and all(w.is_alive() for w in self._workers())
 
     def stop(self, timeout_s: float | None = None) -> bool:
         """Graceful stop; True when everything due was published and confirmed.
@@ -162,12 +176,12 @@ class Engine:
         self._running = False
         timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
-        self.committer.stop()
-        self.canceller.stop()
+        for committer in self._committers():
+            committer.stop()
         self.preloader.stop()
         self.armer.stop()
-        self.committer.join(_left(deadline))
-        self.canceller.join(_left(deadline))
+        for committer in self._committers():
+            committer.join(_left(deadline))
         self.preloader.join(_left(deadline))
         self.armer.join(_left(deadline))
         self.scheduler.drain_until(self._clock.now_ms() + self.settings.arm_ahead_ms)
@@ -230,26 +244,34 @@ class Engine:
         Inventory room is reserved for every row that claims; the caller settles
         it with :meth:`adopt` after the insert, or :meth:`unplan` if it failed.
         """
+        modes = self._claim_modes([task.due_ms for task in tasks], now_ms)
+        return [NewRow(task, mode) for task, mode in zip(tasks, modes, strict=True)]
+
+    def plan_moves(self, moves: Sequence[tuple[str, int]], now_ms: float) -> list[Move]:
+        """Like :meth:`plan`, for (task id, new due time) pairs being rescheduled."""
+        modes = self._claim_modes([due_ms for _, due_ms in moves], now_ms)
+        return [Move(tid, due, mode) for (tid, due), mode in zip(moves, modes, strict=True)]
+
+    def _claim_modes(self, dues_ms: Sequence[int], now_ms: float) -> list[ClaimMode]:
         if not self._running:
-            return [NewRow(task) for task in tasks]
+            return [ClaimMode.NONE] * len(dues_ms)
         horizon = now_ms + self.settings.preload_window_ms
         arm_by = now_ms + self.settings.arm_ahead_ms
-        soon = sum(1 for task in tasks if task.due_ms <= horizon)
+        soon = sum(1 for due_ms in dues_ms if due_ms <= horizon)
         room = self.inventory.reserve(soon) if soon else 0
         if room < soon:
             # Memory is (nearly) full: the preloader claims these as room frees.
             self.preloader.wake()
-        rows = []
-        for task in tasks:
-            if task.due_ms <= horizon and room > 0:
+        modes = []
+        for due_ms in dues_ms:
+            if due_ms <= horizon and room > 0:
                 room -= 1
-                mode = ClaimMode.ARM if task.due_ms <= arm_by else ClaimMode.CLAIM
-                rows.append(NewRow(task, mode))
+                modes.append(ClaimMode.ARM if due_ms <= arm_by else ClaimMode.CLAIM)
             else:
-                rows.append(NewRow(task))
-        return rows
+                modes.append(ClaimMode.NONE)
+        return modes
 
-    def unplan(self, rows: Sequence[NewRow]) -> None:
+    def unplan(self, rows: Sequence[NewRow | Move]) -> None:
         self.inventory.release(_claiming(rows))
 
     def adopt(self, rows: Sequence[NewRow], outcomes: Sequence[InsertOutcome]) -> None:
@@ -260,6 +282,22 @@ class Engine:
             if outcome is InsertOutcome.CREATED and row.claim is not ClaimMode.NONE
         ]
         self.preloader.hold(claims, _claiming(rows), self._clock.now_ms())
+
+    def adopt_moves(self, moves: Sequence[Move], outcomes: Sequence[Moved]) -> None:
+        """After the commit: hold the rescheduled rows this instance claimed.
+
+        An id moved twice in one batch was written by its last move only: the
+        earlier moves' revisions never existed, so they are not held (an armed
+        copy would fire without being checked against the row)."""
+        last = {move.task_id: index for index, move in enumerate(moves)}
+        claims = [
+            Claim(moved.task, move.rev, move.claim is ClaimMode.ARM)
+            for index, (move, moved) in enumerate(zip(moves, outcomes, strict=True))
+            if moved.task is not None
+            and move.claim is not ClaimMode.NONE
+            and last[move.task_id] == index
+        ]
+        self.preloader.hold(claims, _claiming(moves), self._clock.now_ms())
 
     def stats(self) -> EngineStats:
         return EngineStats(
@@ -274,7 +312,7 @@ class Engine:
         )
 
 
-def _claiming(rows: Sequence[NewRow]) -> int:
+def _claiming(rows: Sequence[NewRow | Move]) -> int:
     """Rows that claim on insert: each holds one unit of reserved room."""
     return sum(1 for row in rows if row.claim is not ClaimMode.NONE)
 

@@ -2,7 +2,8 @@
 
 Callers block until the transaction holding their item committed (or failed),
 so a returned ``schedule`` (or ``cancel``) call always has its change on disk,
-while many callers together pay for one commit instead of one each.
+while many callers together pay for one commit instead of one each. Callers
+that must not block (the HTTP API's event loop) pass a callback instead.
 """
 
 from __future__ import annotations
@@ -22,19 +23,33 @@ _GATHER_S = 0.001
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
+# Called on a writer thread with (outcome, None) or (None, error).
+Done = Callable[[Result | None, TriggerHookError | None], None]
+
 
 class _Call(Generic[Item, Result]):
-    """One waiting caller. ``latch`` is a lock taken at creation and released by
-    the writer: a one-shot signal far cheaper than an Event."""
+    """One caller: blocked on ``latch`` (a lock taken at creation and released
+    by the writer, a one-shot signal far cheaper than an Event), or waiting
+    for ``done`` to be called."""
 
-    __slots__ = ("error", "latch", "outcome", "row")
+    __slots__ = ("done", "error", "latch", "outcome", "row")
 
-    def __init__(self, row: Item) -> None:
+    def __init__(self, row: Item, done: Done[Result] | None = None) -> None:
         self.row = row
+        self.done = done
         self.latch = threading.Lock()
-        self.latch.acquire()
+        if done is None:
+            self.latch.acquire()
         self.outcome: Result | None = None
         self.error: TriggerHookError | None = None
+
+    def finish(self, outcome: Result | None, error: TriggerHookError | None) -> None:
+        self.outcome = outcome
+        self.error = error
+        if self.done is None:
+            self.latch.release()
+        else:
+            self.done(outcome, error)
 
 
 class GroupCommitter(Generic[Item, Result]):
@@ -73,14 +88,22 @@ class GroupCommitter(Generic[Item, Result]):
     def join(self, timeout_s: float | None = None) -> bool:
         return all(writer.join(timeout_s) for writer in self._writers)
 
-    def submit(self, row: Item, timeout_s: float) -> Result:
-        call: _Call[Item, Result] = _Call(row)
+    def enqueue(self, row: Item, done: Done[Result]) -> None:
+        """Queue ``row`` without blocking; ``done`` is called once it committed
+        or failed. Raises :class:`NotRunningError` when stopping (not queued)."""
+        self._queue(_Call(row, done), caller=False)
+
+    def _queue(self, call: _Call[Item, Result], caller: bool) -> None:
         with self._cond:
             if self._stopping:
                 raise NotRunningError("the engine is stopping; call refused")
             self._calls.append(call)
-            self._callers += 1
+            self._callers += caller
             self._cond.notify()
+
+    def submit(self, row: Item, timeout_s: float) -> Result:
+        call: _Call[Item, Result] = _Call(row)
+        self._queue(call, caller=True)
         try:
             finished = call.latch.acquire(timeout=timeout_s)
         finally:
@@ -117,17 +140,14 @@ class GroupCommitter(Generic[Item, Result]):
             outcomes = self._write([call.row for call in batch])
         except TriggerHookError as exc:
             for call in batch:
-                call.error = exc
-                call.latch.release()
+                call.finish(None, exc)
             return
         except BaseException as exc:
             for call in batch:
-                call.error = EngineFailure(f"group commit failed: {exc!r}")
-                call.latch.release()
+                call.finish(None, EngineFailure(f"group commit failed: {exc!r}"))
             raise
         for call, outcome in zip(batch, outcomes, strict=True):
-            call.outcome = outcome
-            call.latch.release()
+            call.finish(outcome, None)
 
 
 class _Writer(Worker, Generic[Item, Result]):

@@ -9,9 +9,9 @@ from typing import Any
 
 import pymysql
 
-from triggerhook.domain.task import CancelResult, Task, TaskInfo, TaskState
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, SchemaError, StoreError
-from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, NewRow
+from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, Move, Moved, NewRow
 from triggerhook.store import sql
 from triggerhook.store.connection import (
     ConnectionPool,
@@ -288,6 +288,29 @@ class MySQLStore:
                     results[tid] = _cancel_result(firing.get(tid))
         return _first_wins(task_ids, results)
 
+    def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
+        last = {move.task_id: move for move in moves}  # an id moved twice: the last move
+        moved: dict[str, Moved] = {}
+        with self._pool.transaction() as cur:
+            for part in _chunks(list(last), _IN_LIST_CHUNK):
+                cur.execute(sql.LOCK_FOR_RESCHEDULE.format(ids=sql.placeholders(len(part))), part)
+                found = {row[0]: row for row in cur.fetchall()}
+                params = []
+                for tid in part:
+                    row = found.get(tid)
+                    if row is None:
+                        moved[tid] = Moved(RescheduleResult.NOT_FOUND)
+                    elif row[4]:
+                        moved[tid] = Moved(RescheduleResult.TOO_LATE)
+                    else:
+                        move = last[tid]
+                        task = self._task((tid, move.due_ms, row[2], row[3]))
+                        moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
+                        params.append(_move_params(move, instance, lease_until_ms))
+                if params:
+                    cur.executemany(sql.RESCHEDULE, params)
+        return [moved[move.task_id] for move in moves]
+
     def get(self, task_id: str) -> TaskInfo | None:
         with self._pool.transaction() as cur:
             cur.execute(sql.SELECT_TASK, (task_id,))
@@ -299,6 +322,18 @@ class MySQLStore:
     def close(self) -> None:
         self._pool.close()
         self._autocommit_pool.close()
+
+
+def _move_params(move: Move, instance: str, lease_until_ms: int) -> Row:
+    claimed = move.claim is not ClaimMode.NONE
+    return (
+        move.due_ms,
+        move.rev,
+        instance if claimed else None,
+        lease_until_ms if claimed else 0,
+        1 if move.claim is ClaimMode.ARM else 0,
+        move.task_id,
+    )
 
 
 def _cancel_result(firing: int | None) -> CancelResult:

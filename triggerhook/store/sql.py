@@ -68,6 +68,17 @@ LOCK_FOR_CANCEL = "SELECT id, firing FROM th_tasks WHERE id IN ({ids}) FOR UPDAT
 
 CANCEL = "DELETE FROM th_tasks WHERE id IN ({ids}) AND firing = 0"
 
+# Reschedule locks like cancel (same exclusion with the armer), then moves each
+# unarmed row with a new revision: any copy held in memory then fails to arm.
+LOCK_FOR_RESCHEDULE = (
+    "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHERE id IN ({ids}) FOR UPDATE"
+)
+
+RESCHEDULE = (
+    "UPDATE th_tasks SET due_ms = %s, rev = %s, claimed_by = %s, claim_until_ms = %s,"
+    " firing = %s WHERE id = %s AND firing = 0"
+)
+
 
 def placeholders(count: int) -> str:
     """``%s, %s, ...`` for an IN list of ``count`` bound values."""

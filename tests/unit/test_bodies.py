@@ -1,0 +1,96 @@
+"""The JSON bodies shared by the HTTP API and the AMQP command channel."""
+
+from __future__ import annotations
+
+import pytest
+
+from triggerhook.api.bodies import (
+    When,
+    parse_batch,
+    parse_create,
+    parse_id,
+    parse_reschedule,
+    rename_field,
+)
+from triggerhook.app import TaskSpec
+from triggerhook.errors import ValidationError
+
+
+def test_a_full_create_body() -> None:
+    spec = parse_create(
+        {"id": "a", "at": 1_800_000_000.5, "routing_key": "k", "payload_b64": "AP8="}
+    )
+    assert spec == TaskSpec(id="a", at_ms=1_800_000_000_500, routing_key="k", payload=b"\x00\xff")
+
+
+def test_delay_is_kept_relative_and_rounds_up() -> None:
+    assert parse_create({"delay": 0.0001}) == TaskSpec(delay_ms=1)
+    assert parse_create({"delay": 2, "payload": "hé"}) == TaskSpec(delay_ms=2000, payload="hé")
+
+
+def test_rfc3339_and_past_times() -> None:
+    assert parse_create({"at": "2026-01-01T00:00:00.001Z"}).at_ms == 1_767_225_600_001
+    assert parse_create({"at": "1960-01-01T00:00:00Z"}).at_ms == 0  # past: fires at once
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (None, "body"),
+        ({"at": 1, "delay": 1}, "at"),
+        ({}, "at"),
+        ({"at": None}, "at"),
+        ({"delay": True}, "delay"),
+        ({"delay": float("inf")}, "delay"),
+        ({"delay": 1, "id": None}, "id"),
+        ({"delay": 1, "routing_key": None}, "routing_key"),
+        ({"delay": 1, "id": "batch"}, "id"),
+        ({"delay": 1, "payload": "a", "payload_b64": ""}, "payload"),
+        ({"delay": 1, "payload_b64": "@@@"}, "payload_b64"),
+        ({"delay": 1, "extra": 1}, "extra"),
+    ],
+)
+def test_invalid_create_bodies_name_the_field(body: object, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_create(body)
+    assert info.value.field == field
+
+
+def test_batch_errors_name_index_and_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_batch({"tasks": [{"delay": 1}, {"delay": -1}]}, 10)
+    assert info.value.field == "tasks[1].delay"
+    bodies: list[dict[str, object]] = [
+        {"tasks": []},
+        {"tasks": [{"delay": 1}] * 3},
+        {"tasks": {}},
+        {},
+    ]
+    for body in bodies:
+        with pytest.raises(ValidationError) as bad:
+            parse_batch(body, 2)
+        assert bad.value.field == "tasks"
+    with pytest.raises(ValidationError) as extra:
+        parse_batch({"tasks": [{"delay": 1}], "more": 1}, 2)
+    assert extra.value.field == "more"
+
+
+def test_reschedule_and_id() -> None:
+    assert parse_reschedule({"delay": 1}) == When(delay_ms=1000)
+    assert parse_reschedule({"id": "x", "at": 2}, extra=frozenset({"id"})) == When(at_ms=2000)
+    with pytest.raises(ValidationError) as info:
+        parse_reschedule({"id": "x", "at": 2})
+    assert info.value.field == "id"
+    assert parse_id({"id": "x"}) == "x"
+    for body, field in (([], "body"), ({}, "id"), ({"id": 5}, "id")):
+        with pytest.raises(ValidationError) as bad:
+            parse_id(body)
+        assert bad.value.field == field
+
+
+def test_library_field_names_become_interface_names() -> None:
+    assert rename_field(ValidationError("delay_ms", "m")).field == "delay"
+    assert rename_field(ValidationError("at_ms", "m")).field == "at"
+    assert rename_field(ValidationError("tasks[2].due", "m")).field == "tasks[2].at"
+    assert rename_field(ValidationError("routing_key", "m")).field == "routing_key"
+    assert rename_field(ValidationError("id", "m"), "tasks[0]").field == "tasks[0].id"

@@ -1,0 +1,231 @@
+"""Parsing and applying AMQP commands (triggerhook.api.command_messages.execute), against
+a TriggerHook on the in-memory FakeStore (never started: calls write directly).
+The consumer itself is tested against RabbitMQ in tests/integration/test_commands.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
+
+from triggerhook.api.command_messages import Command, Rejected, execute, max_body_bytes
+from triggerhook.app import TriggerHook
+from triggerhook.domain.task import Task
+from triggerhook.errors import StoreUnavailable
+from triggerhook.settings import Settings
+
+NOW_MS = int(DEFAULT_NOW_MS)
+LIMIT = 4096
+
+
+@pytest.fixture
+def store() -> FakeStore:
+    return FakeStore()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def hook(store: FakeStore, clock: FakeClock) -> Iterator[TriggerHook]:
+    settings = Settings(instance_id="unit", max_payload_bytes=64)
+    yield TriggerHook(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
+
+
+def run(
+    hook: TriggerHook,
+    type_: str | None,
+    body: object,
+    message_id: str | None = None,
+    redelivered: bool = False,
+) -> dict[str, object]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return execute(hook, Command(type_, raw, message_id, redelivered), LIMIT)
+
+
+def rejected(hook: TriggerHook, type_: str | None, body: object) -> Rejected:
+    with pytest.raises(Rejected) as info:
+        run(hook, type_, body)
+    return info.value
+
+
+# -- create ---------------------------------------------------------------------------
+
+
+def test_create_reply_and_row(hook: TriggerHook, store: FakeStore) -> None:
+    reply = run(
+        hook,
+        "create",
+        {"id": "a", "at": 1_800_000_000.25, "routing_key": "x.y", "payload": "hi"},
+    )
+    assert reply == {"ok": True, "id": "a", "at": 1_800_000_000.25, "created": True}
+    assert store.ids() == {"a"}
+    row = store.row("a")
+    assert row is not None
+    assert row.task == Task("a", 1_800_000_000_250, "x.y", b"hi")
+
+
+def test_create_again_is_a_no_op_and_other_content_conflicts(hook: TriggerHook) -> None:
+    body = {"id": "a", "at": 1_800_000_000}
+    assert run(hook, "create", body)["created"] is True
+    assert run(hook, "create", body) == {
+        "ok": True,
+        "id": "a",
+        "at": 1_800_000_000.0,
+        "created": False,
+    }
+    reply = run(hook, "create", {**body, "payload": "other"})
+    assert reply["ok"] is False
+    error = reply["error"]
+    assert isinstance(error, dict)
+    assert error["code"] == "conflict"
+    assert "a" in str(error["message"])
+
+
+def test_create_delay_and_payload_b64(hook: TriggerHook, store: FakeStore) -> None:
+    reply = run(hook, "create", {"id": "d", "delay": 1.5, "payload_b64": "AAH/"})
+    assert reply["at"] == (NOW_MS + 1500) / 1000
+    row = store.row("d")
+    assert row is not None
+    assert row.task.payload == b"\x00\x01\xff"
+    assert row.task.routing_key == "triggerhook.fire"
+
+
+def test_create_takes_a_valid_message_id_as_task_id(hook: TriggerHook, store: FakeStore) -> None:
+    assert run(hook, "create", {"delay": 60}, message_id="msg-1")["id"] == "msg-1"
+    again = run(hook, "create", {"delay": 60}, message_id="msg-1")
+    assert again["created"] is False
+    # The body's id wins over the message id.
+    assert run(hook, "create", {"id": "body-id", "delay": 60}, message_id="msg-2")["id"] == (
+        "body-id"
+    )
+    # An invalid message id is not an error: the task gets a new UUID.
+    other = run(hook, "create", {"delay": 60}, message_id="not a valid id!")
+    assert uuid.UUID(str(other["id"])).version == 4
+    assert store.ids() == {"msg-1", "body-id", str(other["id"])}
+
+
+def test_redelivered_delay_create_is_the_same_command(hook: TriggerHook, clock: FakeClock) -> None:
+    first = run(hook, "create", {"delay": 10}, message_id="m")
+    clock.advance(500)  # the due time computed at redelivery differs
+    assert run(hook, "create", {"delay": 10}, message_id="m", redelivered=True) == {
+        "ok": True,
+        "id": "m",
+        "at": first["at"],
+        "created": False,
+    }
+    # Not redelivered: the same id with another due time is a conflict.
+    reply = run(hook, "create", {"delay": 10}, message_id="m")
+    assert reply["ok"] is False
+    # Redelivered, but other content: still a conflict.
+    reply = run(hook, "create", {"delay": 10, "payload": "x"}, message_id="m", redelivered=True)
+    assert reply["ok"] is False
+
+
+# -- cancel and reschedule ------------------------------------------------------------
+
+
+def test_cancel_outcomes(hook: TriggerHook, store: FakeStore) -> None:
+    store.put(Task("c", NOW_MS + 60_000, "r"))
+    store.put(Task("armed", NOW_MS + 100, "r"), claimed_by="unit", firing=True)
+    assert run(hook, "cancel", {"id": "c"}) == {"ok": True, "id": "c"}
+    assert store.ids() == {"armed"}
+    assert _code(run(hook, "cancel", {"id": "c"})) == "not_found"
+    assert _code(run(hook, "cancel", {"id": "armed"})) == "too_late"
+
+
+def test_reschedule_outcomes(hook: TriggerHook, store: FakeStore) -> None:
+    store.put(Task("r", NOW_MS + 60_000, "k"))
+    store.put(Task("armed", NOW_MS + 100, "k"), claimed_by="unit", firing=True)
+    assert run(hook, "reschedule", {"id": "r", "at": 1_800_000_000.5}) == {
+        "ok": True,
+        "id": "r",
+        "at": 1_800_000_000.5,
+    }
+    row = store.row("r")
+    assert row is not None
+    assert row.task.due_ms == 1_800_000_000_500
+    assert run(hook, "reschedule", {"id": "r", "delay": 2})["at"] == (NOW_MS + 2000) / 1000
+    assert _code(run(hook, "reschedule", {"id": "gone", "delay": 1})) == "not_found"
+    assert _code(run(hook, "reschedule", {"id": "armed", "delay": 1})) == "too_late"
+
+
+def _code(reply: dict[str, object]) -> object:
+    assert reply["ok"] is False
+    error = reply["error"]
+    assert isinstance(error, dict)
+    return error["code"]
+
+
+# -- malformed commands ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("type_", "body", "code", "field"),
+    [
+        (None, {"delay": 1}, "unknown_type", None),
+        ("delete", {"id": "x"}, "unknown_type", None),
+        ("CREATE", {"delay": 1}, "unknown_type", None),
+        ("create", b"{not json", "malformed_json", None),
+        ("create", b"\xff\xfe{}", "malformed_json", None),
+        ("create", b'{"delay": NaN}', "malformed_json", None),
+        ("create", b"", "malformed_json", None),
+        ("create", [1, 2], "invalid", "body"),
+        ("create", {"at": 1, "delay": 1}, "invalid", "at"),
+        ("create", {}, "invalid", "at"),
+        ("create", {"delay": -1}, "invalid", "delay"),
+        ("create", {"at": "tomorrow"}, "invalid", "at"),
+        ("create", {"at": 1e15}, "invalid", "at"),
+        ("create", {"delay": 1, "colour": "red"}, "invalid", "colour"),
+        ("create", {"delay": 1, "routing_key": "bad key"}, "invalid", "routing_key"),
+        ("create", {"delay": 1, "id": "bad id"}, "invalid", "id"),
+        ("create", {"delay": 1, "payload": "x" * 65}, "invalid", "payload"),
+        ("create", {"delay": 1, "payload_b64": "***"}, "invalid", "payload_b64"),
+        ("cancel", {}, "invalid", "id"),
+        ("cancel", {"id": 7}, "invalid", "id"),
+        ("cancel", {"id": "bad id"}, "invalid", "id"),
+        ("cancel", {"id": "x", "at": 1}, "invalid", "at"),
+        ("cancel", "x", "invalid", "body"),
+        ("reschedule", {"id": "x"}, "invalid", "at"),
+        ("reschedule", {"at": 1}, "invalid", "id"),
+        ("reschedule", {"id": "x", "delay": "soon"}, "invalid", "delay"),
+        ("reschedule", {"id": "x", "delay": 1, "payload": ""}, "invalid", "payload"),
+    ],
+)
+def test_malformed_commands_are_rejected_and_write_nothing(
+    hook: TriggerHook,
+    store: FakeStore,
+    type_: str | None,
+    body: object,
+    code: str,
+    field: str | None,
+) -> None:
+    error = rejected(hook, type_, body)
+    assert (error.code, error.field) == (code, field)
+    assert error.message
+    reply_error = error.reply()["error"]
+    assert isinstance(reply_error, dict)
+    assert reply_error["code"] == code
+    assert reply_error.get("field") == field
+    assert error.reason.startswith(f"{code}: ")
+    if field is not None:
+        assert error.reason.startswith(f"{code}: {field}: ")
+    assert store.ids() == set()
+
+
+def test_body_size_limit(hook: TriggerHook) -> None:
+    error = rejected(hook, "create", b" " * (LIMIT + 1))
+    assert (error.code, error.field) == ("invalid", "body")
+    assert max_body_bytes(Settings(max_payload_bytes=65536)) > 6 * 65536
+
+
+def test_transient_errors_pass_through(hook: TriggerHook, store: FakeStore) -> None:
+    store.fail_next("insert", StoreUnavailable("database down"))
+    with pytest.raises(StoreUnavailable):
+        run(hook, "create", {"id": "t", "delay": 1})
+    assert run(hook, "create", {"id": "t", "delay": 1})["created"] is True

@@ -1,0 +1,163 @@
+"""Request bodies of the HTTP API and the AMQP command channel, parsed from JSON.
+
+Pure functions: a decoded JSON value in, a :class:`~triggerhook.app.TaskSpec`
+(or a due time) out, or a :class:`ValidationError` naming the offending field
+as the caller wrote it (``at``, ``tasks[3].payload_b64``). Both interfaces use
+these, so they accept exactly the same bodies.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from triggerhook.app import TaskSpec
+from triggerhook.domain.timeparse import parse_at
+from triggerhook.errors import ValidationError
+
+CREATE_FIELDS = frozenset({"id", "at", "delay", "routing_key", "payload", "payload_b64"})
+RESCHEDULE_FIELDS = frozenset({"at", "delay"})
+# Longest delay accepted (about 6,300 years; also in the OpenAPI document).
+MAX_DELAY_S = 200_000_000_000
+# Not a task id over the interfaces: ``/v1/tasks/batch`` is the batch endpoint.
+RESERVED_IDS = frozenset({"batch"})
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """A due time as given: exactly one of absolute ``at_ms`` or ``delay_ms``."""
+
+    at_ms: int | None = None
+    delay_ms: int | None = None
+
+
+def parse_create(body: object, prefix: str = "") -> TaskSpec:
+    """A create body: ``{"id"?, "at" | "delay", "routing_key"?, "payload"? | "payload_b64"?}``."""
+    fields = _object(body, prefix, CREATE_FIELDS)
+    when = _when(fields, prefix)
+    if "payload" in fields and "payload_b64" in fields:
+        raise ValidationError(_name(prefix, "payload"), "give at most one of payload, payload_b64")
+    payload: bytes | str | None = None
+    if "payload" in fields:
+        payload = _string(fields, "payload", prefix)
+    elif "payload_b64" in fields:
+        payload = _base64(_string(fields, "payload_b64", prefix), _name(prefix, "payload_b64"))
+    task_id = _optional_string(fields, "id", prefix)
+    if task_id in RESERVED_IDS:
+        raise ValidationError(_name(prefix, "id"), f"{task_id!r} is reserved")
+    return TaskSpec(
+        id=task_id,
+        at_ms=when.at_ms,
+        delay_ms=when.delay_ms,
+        routing_key=_optional_string(fields, "routing_key", prefix),
+        payload=payload,
+    )
+
+
+def parse_batch(body: object, max_tasks: int) -> list[TaskSpec]:
+    """A batch body: ``{"tasks": [create body, ...]}`` with 1..``max_tasks`` tasks."""
+    fields = _object(body, "", frozenset({"tasks"}))
+    tasks = fields.get("tasks")
+    if not isinstance(tasks, list):
+        raise ValidationError("tasks", "must be a list of tasks")
+    if not 1 <= len(tasks) <= max_tasks:
+        raise ValidationError("tasks", f"must hold 1 to {max_tasks} tasks, got {len(tasks)}")
+    return [parse_create(task, f"tasks[{index}]") for index, task in enumerate(tasks)]
+
+
+def parse_reschedule(body: object, extra: frozenset[str] = frozenset()) -> When:
+    """A reschedule body: ``{"at" | "delay"}`` (plus ``extra`` fields the caller reads)."""
+    return _when(_object(body, "", RESCHEDULE_FIELDS | extra), "")
+
+
+def parse_cancel(body: object, extra: frozenset[str] = frozenset()) -> str:
+    """A cancel command's body ``{"id"}`` (plus ``extra`` fields the caller reads): the id."""
+    return parse_id(_object(body, "", frozenset({"id"}) | extra))
+
+
+def parse_id(body: object) -> str:
+    """The ``id`` of a cancel or reschedule command body."""
+    if not isinstance(body, Mapping):
+        raise ValidationError("body", "must be a JSON object")
+    if "id" not in body:
+        raise ValidationError("id", "is required")
+    value = body["id"]
+    if not isinstance(value, str):
+        raise ValidationError("id", "must be a string")
+    return value
+
+
+def rename_field(exc: ValidationError, prefix: str = "") -> ValidationError:
+    """An error from the library's names (``at_ms``, ``delay_ms``, ``due``) in the
+    interface's names (``at``, ``delay``)."""
+    head, _, last = exc.field.rpartition(".")
+    renamed = {"at_ms": "at", "due": "at", "delay_ms": "delay"}.get(last, last)
+    if renamed == last and not prefix:
+        return exc
+    return ValidationError(_name(prefix, f"{head}.{renamed}" if head else renamed), exc.message)
+
+
+def _object(body: object, prefix: str, allowed: frozenset[str]) -> Mapping[str, object]:
+    if not isinstance(body, Mapping):
+        raise ValidationError(prefix or "body", "must be a JSON object")
+    if body.keys() <= allowed:  # the usual case, checked in C
+        return body
+    for key in body:
+        if key not in allowed:
+            raise ValidationError(
+                _name(prefix, str(key)), f"unknown field (allowed: {', '.join(sorted(allowed))})"
+            )
+    return body
+
+
+def _when(fields: Mapping[str, object], prefix: str) -> When:
+    if ("at" in fields) == ("delay" in fields):
+        raise ValidationError(_name(prefix, "at"), "give exactly one of at and delay")
+    if "at" in fields:
+        at = fields["at"]
+        if isinstance(at, bool) or not isinstance(at, int | float | str):
+            raise ValidationError(
+                _name(prefix, "at"), "must be epoch seconds (a number) or an RFC 3339 string"
+            )
+        # Any past time means "now"; before 1970 it is stored as the epoch.
+        return When(at_ms=parse_at(at, _name(prefix, "at"), past_ok=True))
+    return When(delay_ms=_delay_ms(fields["delay"], _name(prefix, "delay")))
+
+
+def _delay_ms(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field, "must be a number of seconds")
+    try:
+        seconds = Decimal(str(value))
+    except InvalidOperation as exc:  # pragma: no cover - str() of a number always parses
+        raise ValidationError(field, "must be a number of seconds") from exc
+    if not seconds.is_finite() or seconds < 0 or seconds > MAX_DELAY_S:
+        raise ValidationError(field, "must be a finite, non-negative number of seconds")
+    # Round up: a delay never ends early.
+    return math.ceil(seconds * 1000)
+
+
+def _string(fields: Mapping[str, object], key: str, prefix: str) -> str:
+    value = fields[key]
+    if not isinstance(value, str):
+        raise ValidationError(_name(prefix, key), "must be a string")
+    return value
+
+
+def _optional_string(fields: Mapping[str, object], key: str, prefix: str) -> str | None:
+    return _string(fields, key, prefix) if key in fields else None
+
+
+def _base64(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError(field, "is not valid base64") from None
+
+
+def _name(prefix: str, field: str) -> str:
+    return f"{prefix}.{field}" if prefix else field

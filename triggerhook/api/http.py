@@ -1,0 +1,359 @@
+"""The HTTP API (aiohttp on the daemon's uvloop event loop).
+
+Threads: every handler runs on the event-loop thread and never blocks it.
+Single-task writes go to the engine's group committers without blocking
+(:meth:`TriggerHook.schedule_nowait` and friends: the writer thread resolves
+the request's future); batch writes, lookups and the readiness probe run on a
+small thread pool. Errors are JSON: ``{"error": {"code", "message", "field"?}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
+
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
+
+from triggerhook.api import openapi
+from triggerhook.api.bodies import parse_batch, parse_create, parse_reschedule, rename_field
+from triggerhook.app import Scheduled, TaskSpec, TriggerHook
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, validate_id
+from triggerhook.errors import (
+    ConflictError,
+    NotRunningError,
+    StoreUnavailable,
+    TransientError,
+    TriggerHookError,
+    ValidationError,
+)
+from triggerhook.interfaces import Moved
+from triggerhook.settings import Settings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Readiness = Callable[[], list[str]]  # blocking; the reasons the daemon is not ready
+
+_JSON = "application/json"
+# Longest a request waits for its commit before answering 503 (it may still
+# commit: every write is safe to retry).
+_COMMIT_TIMEOUT_S = 30.0
+
+
+class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server log. aiohttp reports a request it cannot even parse (a
+    bad header, garbage) as an ERROR with a traceback; that is a client's
+    mistake, answered 400: log one WARNING line instead."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if level >= logging.ERROR and isinstance(exc, BadHttpMessage):
+            self.logger.warning("unparsable HTTP request answered 400: %s", exc.message)
+            return
+        super().log(level, msg, *args, **kwargs)
+
+
+class ApiError(Exception):
+    """An error answer with its HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+def error_response(
+    status: int, code: str, message: str, field: str | None = None, **headers: str
+) -> web.Response:
+    error: dict[str, str] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    return _response(status, {"error": error}, headers)
+
+
+def _response(status: int, data: object, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, body=json.dumps(data).encode(), content_type=_JSON, headers=headers
+    )
+
+
+def _at(due_ms: int) -> float:
+    return due_ms / 1000
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class Commit(Generic[T]):
+    """A non-blocking engine call's outcome, awaited on the event loop: pass
+    :meth:`done` to the call (a writer thread calls it), then await :meth:`wait`."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[T] = self._loop.create_future()
+
+    def done(self, result: T | None, error: TriggerHookError | None) -> None:
+        self._loop.call_soon_threadsafe(_settle, self._future, result, error)
+
+    async def wait(self) -> T:
+        timer = self._loop.call_later(_COMMIT_TIMEOUT_S, _expire, self._future)
+        try:
+            return await self._future
+        finally:
+            timer.cancel()
+
+
+class HttpApi:
+    """Owns the aiohttp application, its runner and its site."""
+
+    def __init__(
+        self,
+        hook: TriggerHook,
+        settings: Settings,
+        readiness: Readiness,
+        executor: ThreadPoolExecutor,
+    ) -> None:
+        self._hook = hook
+        self._settings = settings
+        self._readiness = readiness
+        self._executor = executor
+        self._token = f"Bearer {settings.api_token}".encode() if settings.api_token else None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self._openapi = openapi.document(settings.max_payload_bytes, settings.http_max_batch_tasks)
+        self.app = self._build()
+
+    def _build(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self._settings.http_max_body_bytes,
+            middlewares=[self._errors, self._auth],
+        )
+        app.router.add_post("/v1/tasks", self.create)
+        app.router.add_post("/v1/tasks/batch", self.create_batch)
+        # Not a task id: other methods on this path are 405, not a lookup of "batch".
+        app.router.add_route("*", "/v1/tasks/batch", _only_post)
+        app.router.add_get("/v1/tasks/{id}", self.get, allow_head=False)
+        app.router.add_patch("/v1/tasks/{id}", self.reschedule)
+        app.router.add_delete("/v1/tasks/{id}", self.cancel)
+        app.router.add_get("/healthz", self.healthz, allow_head=False)
+        app.router.add_get("/readyz", self.readyz, allow_head=False)
+        app.router.add_get("/openapi.json", self.openapi, allow_head=False)
+        return app
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind and serve; raises OSError when the address is taken."""
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            shutdown_timeout=5.0,
+            logger=_ServerLog(logging.getLogger(f"{__name__}.server")),
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._settings.http_host, self._settings.http_port)
+        await site.start()
+        server = site._server  # the only way aiohttp exposes the bound port
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self._settings.http_port
+        log.info(
+            "http api listening on %s:%s",
+            self._settings.http_host,
+            self.port,
+            extra={"auth": self._token is not None},
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting; requests in flight finish (up to the runner's timeout)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- middlewares -------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message, exc.field)
+        except ValidationError as exc:
+            return error_response(422, "invalid", exc.message, exc.field)
+        except ConflictError as exc:
+            return error_response(409, "conflict", str(exc), "id")
+        except NotRunningError:
+            return error_response(503, "stopping", "the daemon is stopping; retry on another")
+        except TransientError as exc:
+            return error_response(503, "unavailable", str(exc), **{"Retry-After": "1"})
+        except web.HTTPException as exc:
+            # aiohttp's own answers: unknown route (404), method (405), body too big (413).
+            headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+            code = exc.reason.lower().replace(" ", "_")
+            return error_response(exc.status, code, exc.reason, **headers)
+        except TriggerHookError as exc:
+            log.error("request failed: %s", exc, extra={"path": request.path})
+            return error_response(500, "internal", "internal error; see the daemon's log")
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if self._token is not None and request.path.startswith("/v1/"):
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, self._token):
+                return error_response(
+                    401,
+                    "unauthorized",
+                    "missing or wrong bearer token",
+                    **{"WWW-Authenticate": "Bearer"},
+                )
+        return await handler(request)
+
+    # -- request helpers -----------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> object:
+        if request.content_type != _JSON:
+            raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
+        limit = self._settings.http_max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(413, "too_large", f"body is over the limit of {limit} bytes")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, "too_large", f"body is over the limit of {limit} bytes") from None
+        try:
+            return json.loads(raw, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            raise ApiError(400, "malformed_json", f"body is not valid JSON: {exc}") from None
+
+    def _task(self, spec: TaskSpec) -> Task:
+        try:
+            return self._hook.task_from(spec)
+        except ValidationError as exc:
+            raise rename_field(exc) from None
+
+    @staticmethod
+    def _path_id(request: web.Request) -> str:
+        return validate_id(request.match_info["id"])
+
+    def _blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    # -- handlers -------------------------------------------------------------------
+
+    async def create(self, request: web.Request) -> web.Response:
+        task = self._task(parse_create(await self._body(request)))
+        commit: Commit[Scheduled] = Commit()
+        self._hook.schedule_nowait(task, commit.done)
+        scheduled = await commit.wait()
+        status = 201 if scheduled.created else 200
+        return _response(status, {"id": task.id, "at": _at(task.due_ms)})
+
+    async def create_batch(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        ids = await self._blocking(lambda: self._schedule_batch(body))
+        return _response(201, {"ids": ids})
+
+    def _schedule_batch(self, body: object) -> list[str]:
+        """On a pool thread: validating 10,000 tasks takes a while."""
+        specs = parse_batch(body, self._settings.http_max_batch_tasks)
+        try:
+            scheduled = self._hook.schedule_many(specs)
+        except ValidationError as exc:
+            raise rename_field(exc) from None
+        except ConflictError as exc:
+            index = next(i for i, spec in enumerate(specs) if spec.id == exc.task_id)
+            raise ApiError(409, "conflict", str(exc), f"tasks[{index}].id") from None
+        return [s.task.id for s in scheduled]
+
+    async def get(self, request: web.Request) -> web.Response:
+        task_id = self._path_id(request)
+        info = await self._blocking(lambda: self._hook.get(task_id))
+        if info is None:
+            raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
+        return _response(200, _info(info))
+
+    async def reschedule(self, request: web.Request) -> web.Response:
+        task_id = self._path_id(request)
+        when = parse_reschedule(await self._body(request))
+        commit: Commit[Moved] = Commit()
+        try:
+            self._hook.reschedule_nowait(
+                task_id, commit.done, at_ms=when.at_ms, delay_ms=when.delay_ms
+            )
+        except ValidationError as exc:
+            raise rename_field(exc) from None
+        moved = await commit.wait()
+        if moved.result is RescheduleResult.TOO_LATE:
+            raise ApiError(409, "too_late", f"task {task_id!r} is being published")
+        if moved.task is None:
+            raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
+        return _response(200, {"id": task_id, "at": _at(moved.task.due_ms)})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        task_id = self._path_id(request)
+        commit: Commit[CancelResult] = Commit()
+        self._hook.cancel_nowait(task_id, commit.done)
+        result = await commit.wait()
+        if result is CancelResult.NOT_FOUND:
+            raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
+        if result is CancelResult.TOO_LATE:
+            raise ApiError(409, "too_late", f"task {task_id!r} is being published")
+        return web.Response(status=204)
+
+    async def healthz(self, _request: web.Request) -> web.Response:
+        return _response(200, {"status": "ok"})
+
+    async def readyz(self, _request: web.Request) -> web.Response:
+        reasons = await self._blocking(self._readiness)
+        if reasons:
+            return _response(503, {"status": "unready", "reasons": reasons})
+        return _response(200, {"status": "ready"})
+
+    async def openapi(self, _request: web.Request) -> web.Response:
+        return _response(200, self._openapi)
+
+
+async def _only_post(_request: web.Request) -> web.Response:
+    raise web.HTTPMethodNotAllowed("", ["POST"])
+
+
+def _info(info: TaskInfo) -> dict[str, Any]:
+    task = info.task
+    data: dict[str, Any] = {
+        "id": task.id,
+        "at": _at(task.due_ms),
+        "routing_key": task.routing_key,
+        "state": info.state.value,
+    }
+    try:  # the way it would be sent: text if it is UTF-8, else base64
+        data["payload"] = task.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        data["payload_b64"] = base64.b64encode(task.payload).decode("ascii")
+    return data
+
+
+def _settle(future: asyncio.Future[T], result: T | None, error: TriggerHookError | None) -> None:
+    if future.done():  # timed out meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(StoreUnavailable(f"not committed within {_COMMIT_TIMEOUT_S:.0f}s"))
