@@ -1,18 +1,61 @@
-# triggerhook daemon image. Build: docker build -t triggerhook .
-# Run:   docker run --rm -e TRIGGERHOOK_DATABASE_URL=... -e TRIGGERHOOK_AMQP_URL=... triggerhook
-FROM python:3.11-slim AS build
+# syntax=docker/dockerfile:1
+# The triggerhook daemon. Build and run (docs/deployment.md; compose.yaml runs
+# the whole stack):
+#
+#   docker build -t triggerhook .
+#   docker run --rm -p 127.0.0.1:8080:8080 -e TRIGGERHOOK_API_TOKEN=... \
+#       -e TRIGGERHOOK_DATABASE_URL=mysql+pymysql://user:password@db:3306/triggerhook \
+#       -e TRIGGERHOOK_AMQP_URL=amqp://user:password@broker:5672/%2F \
+#       triggerhook run --init-db
+#
+# tests/integration/test_deploy.py runs the build stage's RUN lines, the
+# entrypoint and the health check outside Docker, with $WHEELS and
+# $VIRTUAL_ENV pointed at a temporary directory: write paths through them.
+
+# The interpreter CI tests with (CPython 3.11.7 on Debian 12). Pinned to the
+# patch release; move it forward together with the CI machine's Python.
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+
+# -- build: wheels of the project and its runtime dependencies, then the venv --
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    WHEELS=/wheels \
+    VIRTUAL_ENV=/opt/triggerhook/venv
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY triggerhook ./triggerhook
-RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints.txt .
+# Runtime dependencies only (no dev extras), at the versions CI tests.
+RUN pip wheel --wheel-dir "$WHEELS" -c constraints.txt .
+# The venv gets no pip or setuptools: this stage's pip installs into it, from
+# the wheels above only (--no-index), so nothing unpinned can slip in.
+RUN python -m venv --without-pip "$VIRTUAL_ENV" \
+    && pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links "$WHEELS" \
+        "$WHEELS"/triggerhook-*.whl \
+    && "$VIRTUAL_ENV/bin/triggerhook" config >/dev/null
 
-FROM python:3.11-slim
-RUN useradd --system --uid 10001 --home-dir /nonexistent triggerhook
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# -- runtime: the venv and the default configuration, run as an unprivileged user
+FROM ${PYTHON_IMAGE} AS runtime
+RUN useradd --system --uid 10001 --user-group --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin triggerhook
+COPY --from=build /opt/triggerhook/venv /opt/triggerhook/venv
 COPY config/triggerhook.toml /etc/triggerhook/triggerhook.toml
-ENV TRIGGERHOOK_CONFIG=/etc/triggerhook/triggerhook.toml
-USER triggerhook
+# Settings: this file < TRIGGERHOOK_* variables < flags. The API listens on
+# every interface of the container, so the daemon refuses to start without
+# TRIGGERHOOK_API_TOKEN (/healthz and /readyz stay open).
+ENV VIRTUAL_ENV=/opt/triggerhook/venv \
+    PATH=/opt/triggerhook/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TRIGGERHOOK_CONFIG=/etc/triggerhook/triggerhook.toml \
+    TRIGGERHOOK_HTTP_HOST=0.0.0.0
+USER 10001:10001
+EXPOSE 8080
+# SIGTERM: fire what is armed, wait for the broker's confirms, release the
+# rest. Give it time: docker stop -t 60 (compose: stop_grace_period).
 STOPSIGNAL SIGTERM
+# Slim images have no curl. The port: TRIGGERHOOK_HTTP_PORT, default 8080.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:' + os.environ.get('TRIGGERHOOK_HTTP_PORT', '8080') + '/healthz', timeout=4)"]
 ENTRYPOINT ["triggerhook"]
 CMD ["run"]

@@ -42,6 +42,7 @@ import pymysql
 from triggerhook import Settings, TaskSpec, TriggerHook, build
 from triggerhook.clock import SystemClock
 from triggerhook.engine.sendbuffer import SendBuffer
+from triggerhook.metrics.counters import quantile
 from triggerhook.store.mysql import MySQLStore, init_schema
 
 SERVER_URL = "mysql+pymysql://root:@127.0.0.1:3306"
@@ -221,10 +222,6 @@ def bench_burst(base: Settings, n: int) -> list[Figure]:
     return figures
 
 
-def _pct(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
 def _create_load(hook: TriggerHook, stop: threading.Event, threads: int = 4) -> list[int]:
     """Threads scheduling far-future tasks as fast as they can until ``stop``."""
     counts = [0] * threads
@@ -269,13 +266,13 @@ def bench_precision(base: Settings, seconds: int, rate: int = 1000) -> list[Figu
         fired = sorted(float(r[1] - r[0]) for r in rows)
         received = sorted(r[2] - r[0] for r in rows)
         early = sum(1 for r in rows if r[1] < r[0])
-        p50, p99 = _pct(fired, 0.5), _pct(fired, 0.99)
+        p50, p99 = quantile(fired, 0.5), quantile(fired, 0.99)
         label = f", under create load ({created / seconds:,.0f} schedule/s)" if load else ""
         detail = (
             f"{len(rows)} tasks over {seconds} s{label}; x-fired - x-due: p50 {p50:.0f} "
-            f"p90 {_pct(fired, 0.9):.0f} p99 {p99:.0f} p99.9 {_pct(fired, 0.999):.0f} "
-            f"max {fired[-1]:.0f} ms; received - due: p50 {_pct(received, 0.5):.1f} "
-            f"p99 {_pct(received, 0.99):.1f} max {received[-1]:.1f} ms; early {early}"
+            f"p90 {quantile(fired, 0.9):.0f} p99 {p99:.0f} p99.9 {quantile(fired, 0.999):.0f} "
+            f"max {fired[-1]:.0f} ms; received - due: p50 {quantile(received, 0.5):.1f} "
+            f"p99 {quantile(received, 0.99):.1f} max {received[-1]:.1f} ms; early {early}"
         )
         suffix = " under create load" if load else ""
         figures += [
@@ -316,6 +313,12 @@ class _DrainingPublisher:
 
     def is_connected(self) -> bool:
         return True
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def take_lateness(self) -> list[float]:
+        return []
 
 
 def bench_sending_and_confirm(base: Settings, n: int) -> list[Figure]:

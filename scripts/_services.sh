@@ -3,9 +3,12 @@
 #
 # ensure_services: make sure MariaDB and RabbitMQ answer, starting local ones
 # if they are down. A service on another host is only probed, never started.
+# ensure_influxdb (scripts/test only): the same for InfluxDB 1.x, which the
+# metrics tests write to; installs Debian's influxdb package when missing.
 #
-#   TRIGGERHOOK_MYSQL_HOST / TRIGGERHOOK_MYSQL_PORT   default 127.0.0.1 / 3306
-#   TRIGGERHOOK_AMQP_HOST  / TRIGGERHOOK_AMQP_PORT    default 127.0.0.1 / 5672
+#   TRIGGERHOOK_MYSQL_HOST  / TRIGGERHOOK_MYSQL_PORT  default 127.0.0.1 / 3306
+#   TRIGGERHOOK_AMQP_HOST   / TRIGGERHOOK_AMQP_PORT   default 127.0.0.1 / 5672
+#   TRIGGERHOOK_INFLUX_HOST / TRIGGERHOOK_INFLUX_PORT default 127.0.0.1 / 8086
 #   SERVICE_START_TIMEOUT                             seconds, default 60
 #
 # The MariaDB probe uses PyMySQL from the venv (so source _venv.sh and call
@@ -15,9 +18,14 @@ MYSQL_HOST="${TRIGGERHOOK_MYSQL_HOST:-127.0.0.1}"
 MYSQL_PORT="${TRIGGERHOOK_MYSQL_PORT:-3306}"
 AMQP_HOST="${TRIGGERHOOK_AMQP_HOST:-127.0.0.1}"
 AMQP_PORT="${TRIGGERHOOK_AMQP_PORT:-5672}"
+INFLUX_HOST="${TRIGGERHOOK_INFLUX_HOST:-127.0.0.1}"
+INFLUX_PORT="${TRIGGERHOOK_INFLUX_PORT:-8086}"
 SERVICE_START_TIMEOUT="${SERVICE_START_TIMEOUT:-60}"
 
 MARIADBD=/usr/sbin/mariadbd
+INFLUXD=/usr/bin/influxd
+INFLUX_CONFIG=/etc/influxdb/influxdb.conf # Debian's
+INFLUX_PIDFILE=/run/influxdb/influxd.pid   # the one Debian's init script uses
 
 _svc_log() { printf '%s\n' "services: $*" >&2; }
 
@@ -174,6 +182,107 @@ ensure_rabbitmq() {
     _svc_log "error: RabbitMQ did not come up on $AMQP_HOST:$AMQP_PORT within" \
         "${SERVICE_START_TIMEOUT}s; try 'rabbitmq-diagnostics status' and see /var/log/rabbitmq"
     if [[ -s "$log" ]]; then cat "$log" >&2; fi
+    return 1
+}
+
+# 0: GET /ping answers 204 (InfluxDB 1.x and 2.x both do). Plain bash, no curl.
+_influx_ping() {
+    # shellcheck disable=SC2016 # $1/$2 expand in the child bash, on purpose
+    timeout 3 bash -c '
+        exec 3<>"/dev/tcp/$1/$2" || exit 1
+        printf "GET /ping HTTP/1.0\r\nHost: %s\r\n\r\n" "$1" >&3
+        read -r _ code _ <&3
+        [[ "$code" == 204 ]]' _ "$INFLUX_HOST" "$INFLUX_PORT" 2>/dev/null
+}
+
+_influx_install() {
+    if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        _svc_log "error: $INFLUXD is missing and cannot be installed here (needs root and" \
+            "apt-get); install Debian's influxdb package or point TRIGGERHOOK_INFLUX_HOST/PORT" \
+            "at a running InfluxDB 1.x"
+        return 1
+    fi
+    _svc_log "installing Debian's influxdb package (apt-get install -y influxdb)"
+    # --reinstall: also repairs a package whose files are gone (half-removed).
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0)
+    local install=(install --reinstall --no-install-recommends influxdb)
+    # The package lists may be stale on a fresh machine: refresh them and retry once.
+    if ! "${apt[@]}" "${install[@]}" >&2; then
+        _svc_log "apt-get install failed; running apt-get update and retrying"
+        "${apt[@]}" update >&2 && "${apt[@]}" "${install[@]}" >&2 || {
+            _svc_log "error: could not install the influxdb package"
+            return 1
+        }
+    fi
+    [[ -x "$INFLUXD" ]] || {
+        _svc_log "error: the influxdb package is installed but $INFLUXD is missing"
+        return 1
+    }
+}
+
+# Start influxd the way Debian's init script does (user influxdb, its pid
+# file), in the background, its log in /var/log/influxdb/influxd.log.
+_influx_start() {
+    local user=() log=/var/log/influxdb/influxd.log
+    if id influxdb >/dev/null 2>&1; then
+        user=(--chuid influxdb:influxdb)
+        install -d -o influxdb -g influxdb /run/influxdb /var/log/influxdb /var/lib/influxdb
+        # A data directory left by an influxd run as root would stop this one.
+        if [[ -n "$(find /var/lib/influxdb ! -user influxdb -print -quit)" ]]; then
+            _svc_log "giving /var/lib/influxdb to user influxdb (files owned by another user)"
+            chown -R influxdb:influxdb /var/lib/influxdb
+        fi
+    else
+        install -d /run/influxdb /var/log/influxdb
+    fi
+    _svc_log "starting $INFLUXD -config $INFLUX_CONFIG (log: $log)"
+    # Reporting off (no network here); HTTP only on the configured address.
+    if ! INFLUXDB_REPORTING_DISABLED=true INFLUXDB_HTTP_BIND_ADDRESS="$INFLUX_HOST:$INFLUX_PORT" \
+        start-stop-daemon --start --oknodo --quiet --background --no-close "${user[@]}" \
+        --pidfile "$INFLUX_PIDFILE" --exec "$INFLUXD" -- \
+        -pidfile "$INFLUX_PIDFILE" -config "$INFLUX_CONFIG" </dev/null >>"$log" 2>&1; then
+        _svc_log "error: start-stop-daemon could not start $INFLUXD; see $log"
+        return 1
+    fi
+}
+
+ensure_influxdb() {
+    _influx_ping && return 0
+    if ! _is_local_host "$INFLUX_HOST"; then
+        _svc_log "error: InfluxDB is not reachable at $INFLUX_HOST:$INFLUX_PORT (not local, not starting it)"
+        return 1
+    fi
+    if ! command -v start-stop-daemon >/dev/null 2>&1; then
+        _svc_log "error: InfluxDB is down at $INFLUX_HOST:$INFLUX_PORT and start-stop-daemon" \
+            "is missing; start InfluxDB 1.x yourself"
+        return 1
+    fi
+    local started=$SECONDS
+    if [[ ! -x "$INFLUXD" ]]; then
+        _influx_install || return 1
+        _influx_ping && {
+            _svc_log "InfluxDB is up (started by the package), $((SECONDS - started))s"
+            return 0
+        }
+    fi
+    if start-stop-daemon --status --pidfile "$INFLUX_PIDFILE" --exec "$INFLUXD"; then
+        _svc_log "influxd is running but not answering on $INFLUX_HOST:$INFLUX_PORT yet; waiting"
+    else
+        _svc_log "InfluxDB is down at $INFLUX_HOST:$INFLUX_PORT"
+        _influx_start || return 1
+    fi
+
+    local deadline=$((SECONDS + SERVICE_START_TIMEOUT))
+    while ((SECONDS < deadline)); do
+        if _influx_ping; then
+            _svc_log "InfluxDB is up ($("$INFLUXD" version 2>/dev/null)), $((SECONDS - started))s"
+            return 0
+        fi
+        sleep 0.5
+    done
+    _svc_log "error: InfluxDB did not answer GET http://$INFLUX_HOST:$INFLUX_PORT/ping within" \
+        "${SERVICE_START_TIMEOUT}s; see /var/log/influxdb/influxd.log"
+    tail -n 20 /var/log/influxdb/influxd.log >&2 2>/dev/null || true
     return 1
 }
 

@@ -4,6 +4,7 @@ Services come from the environment (scripts/test makes sure local ones run):
 
 * ``TRIGGERHOOK_TEST_MYSQL``  default ``mysql+pymysql://root:@127.0.0.1:3306``
 * ``TRIGGERHOOK_TEST_AMQP``   default ``amqp://guest:guest@127.0.0.1:5672/%2F``
+* ``TRIGGERHOOK_TEST_INFLUX`` default ``http://127.0.0.1:8086`` (InfluxDB 1.x)
 
 Helpers live in tests/support (imported as ``support.*``: pytest puts tests/ on
 sys.path because tests/ is not a package). Nothing here imports triggerhook.
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 
 import pika.exceptions
 import pytest
+from support import influx
 from support.amqp import AmqpNames, EventConsumer, delete_topology
 from support.mysql import temporary_database
 from support.names import unique_name
@@ -63,3 +65,22 @@ def event_consumer(amqp_url: str, amqp_names: AmqpNames) -> Iterator[EventConsum
         yield consumer
     finally:
         consumer.close()
+
+
+@pytest.fixture(scope="session")
+def influx_url() -> str:
+    """Base URL of the test InfluxDB 1.x; fails the test at once when it does not answer."""
+    url = influx.influx_url()
+    if not influx.ping(url):
+        pytest.fail(
+            f"InfluxDB does not answer GET {url}/ping (scripts/test starts a local one: "
+            "ensure_influxdb in scripts/_services.sh; or set TRIGGERHOOK_TEST_INFLUX)"
+        )
+    return url
+
+
+@pytest.fixture
+def influx_database(influx_url: str) -> Iterator[str]:
+    """A fresh InfluxDB database (unique ``th_test_...`` name); dropped afterwards."""
+    with influx.temporary_database(influx_url) as name:
+        yield name

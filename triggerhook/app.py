@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,7 +14,17 @@ from triggerhook.domain.timeparse import due_from
 from triggerhook.engine.engine import Engine, PublisherFactory
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Item, Result
 from triggerhook.errors import ConflictError, NotRunningError, TriggerHookError, ValidationError
-from triggerhook.interfaces import Clock, InsertOutcome, Move, Moved, NewRow, TaskStore
+from triggerhook.interfaces import (
+    Clock,
+    InsertOutcome,
+    MetricsSink,
+    Move,
+    Moved,
+    NewRow,
+    TaskStore,
+)
+from triggerhook.metrics.collector import Collector
+from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,11 +72,14 @@ class TriggerHook:
         store: TaskStore,
         clock: Clock,
         publisher_factory: PublisherFactory,
+        metrics_sink: MetricsSink | None = None,
     ) -> None:
         self.settings = settings
         self.instance_id = settings.resolved_instance_id()
         self._store = store
         self._clock = clock
+        self._metrics_sink = metrics_sink
+        self.metrics: MetricsReporter | None = None  # while started
         self._engine = Engine(
             settings,
             store,
@@ -266,7 +280,7 @@ class TriggerHook:
                 return self._engine.canceller.submit(task_id, timeout_s)
             except NotRunningError:  # stopping: refused before queuing; go direct
                 pass
-        return self._store.cancel([task_id])[0]
+        return self._engine.write_cancels([task_id])[0]
 
     def get(self, task_id: str) -> TaskInfo | None:
         return self._store.get(validate_id(task_id))
@@ -278,13 +292,37 @@ class TriggerHook:
         self._store.check_schema()
 
     def start(self) -> None:
-        """Start firing tasks (the engine threads)."""
+        """Start firing tasks (the engine threads) and collecting metrics."""
         self._store.check_schema()
         self._engine.start()
+        now_ms = int(self._clock.now_ms())
+        tags = {"instance": self.instance_id, "host": socket.gethostname()}
+        collector = Collector(
+            self._engine, self._store, tags, self.settings.metrics_recount_s * 1000, now_ms
+        )
+        self.metrics = MetricsReporter(
+            self._clock,
+            collector,
+            self._metrics_sink,
+            self.settings.metrics_interval_ms,
+            self.settings.metrics_buffer_points,
+        )
+        self.metrics.start()
+        if self._metrics_sink is not None:
+            log.info(
+                "metrics: writing to %s every %d ms",
+                self.settings.metrics_url,
+                self.settings.metrics_interval_ms,
+            )
 
     def stop(self, timeout_s: float | None = None) -> bool:
         """Graceful stop; True when everything due was published and confirmed."""
-        return self._engine.stop(timeout_s)
+        clean = self._engine.stop(timeout_s)
+        if self.metrics is not None:  # last: its final point shows the drained engine
+            self.metrics.stop()
+            self.metrics.join(self.settings.metrics_timeout_ms / 1000 + 1.0)
+            self.metrics = None
+        return clean
 
     def close(self) -> None:
         self.stop()

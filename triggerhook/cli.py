@@ -46,8 +46,10 @@ from triggerhook.settings import (
     env_var,
     load_settings,
     parse_bool,
+    render_reference,
     render_toml,
 )
+from triggerhook.status import render as status_text
 from triggerhook.store.mysql import init_schema
 from triggerhook.wiring import build
 
@@ -102,7 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command")
     db.required = True
     db.add_parser("init", help="create the database and apply schema.sql (idempotent)")
-    sub.add_parser("config", help="print the documented default config file (TOML)")
+    config = sub.add_parser("config", help="print the documented default config file (TOML)")
+    config.add_argument(
+        "--format",
+        choices=("toml", "markdown"),
+        default="toml",
+        help="toml: the config file; markdown: the reference (docs/configuration.md)",
+    )
     run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
     run.add_argument("--init-db", action="store_true", help="apply the schema before starting")
     sched = sub.add_parser("schedule", help="schedule one task")
@@ -116,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("cancel", "get"):
         cmd = sub.add_parser(name, help=f"{name} a task by id")
         cmd.add_argument("id")
+    status = sub.add_parser(
+        "status", help="a running daemon's live figures (from --url, default its http_port)"
+    )
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
     return parser
 
 
@@ -160,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "config":
-        print(render_toml(), end="")
+        print(render_toml() if args.format == "toml" else render_reference(), end="")
         return EXIT_OK
     if args.command == "db":
         version = init_schema(settings.database_url)
@@ -173,7 +185,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from triggerhook.service import Service  # noqa: PLC0415
 
         return Service(build(settings), settings).run()
-    if args.url and args.command in TASK_COMMANDS:
+    if args.command == "status" or (args.url and args.command in TASK_COMMANDS):
         return _remote(args, settings)
     hook = build(settings)
     try:
@@ -279,10 +291,14 @@ def _remote(args: argparse.Namespace, settings: Settings) -> int:
         for name in ("httpx", "triggerhook.client"):
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        client = Client(args.url, token=settings.api_token or None)
+        client = Client(args.url or _local_url(settings), token=settings.api_token or None)
     except ValueError as exc:
         raise ConfigError(f"--url: {exc}") from None
     with client:
+        if args.command == "status":
+            figures = client.status()
+            print(json.dumps(figures) if args.json else status_text(figures))
+            return EXIT_OK
         if args.command == "schedule":
             return _remote_schedule(client, args)
         if args.command == "reschedule":
@@ -290,6 +306,18 @@ def _remote(args: argparse.Namespace, settings: Settings) -> int:
         if args.command == "cancel":
             return _remote_cancel(client, args.id)
         return _remote_get(client, args.id)
+
+
+def _local_url(settings: Settings) -> str:
+    """This machine's daemon, as configured: its http_host (any-address binds
+    are reached on loopback) and http_port."""
+    host = settings.http_host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return (
+        f"http://[{host}]:{settings.http_port}"
+        if ":" in host
+        else f"http://{host}:{settings.http_port}"
+    )
 
 
 def _delay_s(args: argparse.Namespace) -> float | None:

@@ -97,6 +97,7 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 # The answers each call reads as success (or, for a lookup and a probe, as a result).
 _OK_CREATED, _OK_BATCH, _OK_MOVED = frozenset({200, 201}), frozenset({201}), frozenset({200})
 _OK_CANCELLED, _OK_GET, _OK_HEALTH = frozenset({204}), frozenset({200, 404}), frozenset({200, 503})
+_OK_STATUS = frozenset({200})
 
 
 # -- results ---------------------------------------------------------------------------
@@ -428,6 +429,10 @@ class _Base:
         return _Call("GET", _task_path(task_id), _OK_GET, _status)
 
     @staticmethod
+    def _status_call() -> _Call[dict[str, Any]]:
+        return _Call("GET", "/v1/status", _OK_STATUS, lambda answer: dict(_object(answer)))
+
+    @staticmethod
     def _health_call() -> _Call[Health]:
         # A probe answers now or not at all: no retries.
         return _Call("GET", "/readyz", _OK_HEALTH, _health, retry=False)
@@ -516,6 +521,10 @@ class Client(_Base):
     def get(self, id: str) -> TaskStatus | None:
         """The stored task, or None when it is unknown or fired."""
         return self._run(self._get_call(id))
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's live figures (``GET /v1/status``; fields: docs/metrics.md)."""
+        return self._run(self._status_call())
 
     def health(self) -> Health:
         """The daemon's readiness (``GET /readyz``, no retries); raises
@@ -610,6 +619,10 @@ class AsyncClient(_Base):
     async def get(self, id: str) -> TaskStatus | None:
         """See :meth:`Client.get`."""
         return await self._run(self._get_call(id))
+
+    async def status(self) -> dict[str, Any]:
+        """See :meth:`Client.status`."""
+        return await self._run(self._status_call())
 
     async def health(self) -> Health:
         """See :meth:`Client.health`."""

@@ -59,3 +59,11 @@ class NotRunningError(TriggerHookError):
 
 class EngineFailure(TriggerHookError):
     """An engine thread failed in a way it could not recover from."""
+
+
+class MetricsUnavailable(TransientError):
+    """The metrics sink (InfluxDB) could not be reached, or timed out."""
+
+
+class MetricsRejected(TriggerHookError):
+    """The metrics sink refused a write for a reason retrying will not fix."""

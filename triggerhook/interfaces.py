@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
+from triggerhook.metrics.points import Point
 
 
 class Clock(Protocol):
@@ -146,6 +147,14 @@ class TaskStore(Protocol):
 
     def get(self, task_id: str) -> TaskInfo | None: ...
 
+    def count_tasks(self) -> int:
+        """Every task in the database (an exact, and so not free, COUNT)."""
+        ...
+
+    def earliest_due_ms(self) -> int | None:
+        """The due time of the earliest-due task in the database (None: empty)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -190,3 +199,24 @@ class EventPublisher(Protocol):
         ...
 
     def unconfirmed(self) -> int: ...
+
+    def counters(self) -> Mapping[str, int]:
+        """Totals since start: published, confirmed, returned, nacked, broker_reconnects."""
+        ...
+
+    def take_lateness(self) -> list[float]:
+        """Publish time - due time (ms) of each event published since the last call."""
+        ...
+
+
+class MetricsSink(Protocol):
+    """Where metrics points go (InfluxDB). Called from the metrics thread only."""
+
+    def write(self, points: Sequence[Point]) -> None:
+        """Write the points, or raise :class:`~triggerhook.errors.MetricsUnavailable`
+        (the sink is down or slow: the reporter keeps them and tries again) or
+        :class:`~triggerhook.errors.MetricsRejected` (the sink refused them for
+        good, e.g. bad credentials or an unknown database: they are dropped)."""
+        ...
+
+    def close(self) -> None: ...

@@ -32,3 +32,7 @@ def configure(level: str) -> None:
     # pika logs every failed connection attempt at ERROR, several lines each; the
     # publisher logs each failure and recovery itself, once, with its reason.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
+    # httpx logs every request at INFO (the metrics sink writes every second);
+    # the sink reports failures itself. DEBUG shows them all again.
+    if level.upper() != "DEBUG":
+        logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -17,6 +17,8 @@ import logging
 import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import uvloop
@@ -25,12 +27,39 @@ from triggerhook.api.commands import CommandConsumer
 from triggerhook.api.http import HttpApi
 from triggerhook.app import TriggerHook
 from triggerhook.errors import TriggerHookError
+from triggerhook.sdnotify import Notifier
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 _SUPERVISE_INTERVAL_S = 0.2
+
+
+class Watchdog:
+    """Pings systemd's watchdog (``WatchdogSec=``) at half its timeout, but only
+    while the engine is responsive: a dead or wedged engine thread stops the
+    pings, and systemd restarts the daemon."""
+
+    def __init__(self, notifier: Notifier, responsive: Callable[[float], bool]) -> None:
+        self._notifier = notifier
+        self._responsive = responsive
+        timeout_s = notifier.watchdog_s
+        self.interval_s = None if timeout_s is None else timeout_s / 2
+        self._next_s = 0.0
+        self.withheld = 0
+
+    def tick(self, now_s: float) -> None:
+        if self.interval_s is None or now_s < self._next_s:
+            return
+        self._next_s = now_s + self.interval_s
+        # Silence allowed: the timed threads beat every second; a whole
+        # interval (and at least 2 s) without a beat means a wedged thread.
+        if self._responsive(max(self.interval_s, 2.0)):
+            self._notifier.watchdog()
+        else:
+            self.withheld += 1
+            log.error("engine unresponsive: systemd watchdog not pinged")
 
 
 class Service:
@@ -44,6 +73,8 @@ class Service:
         self._failed = threading.Event()
         self.commands: CommandConsumer | None = None
         self.http: HttpApi | None = None
+        self._notifier = Notifier()
+        self._watchdog = Watchdog(self._notifier, hook.engine.responsive)
 
     def run(self) -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -88,10 +119,14 @@ class Service:
             )
             self._fail("http", exc)
         log.info("triggerhook running", extra={"instance": self.hook.instance_id})
+        if not self._failed.is_set():
+            self._notifier.ready(f"running as {self.hook.instance_id}")
         engine_failed = self.hook.engine.failed
         while not (stop.is_set() or engine_failed.is_set() or self._failed.is_set()):
+            self._watchdog.tick(time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), _SUPERVISE_INTERVAL_S)
+        self._notifier.stopping("stopping: firing what is armed, releasing claims")
         return await self._shutdown()
 
     async def _start_interfaces(self) -> None:
@@ -100,6 +135,8 @@ class Service:
             self.commands.start()
         if self.settings.http_enabled:
             self.http = HttpApi(self.hook, self.settings, self.readiness, self._executor)
+            if self.hook.metrics is not None:
+                self.hook.metrics.collector.http = self.http.stats
             await self.http.start()
 
     async def _shutdown(self) -> int:

@@ -8,12 +8,14 @@ from triggerhook.clock import SystemClock
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler
 from triggerhook.interfaces import ConfirmSink, RetryHandler
+from triggerhook.metrics.influx import sink_from_settings
 from triggerhook.settings import Settings
 from triggerhook.store.mysql import MySQLStore
 
 
 def build(settings: Settings) -> TriggerHook:
-    """Wire the MySQL store, the AMQP publisher and the system clock."""
+    """Wire the MySQL store, the AMQP publisher, the system clock and, when
+    ``metrics_url`` is set, the InfluxDB metrics sink."""
     amqp_parameters(settings.amqp_url)  # fail fast on a malformed URL
 
     def publisher(
@@ -30,4 +32,4 @@ def build(settings: Settings) -> TriggerHook:
         )
 
     store = MySQLStore(settings.database_url, settings.default_routing_key)
-    return TriggerHook(settings, store, SystemClock(), publisher)
+    return TriggerHook(settings, store, SystemClock(), publisher, sink_from_settings(settings))

@@ -123,6 +123,11 @@ class Daemon:
         self._stdout: list[str] = []
         self._readers: list[threading.Thread] = []
 
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment the daemon runs with (its settings as TRIGGERHOOK_*)."""
+        return dict(self._env)
+
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> Self:

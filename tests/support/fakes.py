@@ -104,6 +104,7 @@ class FakeStore:
         self.release_calls: list[tuple[str, list[str] | None]] = []
         self.schema_ok = True
         self.closed = False
+        self.count_calls = 0
 
     # -- test controls ------------------------------------------------------------
 
@@ -299,6 +300,17 @@ class FakeStore:
                     outcome[tid] = Moved(RescheduleResult.RESCHEDULED, task)
             return [outcome[move.task_id] for move in moves]
 
+    def count_tasks(self) -> int:
+        with self._lock:
+            self._maybe_fail("count_tasks")
+            self.count_calls += 1
+            return len(self.rows)
+
+    def earliest_due_ms(self) -> int | None:
+        with self._lock:
+            self._maybe_fail("earliest_due_ms")
+            return min((r.task.due_ms for r in self.rows.values()), default=None)
+
     def check_schema(self) -> None:
         with self._lock:
             self._maybe_fail("check_schema")
@@ -343,6 +355,12 @@ class FakePublisher:
 
     def is_connected(self) -> bool:
         return self.is_alive()
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def take_lateness(self) -> list[float]:
+        return []
 
     def unconfirmed(self) -> int:
         return 0

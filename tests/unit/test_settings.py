@@ -11,7 +11,14 @@ import pytest
 
 from triggerhook.domain.task import ID_PATTERN
 from triggerhook.errors import ConfigError
-from triggerhook.settings import FIELDS, Settings, env_var, load_settings, render_toml
+from triggerhook.settings import (
+    FIELDS,
+    Settings,
+    env_var,
+    load_settings,
+    render_reference,
+    render_toml,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_FILE = REPO / "config" / "triggerhook.toml"
@@ -39,6 +46,17 @@ def test_every_field_is_an_int_a_str_or_a_bool_with_help() -> None:
 def test_repo_config_file_is_render_toml() -> None:
     # The documented config file is generated: it must not drift from the code.
     assert CONFIG_FILE.read_text(encoding="utf-8") == render_toml()
+
+
+def test_configuration_reference_is_generated_and_current() -> None:
+    # Regenerate: triggerhook config --format markdown > docs/configuration.md
+    reference = REPO / "docs" / "configuration.md"
+    assert reference.read_text(encoding="utf-8") == render_reference()
+    for name in FIELDS:
+        assert (
+            f"| `{name}` | `{env_var(name)}` | `--{name.replace('_', '-')}` |"
+            in reference.read_text(encoding="utf-8")
+        )
 
 
 def test_repo_config_file_loads_to_the_defaults() -> None:

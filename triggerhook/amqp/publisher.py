@@ -31,6 +31,7 @@ from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import BrokerUnavailable, ConfigError
 from triggerhook.interfaces import ConfirmSink, RetryHandler
+from triggerhook.metrics.counters import Samples
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class AmqpPublisher(Worker):
         self.returned = 0
         self.nacked = 0
         self.reconnects = 0
+        self._lateness = Samples()  # appended by the I/O thread, taken by the metrics thread
 
     # -- other threads --------------------------------------------------------
 
@@ -119,6 +121,18 @@ class AmqpPublisher(Worker):
 
     def is_connected(self) -> bool:
         return self.connected.is_set()
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "published": self.published,
+            "confirmed": self.confirmed,
+            "returned": self.returned,
+            "nacked": self.nacked,
+            "broker_reconnects": self.reconnects,
+        }
+
+    def take_lateness(self) -> list[float]:
+        return self._lateness.take()
 
     # -- the thread -----------------------------------------------------------
 
@@ -249,8 +263,10 @@ class AmqpPublisher(Worker):
         unconfirmed = self._unconfirmed
         tag = self._next_tag
         frames = []
+        record = self._lateness.record
         for task in tasks:
             fired_ms = int(time.time() * 1000)
+            record(fired_ms - task.due_ms)
             frames.append(
                 encode_event(
                     number,

@@ -14,6 +14,7 @@ import base64
 import hmac
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
@@ -34,6 +35,8 @@ from triggerhook.errors import (
     ValidationError,
 )
 from triggerhook.interfaces import Moved
+from triggerhook.metrics import points, prometheus
+from triggerhook.metrics.counters import RequestStats
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -130,13 +133,14 @@ class HttpApi:
         self._token = f"Bearer {settings.api_token}".encode() if settings.api_token else None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.stats = RequestStats()  # read by the metrics thread
         self._openapi = openapi.document(settings.max_payload_bytes, settings.http_max_batch_tasks)
         self.app = self._build()
 
     def _build(self) -> web.Application:
         app = web.Application(
             client_max_size=self._settings.http_max_body_bytes,
-            middlewares=[self._errors, self._auth],
+            middlewares=[self._observe, self._errors, self._auth],
         )
         app.router.add_post("/v1/tasks", self.create)
         app.router.add_post("/v1/tasks/batch", self.create_batch)
@@ -148,6 +152,8 @@ class HttpApi:
         app.router.add_get("/healthz", self.healthz, allow_head=False)
         app.router.add_get("/readyz", self.readyz, allow_head=False)
         app.router.add_get("/openapi.json", self.openapi, allow_head=False)
+        app.router.add_get("/v1/status", self.status, allow_head=False)
+        app.router.add_get("/metrics", self.prometheus, allow_head=False)
         return app
 
     # -- lifecycle --------------------------------------------------------------
@@ -180,6 +186,19 @@ class HttpApi:
             self._runner = None
 
     # -- middlewares -------------------------------------------------------------
+
+    @web.middleware
+    async def _observe(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500  # unless the handler answers: aiohttp turns a bug into a 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        finally:
+            self.stats.record(status, (time.perf_counter() - started) * 1000)
 
     @web.middleware
     async def _errors(
@@ -321,6 +340,28 @@ class HttpApi:
         if reasons:
             return _response(503, {"status": "unready", "reasons": reasons})
         return _response(200, {"status": "ready"})
+
+    async def status(self, _request: web.Request) -> web.Response:
+        """The live figures: the last metrics period, and totals since start."""
+        reporter = self._hook.metrics
+        latest = reporter.collector.latest if reporter is not None else {}
+        return _response(
+            200,
+            {
+                "instance": self._hook.instance_id,
+                "running": self._hook.engine.running,
+                "period": latest.get(points.ENGINE, {}),
+                "http": latest.get(points.HTTP, {}),
+                "totals": self._hook.engine.counters(),
+            },
+        )
+
+    async def prometheus(self, _request: web.Request) -> web.Response:
+        reporter = self._hook.metrics
+        latest = reporter.collector.latest if reporter is not None else {}
+        totals = {**self._hook.engine.counters(), **self.stats.counters()}
+        text = prometheus.render({"instance": self._hook.instance_id}, totals, latest)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)

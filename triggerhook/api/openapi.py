@@ -263,6 +263,45 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/status": {
+                "get": {
+                    "summary": "Live figures: the last metrics period and totals since start",
+                    "security": [{"bearer": []}, {}],
+                    "responses": {
+                        "200": {
+                            "description": "Field meanings: docs/metrics.md.",
+                            **_json(
+                                {
+                                    "type": "object",
+                                    "required": ["instance", "running", "period", "http", "totals"],
+                                    "properties": {
+                                        "instance": {"type": "string"},
+                                        "running": {"type": "boolean"},
+                                        "period": {"type": "object"},
+                                        "http": {"type": "object"},
+                                        "totals": {
+                                            "type": "object",
+                                            "additionalProperties": {"type": "integer"},
+                                        },
+                                    },
+                                }
+                            ),
+                        },
+                        "401": _COMMON["401"],
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "The same figures in the Prometheus text format",
+                    "responses": {
+                        "200": {
+                            "description": "Prometheus exposition format 0.0.4.",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
             "/openapi.json": {
                 "get": {
                     "summary": "This document",

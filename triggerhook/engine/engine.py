@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from triggerhook.domain.task import Task
+from triggerhook.domain.task import CancelResult, Task
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.groupcommit import GroupCommitter
@@ -34,6 +34,7 @@ from triggerhook.interfaces import (
     RetryHandler,
     TaskStore,
 )
+from triggerhook.metrics.counters import Tally
 from triggerhook.retry import Backoff
 from triggerhook.settings import Settings
 
@@ -115,13 +116,18 @@ class Engine:
             write_batch, settings.schedule_batch_size, writers=1, on_failure=self._fail
         )
         self.canceller = GroupCommitter(
-            store.cancel, settings.schedule_batch_size, 1, self._fail, name="cancel"
+            self.write_cancels, settings.schedule_batch_size, 1, self._fail, name="cancel"
         )
         self.rescheduler = GroupCommitter(
             write_moves, settings.schedule_batch_size, 1, self._fail, name="reschedule"
         )
         self._retry_backoff_max_ms = settings.publish_retry_max_ms
         self._running = False
+        # Totals for metrics, added to by whichever thread committed the change.
+        self.created = Tally()
+        self.cancelled = Tally()
+        self.rescheduled = Tally()
+        self.publish_retries = 0  # the publisher's thread only
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -163,6 +169,13 @@ class Engine:
     def alive(self) -> bool:
         """Every thread of a running engine is alive (a wedged one is not seen here)."""
         return self.running and all(w.is_alive() for w in self._workers())
+
+    def responsive(self, max_silence_s: float) -> bool:
+        """Alive, and the timed threads (scheduler, armer) went round their loops
+        within ``max_silence_s``: not wedged."""
+        now_s = time.monotonic()
+        beats = (self.scheduler.beat_s, self.armer.beat_s)
+        return self.alive() and all(now_s - beat <= max_silence_s for beat in beats)
 
     def stop(self, timeout_s: float | None = None) -> bool:
         """Graceful stop; True when everything due was published and confirmed.
@@ -227,6 +240,7 @@ class Engine:
 
     def _retry(self, task: Task, attempt: int, reason: str) -> None:
         """An unroutable or nacked event: fire it again after a back-off."""
+        self.publish_retries += 1
         delay_ms = min(self._retry_backoff_max_ms, 100 * 2 ** min(attempt - 1, 20))
         log.warning(
             "event not delivered (%s); retrying in %d ms",
@@ -274,8 +288,15 @@ class Engine:
     def unplan(self, rows: Sequence[NewRow | Move]) -> None:
         self.inventory.release(_claiming(rows))
 
+    def write_cancels(self, task_ids: Sequence[str]) -> list[CancelResult]:
+        """Cancel in one transaction (see :meth:`TaskStore.cancel`), counted."""
+        results = self._store.cancel(task_ids)
+        self.cancelled.add(sum(1 for r in results if r is CancelResult.CANCELLED))
+        return results
+
     def adopt(self, rows: Sequence[NewRow], outcomes: Sequence[InsertOutcome]) -> None:
         """After the commit: hold the rows this instance claimed on insert."""
+        self.created.add(sum(1 for outcome in outcomes if outcome is InsertOutcome.CREATED))
         claims = [
             Claim(row.task, row.rev, row.claim is ClaimMode.ARM)
             for row, outcome in zip(rows, outcomes, strict=True)
@@ -289,6 +310,7 @@ class Engine:
         An id moved twice in one batch was written by its last move only: the
         earlier moves' revisions never existed, so they are not held (an armed
         copy would fire without being checked against the row)."""
+        self.rescheduled.add(sum(1 for moved in outcomes if moved.task is not None))
         last = {move.task_id: index for index, move in enumerate(moves)}
         claims = [
             Claim(moved.task, move.rev, move.claim is ClaimMode.ARM)
@@ -298,6 +320,26 @@ class Engine:
             and last[move.task_id] == index
         ]
         self.preloader.hold(claims, _claiming(moves), self._clock.now_ms())
+
+    def counters(self) -> dict[str, int]:
+        """Totals since start, for metrics (the metrics thread takes differences)."""
+        db_errors = sum(w.transient_errors for w in (self.preloader, self.armer, self.confirmer))
+        db_errors += sum(c.failed_writes for c in self._committers())
+        return {
+            "scheduled": self.created.value,
+            "claimed": self.preloader.claimed,
+            "fired": self.scheduler.fired,
+            "deleted": self.confirmer.deleted,
+            "cancelled": self.cancelled.value,
+            "rescheduled": self.rescheduled.value,
+            "publish_retries": self.publish_retries,
+            "db_errors": db_errors,
+            **self.publisher.counters(),
+        }
+
+    def take_lateness(self) -> list[float]:
+        """Publish time - due time (ms) of each event published since the last call."""
+        return self.publisher.take_lateness()
 
     def stats(self) -> EngineStats:
         return EngineStats(

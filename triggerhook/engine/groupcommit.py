@@ -72,6 +72,7 @@ class GroupCommitter(Generic[Item, Result]):
         self._cond = threading.Condition()
         self._stopping = False
         self._callers = 0  # threads inside submit(); guarded by _cond
+        self.failed_writes = 0  # batches whose write raised (written by the writers only)
         self._writers = [
             _Writer(f"th-{name}-{n}", self, on_failure) for n in range(max(1, writers))
         ]
@@ -139,6 +140,7 @@ class GroupCommitter(Generic[Item, Result]):
         try:
             outcomes = self._write([call.row for call in batch])
         except TriggerHookError as exc:
+            self.failed_writes += 1
             for call in batch:
                 call.finish(None, exc)
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Sequence
 from typing import Generic
 
@@ -13,6 +14,9 @@ from triggerhook.interfaces import Clock
 
 # With the downstream stage full, re-check at least this often (it also wakes us).
 _FULL_RECHECK_S = 0.05
+# An idle thread still goes round its loop this often: its heartbeat shows it
+# is not wedged (the systemd watchdog is pinged only while it beats).
+HEARTBEAT_S = 1.0
 
 
 class TimedWorker(Worker, Generic[Item]):
@@ -34,6 +38,7 @@ class TimedWorker(Worker, Generic[Item]):
         self._cond = threading.Condition()
         # After stop(): keep handling tasks due by this time, then exit.
         self._finish_until_ms = -math.inf
+        self.beat_s = time.monotonic()  # when the loop last went round
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -100,8 +105,9 @@ class TimedWorker(Worker, Generic[Item]):
                     if self.stopping and self._finished():
                         return
                     now_ms = clock.now_ms()
+                    self.beat_s = time.monotonic()
                     batch, wait_s = self.poll(now_ms)
                     if batch:
                         break
-                    self._cond.wait(wait_s)
+                    self._cond.wait(HEARTBEAT_S if wait_s is None else min(wait_s, HEARTBEAT_S))
             self.handle(batch, now_ms)

@@ -319,6 +319,18 @@ class MySQLStore:
             return None
         return TaskInfo(self._task(row), TaskState.FIRING if row[4] else TaskState.SCHEDULED)
 
+    def count_tasks(self) -> int:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.COUNT_TASKS)
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def earliest_due_ms(self) -> int | None:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.EARLIEST_DUE)
+            row = cur.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def close(self) -> None:
         self._pool.close()
         self._autocommit_pool.close()

@@ -85,3 +85,10 @@ def placeholders(count: int) -> str:
     if count < 1:
         raise ValueError("an IN list needs at least one value")
     return ", ".join(["%s"] * count)
+
+
+# Metrics. COUNT(*) walks an index: run it rarely (metrics_recount_s).
+COUNT_TASKS = "SELECT COUNT(*) FROM th_tasks"
+
+# The first entry of the due-time index: cheap at any table size.
+EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"

@@ -1,0 +1,78 @@
+"""Cheap counters for the engine's threads, read once per period by the
+metrics thread. Pure: no I/O.
+
+* :class:`Tally`: a monotonically growing count that several threads add to
+  (a lock per ``add``: callers add once per batch, never per task).
+* :class:`Samples`: values recorded by one thread (``list.append``, no lock)
+  and taken by the metrics thread (a reference swap). A value appended in the
+  instant of the swap may land in the list just taken, after it was read: one
+  lost sample at worst, never a crash or a blocked writer.
+* :func:`summary`: p50/p99/max of a period's samples.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class Tally:
+    def __init__(self) -> None:
+        self._value = 0
+        self._lock = threading.Lock()
+
+    def add(self, count: int = 1) -> None:
+        if count:
+            with self._lock:
+                self._value += count
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+
+class Samples:
+    def __init__(self) -> None:
+        self._values: list[float] = []
+
+    def record(self, value: float) -> None:
+        self._values.append(value)
+
+    def take(self) -> list[float]:
+        """The values recorded since the last take."""
+        taken, self._values = self._values, []
+        return taken
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """Nearest-rank quantile of an ascending, non-empty list."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(values: list[float], prefix: str) -> dict[str, float]:
+    """``{prefix}_p50_ms``, ``_p99_ms``, ``_max_ms`` of ``values``; empty if none."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {
+        f"{prefix}_p50_ms": float(quantile(ordered, 0.50)),
+        f"{prefix}_p99_ms": float(quantile(ordered, 0.99)),
+        f"{prefix}_max_ms": float(ordered[-1]),
+    }
+
+
+class RequestStats:
+    """HTTP answers by status class and their handling times. Written by the
+    event-loop thread only; read by the metrics thread."""
+
+    def __init__(self) -> None:
+        self._by_class = {"2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0}
+        self.latency = Samples()
+
+    def record(self, status: int, elapsed_ms: float) -> None:
+        key = f"{min(max(status // 100, 2), 5)}xx"
+        self._by_class[key] += 1
+        self.latency.record(elapsed_ms)
+
+    def counters(self) -> dict[str, int]:
+        """Totals since start: ``requests_2xx`` ... ``requests_5xx``."""
+        return {f"requests_{key}": count for key, count in self._by_class.items()}
