@@ -40,9 +40,14 @@ from triggerhook.metrics.counters import quantile
 BATCH = 10_000
 
 
+# Extra daemon settings for every scenario (e.g. --metrics-url), as env variables.
+EXTRA_ENV: dict[str, str] = {}
+
+
 @contextmanager
 def daemon(settings: Settings, port: int) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERHOOK_")}
+    env.update(EXTRA_ENV)
     env.update(
         TRIGGERHOOK_DATABASE_URL=settings.database_url,
         TRIGGERHOOK_EXCHANGE=settings.exchange,
@@ -202,7 +207,14 @@ def main() -> None:
     parser.add_argument("--precision-s", type=int, default=60)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=["throughput", "precision"])
+    parser.add_argument(
+        "--metrics-url", help="the daemon writes metrics to this InfluxDB (database 'bench')"
+    )
     args = parser.parse_args()
+    if args.metrics_url:
+        EXTRA_ENV.update(
+            TRIGGERHOOK_METRICS_URL=args.metrics_url, TRIGGERHOOK_METRICS_DATABASE="bench"
+        )
     n = 2_000 if args.quick else args.tasks
     figures = []
     if args.only != "precision":

@@ -36,6 +36,10 @@ EXIT_OK, EXIT_FAILURE = 0, 1
 _SUPERVISE_INTERVAL_S = 0.2
 
 
+def _left(deadline_s: float) -> float:
+    return max(0.0, deadline_s - time.monotonic())
+
+
 class Watchdog:
     """Pings systemd's watchdog (``WatchdogSec=``) at half its timeout, but only
     while the engine is responsive: a dead or wedged engine thread stops the
@@ -140,15 +144,16 @@ class Service:
             await self.http.start()
 
     async def _shutdown(self) -> int:
+        """Within one ``shutdown_timeout_s`` for the whole stop (plus the HTTP
+        runner's and the metrics' own few seconds): interfaces, then engine."""
         loop = asyncio.get_running_loop()
+        deadline_s = time.monotonic() + self.settings.shutdown_timeout_s
         if self.http is not None:
             await self.http.stop()
         if self.commands is not None:
             consumer = self.commands
-            await loop.run_in_executor(
-                self._executor, consumer.stop, float(self.settings.shutdown_timeout_s)
-            )
-        clean = await loop.run_in_executor(self._executor, self.hook.stop)
+            await loop.run_in_executor(self._executor, consumer.stop, _left(deadline_s))
+        clean = await loop.run_in_executor(self._executor, self.hook.stop, _left(deadline_s))
         self.hook.close()
         self._executor.shutdown(wait=False)
         engine = self.hook.engine

@@ -264,7 +264,7 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir.mkdir()
     _copy_context(workdir)
     env = {**clean_env(), **build.env()}
-    del env["PIP_NO_CACHE_DIR"]  # the host's cache keeps this fast; installs the same
+    env.pop("PIP_NO_CACHE_DIR", None)  # the host's cache keeps this fast; installs the same
     env.update(WHEELS=str(root / "wheels"), VIRTUAL_ENV=str(root / "venv"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # pip, python
     for command in build.runs():

@@ -32,7 +32,7 @@ SECRET_NAME = re.compile(r"PASS|TOKEN|SECRET", re.IGNORECASE)
 # ${VAR}, ${VAR:?message}, ${VAR:-default}; not $${VAR} (left to the container).
 VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 # The longest graceful stop (deploy/triggerhook.service explains the sum).
-STOP_BUDGET_S = 2 * Settings().shutdown_timeout_s + 15
+STOP_BUDGET_S = Settings().shutdown_timeout_s + 30
 
 
 # -- Dockerfile --------------------------------------------------------------------
