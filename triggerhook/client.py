@@ -60,6 +60,7 @@ from triggerhook.client_errors import (
     Unavailable,
     error_from,
 )
+from triggerhook.client_transport import AiohttpTransport
 from triggerhook.domain.task import TaskState, new_task_id, validate_due_ms, validate_id
 from triggerhook.errors import ValidationError
 from triggerhook.retry import Backoff
@@ -551,8 +552,9 @@ class Client(_Base):
 
 class AsyncClient(_Base):
     """The asyncio twin of :class:`Client`: the same arguments and methods, as
-    coroutines (``transport``: an httpx async transport). Close it with
-    :meth:`aclose` (or use ``async with``)."""
+    coroutines. Requests go through aiohttp (see
+    :mod:`triggerhook.client_transport`) unless ``transport`` gives another
+    httpx async transport. Close it with :meth:`aclose` (or use ``async with``)."""
 
     def __init__(
         self,
@@ -566,7 +568,10 @@ class AsyncClient(_Base):
     ) -> None:
         super().__init__(base_url, token, timeout_s, retries, backoff_s)
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers=self._headers, timeout=timeout_s, transport=transport
+            base_url=base_url,
+            headers=self._headers,
+            timeout=timeout_s,
+            transport=transport or AiohttpTransport(),
         )
 
     async def _run(self, call: _Call[T]) -> T:

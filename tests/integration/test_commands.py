@@ -13,14 +13,13 @@ import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer
 from support.commands import CommandClient, Message, delete_queues
 from support.daemon import DaemonGroup, TaskTable, closed_port, daemon_env
 from support.hook import HookFactory, RowReader, collect_until, header_int, make_settings, open_hook
-from support.tcpproxy import TcpProxy, via_proxy
+from support.tcpproxy import proxied
 from support.waiting import now_ms, wait_for, wait_until
 
 from triggerhook import TriggerHook
@@ -408,9 +407,8 @@ def test_database_outage_retries_then_applies_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="triggerhook.api.commands")
-    target = urlsplit(database_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 3306) as proxy:
-        settings = make_settings(via_proxy(database_url, proxy.port), amqp_url, amqp_names.exchange)
+    with proxied(database_url) as (proxy, proxied_url):
+        settings = make_settings(proxied_url, amqp_url, amqp_names.exchange)
         with open_hook(settings) as hook:
             consumer = consumers.start(hook, command_queue)
             proxy.cut()
@@ -445,9 +443,8 @@ def test_stop_leaves_an_uncommitted_command_in_the_queue(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="triggerhook.api.commands")
-    target = urlsplit(database_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 3306) as proxy:
-        settings = make_settings(via_proxy(database_url, proxy.port), amqp_url, amqp_names.exchange)
+    with proxied(database_url) as (proxy, proxied_url):
+        settings = make_settings(proxied_url, amqp_url, amqp_names.exchange)
         with open_hook(settings) as hook:
             consumer = consumers.start(hook, command_queue)
             proxy.cut()
@@ -477,9 +474,8 @@ def test_reconnects_after_losing_the_broker(
     amqp_url: str,
     command_queue: str,
 ) -> None:
-    target = urlsplit(amqp_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 5672) as proxy:
-        consumer = consumers.start(hooks(), command_queue, amqp_url=via_proxy(amqp_url, proxy.port))
+    with proxied(amqp_url) as (proxy, proxied_url):
+        consumer = consumers.start(hooks(), command_queue, amqp_url=proxied_url)
         assert client.call("create", {"id": "before", "delay": 60})["ok"] is True
 
         proxy.cut()
@@ -526,10 +522,9 @@ def test_daemon_killed_before_commit_applies_the_command_once(
     client: CommandClient,
     command_queue: str,
 ) -> None:
-    target = urlsplit(database_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 3306) as proxy:
+    with proxied(database_url) as (proxy, proxied_url):
         env = daemon_env(
-            via_proxy(database_url, proxy.port),
+            proxied_url,
             amqp_url,
             amqp_names.exchange,
             "cmd-kill",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from urllib.parse import urlsplit
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer, Received
@@ -22,7 +21,7 @@ from support.daemon import (
     schedule_tasks,
     spread,
 )
-from support.tcpproxy import TcpProxy, via_proxy
+from support.tcpproxy import proxied
 from support.waiting import now_ms, wait_for
 
 TASKS = 2000
@@ -218,11 +217,8 @@ def test_mysql_unreachable_for_a_few_seconds(
     table: TaskTable,
     daemons: DaemonGroup,
 ) -> None:
-    target = urlsplit(database_url)
-    with TcpProxy(target.hostname or "127.0.0.1", target.port or 3306) as proxy:
-        env = daemon_env(
-            via_proxy(database_url, proxy.port), amqp_url, amqp_names.exchange, "flaky-db"
-        )
+    with proxied(database_url) as (proxy, proxied_url):
+        env = daemon_env(proxied_url, amqp_url, amqp_names.exchange, "flaky-db")
         daemon = daemons.start(env)
         daemon.wait_ready()
 

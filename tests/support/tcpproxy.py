@@ -20,7 +20,7 @@ import contextlib
 import selectors
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit, urlunsplit
@@ -288,6 +288,18 @@ class TcpProxy:
     def _forget(self, link: _Link) -> None:
         with self._links_lock:
             self._links.discard(link)
+
+
+_DEFAULT_PORTS = {"mysql+pymysql": 3306, "mysql": 3306, "amqp": 5672}
+
+
+@contextlib.contextmanager
+def proxied(url: str) -> Iterator[tuple[TcpProxy, str]]:
+    """A proxy in front of the server ``url`` names, and ``url`` through it."""
+    target = urlsplit(url)
+    port = target.port or _DEFAULT_PORTS[target.scheme]
+    with TcpProxy(target.hostname or "127.0.0.1", port) as proxy:
+        yield proxy, via_proxy(url, proxy.port)
 
 
 def via_proxy(url: str, port: int) -> str:

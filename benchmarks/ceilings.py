@@ -1,0 +1,173 @@
+"""What the machine itself allows, measured in the same run: the ceilings.
+
+Each engine figure is also reported as a fraction of the ceiling that bounds
+it (see ``benchmarks/report.py``):
+
+* ``ceiling.insert``  raw PyMySQL multi-row INSERT into ``th_tasks`` (same
+                      schema and indexes), 2,000 rows a statement, one transaction
+* ``ceiling.update``  raw batched UPDATE of the claim columns, 2,000 ids a
+                      statement, a commit each (the engine claims and arms every
+                      row it fires: two such writes)
+* ``ceiling.delete``  raw batched DELETE by id, 2,000 ids a statement, a commit each
+* ``ceiling.publish`` raw pika ``basic_publish`` of persistent, mandatory messages
+                      (the engine's headers) into a durable queue, with up to
+                      5,000 confirms in flight; done when every one is confirmed
+* ``ceiling.heapq``   ``heapq`` push then pop of (due, seq, item) tuples
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pika
+import pika.channel
+import pika.frame
+import pika.spec
+import pymysql
+
+from benchmarks.common import AMQP_URL, Recorder, isolated, rate
+
+_CHUNK = 2000
+_MAX_UNCONFIRMED = 5000
+
+
+def _chunks(items: Sequence[str], size: int) -> list[Sequence[str]]:
+    return [items[s : s + size] for s in range(0, len(items), size)]
+
+
+def _in_list(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+def run(rec: Recorder, n: int) -> None:
+    with isolated() as place:
+        db = pymysql.connect(host="127.0.0.1", user="root", database=place.name)
+        try:
+            _database(rec, db, n)
+        finally:
+            db.close()
+        rec.add("ceiling.publish", _publish(place.name, n), "persistent, mandatory, confirmed")
+    rec.add("ceiling.heapq", _heap(n), "push + pop pairs")
+
+
+def _database(rec: Recorder, db: pymysql.connections.Connection[Any], n: int) -> None:
+    ids = [f"c{i}" for i in range(n)]
+    due_ms = int(time.time() * 1000) + 86_400_000
+    rows = [(tid, due_ms + i, "bench", None, None, 0, 0, i) for i, tid in enumerate(ids)]
+    insert = (
+        "INSERT INTO th_tasks (id, due_ms, routing_key, payload, claimed_by,"
+        " claim_until_ms, firing, rev) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    )
+    with db.cursor() as cur:
+        started = time.perf_counter()
+        for s in range(0, n, _CHUNK):
+            cur.executemany(insert, rows[s : s + _CHUNK])
+        db.commit()
+        rec.add("ceiling.insert", rate(n, time.perf_counter() - started), "one transaction")
+
+        started = time.perf_counter()
+        for part in _chunks(ids, _CHUNK):
+            stmt = (
+                "UPDATE th_tasks SET claimed_by = %s, claim_until_ms = %s"
+                f" WHERE id IN ({_in_list(len(part))})"
+            )
+            cur.execute(stmt, ["bench", due_ms, *part])
+            db.commit()
+        rec.add("ceiling.update", rate(n, time.perf_counter() - started), "a commit per batch")
+
+        started = time.perf_counter()
+        deleted = 0
+        for part in _chunks(ids, _CHUNK):
+            deleted += cur.execute(f"DELETE FROM th_tasks WHERE id IN ({_in_list(len(part))})", part)
+            db.commit()
+        rec.add("ceiling.delete", rate(n, time.perf_counter() - started), "a commit per batch")
+    if deleted != n:
+        raise RuntimeError(f"raw DELETE removed {deleted} rows of {n}")
+
+
+class _Publisher:
+    """Publishes ``n`` messages on a SelectConnection, keeping up to
+    ``_MAX_UNCONFIRMED`` unconfirmed; stops the I/O loop when all are confirmed."""
+
+    def __init__(self, exchange: str, n: int) -> None:
+        self.exchange = exchange
+        self.n = n
+        self.sent = 0
+        self.confirmed = 0
+        self.error: str | None = None
+        self.started = 0.0
+        self.finished = 0.0
+        self.channel: pika.channel.Channel | None = None
+        self.conn = pika.SelectConnection(
+            pika.URLParameters(AMQP_URL),
+            on_open_callback=self._on_open,
+            on_open_error_callback=self._on_error,
+        )
+
+    def _on_error(self, _conn: Any, error: Any) -> None:
+        self.error = repr(error)
+        self.conn.ioloop.stop()
+
+    def _on_open(self, conn: pika.SelectConnection) -> None:
+        conn.channel(on_open_callback=self._on_channel)
+
+    def _on_channel(self, channel: pika.channel.Channel) -> None:
+        self.channel = channel
+        channel.confirm_delivery(self._on_confirm, callback=self._on_confirm_mode)
+
+    def _on_confirm_mode(self, _frame: pika.frame.Method) -> None:
+        self.started = time.perf_counter()
+        self._publish()
+
+    def _publish(self) -> None:
+        channel = self.channel
+        assert channel is not None
+        now_ms = int(time.time() * 1000)
+        count = min(self.n - self.sent, _MAX_UNCONFIRMED - (self.sent - self.confirmed))
+        for i in range(self.sent, self.sent + count):
+            props = pika.BasicProperties(
+                delivery_mode=2,
+                message_id=f"c{i}",
+                timestamp=now_ms // 1000,
+                headers={"x-due-ms": now_ms, "x-fired-ms": now_ms},
+            )
+            channel.basic_publish(self.exchange, "bench", b"", props, mandatory=True)
+        self.sent += count
+
+    def _on_confirm(self, frame: pika.frame.Method) -> None:
+        method = frame.method
+        if isinstance(method, pika.spec.Basic.Nack):
+            self.error = "the broker nacked a message"
+        tag = method.delivery_tag
+        self.confirmed = max(self.confirmed, tag)  # acks come in order; multiple or not
+        if self.confirmed >= self.n or self.error:
+            self.finished = time.perf_counter()
+            self.conn.close()
+            self.conn.ioloop.stop()
+        elif self.sent < self.n:
+            self._publish()
+
+
+def _publish(exchange: str, n: int) -> float:
+    publisher = _Publisher(exchange, n)
+    publisher.conn.ioloop.start()
+    if publisher.error or publisher.confirmed < n:
+        raise RuntimeError(f"raw publish: {publisher.error or 'not every message confirmed'}")
+    return rate(n, publisher.finished - publisher.started)
+
+
+def _heap(n: int) -> float:
+    entries: list[tuple[int, int, object]] = []
+    item = object()
+    push, pop = heapq.heappush, heapq.heappop
+    base = int(time.time() * 1000)
+    dues = [base + (i * 7919) % n for i in range(n)]  # not in order
+    started = time.perf_counter()
+    for seq, due in enumerate(dues):
+        push(entries, (due, seq, item))
+    while entries:
+        pop(entries)
+    return rate(n, time.perf_counter() - started)

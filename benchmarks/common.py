@@ -1,0 +1,311 @@
+"""What every scenario shares: isolation, the consumer process, measurement records.
+
+Scenarios record what they measured in a :class:`Recorder` as they go, so a
+scenario that fails half-way keeps the figures it had and the report says
+where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pika
+import pymysql
+
+from triggerhook import Settings
+from triggerhook.metrics.counters import quantile
+
+log = logging.getLogger(__name__)
+
+SERVER_URL = "mysql+pymysql://root:@127.0.0.1:3306"
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+FAR_FUTURE_MS = 86_400_000  # "never due during the run": a day ahead
+
+QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p99.9", 0.999))
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured value; ``key`` names it in the report's catalogue."""
+
+    key: str
+    value: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of per-task values (lateness in ms) and how many were early."""
+
+    key: str
+    label: str
+    count: int
+    stats: dict[str, float]
+    early: int
+
+
+@dataclass
+class Recorder:
+    """Everything one scenario measured; plots get the raw series."""
+
+    scenario: str
+    figures: list[Figure] = field(default_factory=list)
+    distributions: list[Distribution] = field(default_factory=list)
+    series: dict[str, list[float]] = field(default_factory=dict)
+    timeline: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def add(self, key: str, value: float, detail: str = "") -> None:
+        self.figures.append(Figure(key, value, detail))
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Run one part of a scenario; a failure is recorded (not raised), so the
+        other parts still run and the report says which part failed and why."""
+        try:
+            yield
+        except Exception as exc:
+            log.exception("benchmark %s, %s: failed", self.scenario, name)
+            self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    def value(self, key: str) -> float | None:
+        return next((f.value for f in self.figures if f.key == key), None)
+
+    def distribution(self, key: str, label: str, values: Sequence[float], early: int) -> None:
+        """Summarise ``values``; the raw series is kept for the plots."""
+        ordered = sorted(values)
+        self.series[key] = ordered
+        self.distributions.append(Distribution(key, label, len(ordered), summary(ordered), early))
+
+
+def summary(ordered: Sequence[float]) -> dict[str, float]:
+    """p50/p90/p99/p99.9/max (nearest rank) of an ascending list; empty if none."""
+    if not ordered:
+        return {}
+    values = list(ordered)
+    stats = {name: float(quantile(values, q)) for name, q in QUANTILES}
+    stats["max"] = float(values[-1])
+    return stats
+
+
+def rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+# -- isolation ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Place:
+    """A fresh database, and an exchange with a durable queue bound to it (``#``),
+    all named ``name``."""
+
+    name: str
+    settings: Settings
+
+    def rows(self) -> int:
+        db = pymysql.connect(host="127.0.0.1", user="root", database=self.name, autocommit=True)
+        try:
+            with db.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM th_tasks")
+                row = cur.fetchone()
+                return int(row[0]) if row else 0
+        finally:
+            db.close()
+
+
+@contextmanager
+def isolated(settings: Settings | None = None) -> Iterator[Place]:
+    """A :class:`Place` for one scenario; everything is dropped afterwards."""
+    from triggerhook.store.mysql import init_schema
+
+    name = f"th_bench_{secrets.token_hex(4)}"
+    base = settings or Settings(log_level="WARNING")
+    place = Place(
+        name,
+        replace(base, database_url=f"{SERVER_URL}/{name}", exchange=name, instance_id="bench"),
+    )
+    init_schema(place.settings.database_url)
+    _amqp(lambda ch: _declare(ch, name))
+    try:
+        yield place
+    finally:
+        # A fresh connection: one held through a long scenario would have missed
+        # its heartbeats.
+        _amqp(lambda ch: _undeclare(ch, name))
+        db = pymysql.connect(host="127.0.0.1", user="root")
+        try:
+            db.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        finally:
+            db.close()
+
+
+def _amqp(work: Callable[[Any], None]) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    try:
+        work(conn.channel())
+    finally:
+        conn.close()
+
+
+def _declare(channel: Any, name: str) -> None:
+    channel.exchange_declare(name, "topic", durable=True)
+    channel.queue_declare(name, durable=True)
+    channel.queue_bind(name, name, "#")
+
+
+def _undeclare(channel: Any, name: str) -> None:
+    channel.queue_delete(name)
+    channel.exchange_delete(name)
+
+
+# -- waiting and timing -----------------------------------------------------------
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout_s: float, what: str, step_s: float = 0.005
+) -> float:
+    """Poll until ``predicate`` holds; returns the ``time.time()`` it was seen true."""
+    deadline = time.monotonic() + timeout_s
+    tick = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached within {timeout_s:.0f} s")
+        tick.wait(step_s)
+    return time.time()
+
+
+def in_threads(count: int, work: Callable[[int], None]) -> float:
+    """Run ``work(k)`` for k in 0..count-1 in threads; wall seconds until all ended.
+    An exception in any thread is raised here after all ended."""
+    errors: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(count)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed_s = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return elapsed_s
+
+
+class Sampler:
+    """Samples ``read()`` (cheap counters) every ``interval_s`` on its own thread,
+    for throughput-over-time plots."""
+
+    def __init__(self, read: Callable[[], dict[str, int]], interval_s: float = 0.05) -> None:
+        self._read = read
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+        self.samples: list[tuple[float, dict[str, int]]] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time() * 1000, self._read()))
+            self._stop.wait(self._interval_s)
+        self.samples.append((time.time() * 1000, self._read()))
+
+
+# -- the consumer process ------------------------------------------------------------
+
+# (x-due-ms, x-fired-ms, received epoch ms) of one event.
+Event = tuple[int, int, float]
+
+
+def _consume(queue: str, expected: int, out: Connection) -> None:
+    """Child process: receive ``expected`` events (auto-ack: the cheapest
+    delivery), then send back their (due, fired, received) rows."""
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    channel = conn.channel()
+    rows: list[Event] = []
+    append = rows.append
+    clock = time.time
+    out.send("ready")
+
+    def on_message(ch: Any, _method: Any, props: Any, _body: bytes) -> None:
+        received_ms = clock() * 1000
+        headers = props.headers
+        append((headers["x-due-ms"], headers["x-fired-ms"], received_ms))
+        if len(rows) >= expected:
+            ch.stop_consuming()
+
+    channel.basic_consume(queue, on_message, auto_ack=True)
+    channel.start_consuming()
+    conn.close()
+    out.send(rows)
+
+
+class Consumer:
+    """Receives events in another process, so that its Python work competes for
+    the CPU like any consumer would, but never for the engine's GIL."""
+
+    def __init__(self, queue: str, expected: int) -> None:
+        self._parent, child = mp.Pipe()
+        context = mp.get_context("fork")
+        self._proc = context.Process(target=_consume, args=(queue, expected, child), daemon=True)
+
+    def start(self) -> None:
+        self._proc.start()
+        if not self._parent.poll(30) or self._parent.recv() != "ready":
+            raise RuntimeError("the consumer process did not start")
+
+    def events(self, timeout_s: float) -> list[Event]:
+        if not self._parent.poll(timeout_s):
+            raise TimeoutError(f"the consumer did not receive every event in {timeout_s:.0f} s")
+        rows: list[Event] = self._parent.recv()
+        return rows
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join(10)
+
+
+@contextmanager
+def consuming(queue: str, expected: int) -> Iterator[Consumer]:
+    consumer = Consumer(queue, expected)
+    consumer.start()
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def record_lateness(rec: Recorder, prefix: str, label: str, events: Sequence[Event]) -> None:
+    """Two distributions per run: x-fired-ms - x-due-ms (the engine's own
+    lateness) and received - due (what a consumer sees)."""
+    fired = [float(fired - due) for due, fired, _ in events]
+    received = [recv - due for due, _, recv in events]
+    fired_early = sum(1 for due, fired, _ in events if fired < due)
+    received_early = sum(1 for due, _, recv in events if recv < due)
+    rec.distribution(f"{prefix}.fired", f"{label}: x-fired-ms - x-due-ms", fired, fired_early)
+    rec.distribution(f"{prefix}.received", f"{label}: received - due", received, received_early)

@@ -1,0 +1,104 @@
+"""Precision under steady load, through a ``triggerhook run`` daemon.
+
+R fires/s (default 1,000) for S seconds (default 60), due times spread at
+random within each second, posted ahead through the batch endpoint; a consumer
+process receives every event. Twice, each in its own database and daemon:
+with the daemon otherwise idle, and while C clients (default 32) POST single
+far-future tasks flat out. Per task: x-fired-ms - x-due-ms (the engine's
+lateness) and received - due (what a consumer sees); events early by either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+
+import aiohttp
+import uvloop
+
+from benchmarks.common import FAR_FUTURE_MS, Event, Recorder, consuming, isolated, record_lateness
+from benchmarks.http import JSON_HEADERS, daemon, post_batches
+
+
+def run(rec: Recorder, seconds: int, fires_per_s: int, clients: int) -> None:
+    with rec.part("idle daemon"):
+        _run_once(rec, seconds, fires_per_s, clients, load=False)
+    with rec.part("under HTTP create load"):
+        _run_once(rec, seconds, fires_per_s, clients, load=True)
+
+
+def _due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
+    rng = random.Random(7)
+    return [
+        start_ms + second * 1000 + rng.randrange(1000)
+        for second in range(seconds)
+        for _ in range(fires_per_s)
+    ]
+
+
+def _run_once(rec: Recorder, seconds: int, fires_per_s: int, clients: int, load: bool) -> None:
+    n = seconds * fires_per_s
+    with isolated() as place, daemon(place.settings) as url:
+        # Far enough ahead that the batches are in before the first is due.
+        start_ms = int(time.time() * 1000) + 3000 + n // 20
+        tasks: list[dict[str, object]] = [
+            {"at": due_ms / 1000, "routing_key": "p"}
+            for due_ms in _due_times(start_ms, seconds, fires_per_s)
+        ]
+        uvloop.run(post_batches(url, tasks))
+        with consuming(place.name, n) as consumer:
+            load_rate = None
+            if load:
+                load_started_s = time.time()
+                sent = uvloop.run(_load_until(url, clients, start_ms / 1000 + seconds))
+                load_rate = sent / (time.time() - load_started_s)
+            events = consumer.events(seconds + 60 + (start_ms / 1000 - time.time()))
+    _record(rec, events, seconds, clients, load_rate)
+
+
+def _record(
+    rec: Recorder, events: list[Event], seconds: int, clients: int, load_rate: float | None
+) -> None:
+    """``load_rate``: requests/s of the HTTP load, None when there was none."""
+    prefix = "precision.idle" if load_rate is None else "precision.http_load"
+    label = "steady load" if load_rate is None else "steady load + HTTP create load"
+    record_lateness(rec, prefix, label, events)
+    fired, received = rec.distributions[-2], rec.distributions[-1]
+    detail = f"{len(events):,} fires over {seconds} s"
+    if load_rate is not None:
+        rec.add(
+            f"{prefix}.requests",
+            load_rate,
+            f"{clients} clients posting single far-future tasks throughout",
+        )
+        detail += f" while {clients} clients posted {load_rate:,.0f} req/s"
+    rec.add(f"{prefix}.fired_p50", fired.stats["p50"], detail)
+    rec.add(f"{prefix}.fired_p99", fired.stats["p99"], detail)
+    rec.add(
+        f"{prefix}.early",
+        fired.early + received.early,
+        f"{fired.early} with x-fired-ms < x-due-ms, {received.early} received before due",
+    )
+
+
+async def _load_until(url: str, clients: int, end_s: float) -> int:
+    """Single POSTs from ``clients`` keep-alive clients until ``end_s`` (epoch);
+    how many were answered 201."""
+    far_s = int(time.time() + FAR_FUTURE_MS / 1000)
+    counts = [0] * clients
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(url, connector=connector) as session:
+
+        async def client(k: int) -> None:
+            while time.time() < end_s:
+                body = json.dumps({"id": f"load{k}-{counts[k]}", "at": far_s}).encode()
+                async with session.post("/v1/tasks", data=body, headers=JSON_HEADERS) as r:
+                    await r.read()
+                    if r.status != 201:
+                        raise RuntimeError(f"POST answered {r.status}")
+                counts[k] += 1
+
+        await asyncio.gather(*(client(k) for k in range(clients)))
+    return sum(counts)
