@@ -1,1 +1,1 @@
-"""Benchmarks: see benchmarks/engine.py."""
+"""Benchmarks: ``python -m benchmarks`` (see benchmarks/__main__.py)."""

@@ -12,6 +12,9 @@ it (see ``benchmarks/report.py``):
 * ``ceiling.publish`` raw pika ``basic_publish`` of persistent, mandatory messages
                       (the engine's headers) into a durable queue, with up to
                       5,000 confirms in flight; done when every one is confirmed
+* ``ceiling.publish_frames`` the same with the frames encoded by
+                      ``triggerhook.amqp.frames`` (as the engine's publisher does),
+                      written on pika's connection: the broker's own ceiling
 * ``ceiling.heapq``   ``heapq`` push then pop of (due, seq, item) tuples
 """
 
@@ -29,6 +32,7 @@ import pika.spec
 import pymysql
 
 from benchmarks.common import AMQP_URL, Recorder, isolated, rate
+from triggerhook.amqp.frames import encode_event
 
 _CHUNK = 2000
 _MAX_UNCONFIRMED = 5000
@@ -49,7 +53,17 @@ def run(rec: Recorder, n: int) -> None:
             _database(rec, db, n)
         finally:
             db.close()
-        rec.add("ceiling.publish", _publish(place.name, n), "persistent, mandatory, confirmed")
+        rec.add(
+            "ceiling.publish",
+            _publish(place.name, n),
+            "pika `basic_publish`: persistent, mandatory, up to 5,000 unconfirmed",
+        )
+        _purge(place.name)
+        rec.add(
+            "ceiling.publish_frames",
+            _publish(place.name, n, pre_encoded=True),
+            "the same, frames encoded with `struct` as the engine does (amqp/frames.py)",
+        )
     rec.add("ceiling.heapq", _heap(n), "push + pop pairs")
 
 
@@ -81,7 +95,9 @@ def _database(rec: Recorder, db: pymysql.connections.Connection[Any], n: int) ->
         started = time.perf_counter()
         deleted = 0
         for part in _chunks(ids, _CHUNK):
-            deleted += cur.execute(f"DELETE FROM th_tasks WHERE id IN ({_in_list(len(part))})", part)
+            deleted += cur.execute(
+                f"DELETE FROM th_tasks WHERE id IN ({_in_list(len(part))})", part
+            )
             db.commit()
         rec.add("ceiling.delete", rate(n, time.perf_counter() - started), "a commit per batch")
     if deleted != n:
@@ -92,7 +108,8 @@ class _Publisher:
     """Publishes ``n`` messages on a SelectConnection, keeping up to
     ``_MAX_UNCONFIRMED`` unconfirmed; stops the I/O loop when all are confirmed."""
 
-    def __init__(self, exchange: str, n: int) -> None:
+    def __init__(self, exchange: str, n: int, pre_encoded: bool) -> None:
+        self.pre_encoded = pre_encoded
         self.exchange = exchange
         self.n = n
         self.sent = 0
@@ -127,6 +144,15 @@ class _Publisher:
         assert channel is not None
         now_ms = int(time.time() * 1000)
         count = min(self.n - self.sent, _MAX_UNCONFIRMED - (self.sent - self.confirmed))
+        if self.pre_encoded:
+            number = channel.channel_number
+            frames = [
+                encode_event(number, self.exchange, "bench", b"", f"c{i}", now_ms, now_ms, 131_000)
+                for i in range(self.sent, self.sent + count)
+            ]
+            self.conn._output_marshaled_frames([b"".join(frames)])  # as the engine does
+            self.sent += count
+            return
         for i in range(self.sent, self.sent + count):
             props = pika.BasicProperties(
                 delivery_mode=2,
@@ -151,8 +177,17 @@ class _Publisher:
             self._publish()
 
 
-def _publish(exchange: str, n: int) -> float:
-    publisher = _Publisher(exchange, n)
+def _purge(queue: str) -> None:
+    """Empty the queue between the two publish runs, so both start alike."""
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    try:
+        conn.channel().queue_purge(queue)
+    finally:
+        conn.close()
+
+
+def _publish(exchange: str, n: int, pre_encoded: bool = False) -> float:
+    publisher = _Publisher(exchange, n, pre_encoded)
     publisher.conn.ioloop.start()
     if publisher.error or publisher.confirmed < n:
         raise RuntimeError(f"raw publish: {publisher.error or 'not every message confirmed'}")

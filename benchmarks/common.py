@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import secrets
 import threading
 import time
@@ -284,6 +285,10 @@ class Consumer:
         rows: list[Event] = self._parent.recv()
         return rows
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid or 0
+
     def close(self) -> None:
         if self._proc.is_alive():
             self._proc.terminate()
@@ -309,3 +314,57 @@ def record_lateness(rec: Recorder, prefix: str, label: str, events: Sequence[Eve
     received_early = sum(1 for due, _, recv in events if recv < due)
     rec.distribution(f"{prefix}.fired", f"{label}: x-fired-ms - x-due-ms", fired, fired_early)
     rec.distribution(f"{prefix}.received", f"{label}: received - due", received, received_early)
+
+
+# -- CPU accounting ---------------------------------------------------------------------
+
+_SERVICES = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _service_pids() -> dict[str, int]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
+            continue
+        if name in _SERVICES:
+            found[_SERVICES[name]] = int(entry)
+    return found
+
+
+class CpuMeter:
+    """CPU seconds each process used between :meth:`start` and :meth:`stop`:
+    the named ones plus the local MariaDB and RabbitMQ servers (Linux /proc)."""
+
+    def __init__(self, processes: dict[str, int]) -> None:
+        self._pids = {**processes, **_service_pids()}
+        self._before: dict[str, float] = {}
+        self._started_s = 0.0
+        self.used: dict[str, float] = {}
+        self.wall_s = 0.0
+
+    def start(self) -> None:
+        self._started_s = time.monotonic()
+        self._before = {name: _cpu_s(pid) for name, pid in self._pids.items()}
+
+    def stop(self) -> None:
+        self.wall_s = time.monotonic() - self._started_s
+        self.used = {n: _cpu_s(pid) - self._before[n] for n, pid in self._pids.items()}
+
+    def text(self) -> str:
+        used = ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.used.items())
+        return f"CPU seconds over {self.wall_s:.1f} s on {os.cpu_count()} CPUs: {used}"

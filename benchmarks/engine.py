@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -21,6 +22,7 @@ from typing import Any
 
 from benchmarks.common import (
     FAR_FUTURE_MS,
+    CpuMeter,
     Recorder,
     Sampler,
     consuming,
@@ -179,6 +181,8 @@ def _sending_through_broker(rec: Recorder, n: int) -> None:
     with isolated() as place, build(place.settings) as hook:
         hook.schedule_many([TaskSpec(at_ms=OVERDUE_MS) for _ in range(n)])
         engine = hook.engine
+        cpu = CpuMeter({"engine": os.getpid()})
+        cpu.start()
         started = time.perf_counter()
         hook.start()
         publisher = engine.publisher
@@ -188,10 +192,12 @@ def _sending_through_broker(rec: Recorder, n: int) -> None:
         confirmed_s = time.perf_counter() - started
         wait_until(lambda: engine.confirmer.deleted >= n, _timeout_s(n), "every row deleted")
         deleted_s = time.perf_counter() - started
+        cpu.stop()
         rec.add(
             "sending.broker",
             rate(n, confirmed_s),
-            f"persistent, into a durable queue; last row deleted after {deleted_s:.2f} s",
+            f"persistent, into a durable queue, no consumer; last row deleted after "
+            f"{deleted_s:.2f} s; {cpu.text()}",
         )
         _check_rows(place.rows(), 0, "after sending through the broker")
 
@@ -218,15 +224,19 @@ def burst(rec: Recorder, n: int) -> None:
             due_ms = int(time.time() * 1000 + lead_ms)
             hook.schedule_many([TaskSpec(at_ms=due_ms) for _ in range(n)])
             engine = hook.engine
-            sampler = Sampler(lambda: _burst_counters(engine))
+            sampler = Sampler(lambda: _burst_counters(engine), interval_s=0.1)
             sampler.start()
             started_ms = time.time() * 1000
             hook.start()
+            cpu = CpuMeter({"engine": os.getpid(), "consumer": consumer.pid})
             try:
+                threading.Event().wait(max(0.0, due_ms / 1000 - time.time()))
+                cpu.start()  # from the due instant
                 deleted_ms = 1000 * wait_until(
                     lambda: engine.confirmer.deleted >= n, _timeout_s(n), "every row deleted"
                 )
                 events = consumer.events(_timeout_s(n))
+                cpu.stop()
             finally:
                 sampler.stop()
                 sampler.join()
@@ -237,7 +247,7 @@ def burst(rec: Recorder, n: int) -> None:
         f"{n:,} due at once; engine started {due_ms - started_ms:,.0f} ms before; last event "
         f"received {(received_ms - due_ms) / 1000:.2f} s, last row deleted "
         f"{(deleted_ms - due_ms) / 1000:.2f} s after the due instant; a consumer process "
-        f"received {len(events):,}"
+        f"received {len(events):,}; {cpu.text()}"
     )
     rec.add("burst.end_to_end", rate(n, end_s), detail)
     record_lateness(rec, "burst", "burst", events)

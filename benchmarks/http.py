@@ -39,10 +39,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Daemon:
+    url: str
+    pid: int
+
+
 @contextmanager
-def daemon(settings: Settings) -> Iterator[str]:
-    """A ``triggerhook run`` process on the scenario's database and exchange;
-    yields its base URL once ``/readyz`` answers 200."""
+def daemon(settings: Settings) -> Iterator[Daemon]:
+    """A ``triggerhook run`` process on the scenario's database and exchange,
+    once ``/readyz`` answers 200."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERHOOK_")}
     port = free_port()
     env.update(
@@ -57,7 +63,7 @@ def daemon(settings: Settings) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: proc.poll() is None and _ready(url), 60, "daemon ready", step_s=0.1)
-        yield url
+        yield Daemon(url, proc.pid)
     finally:
         code = _stop(proc)
         _delete_command_queues(settings.exchange)
@@ -169,7 +175,8 @@ def _latency_detail(clients: int, latencies: list[float]) -> str:
 
 
 def create(rec: Recorder, n: int, clients: int) -> None:
-    with isolated() as place, daemon(place.settings) as url:
+    with isolated() as place, daemon(place.settings) as running:
+        url = running.url
         far_s = int(_far_s())
         tasks: list[dict[str, object]] = [{"id": f"b{i}", "at": far_s} for i in range(n)]
         rec.add("create.http_batch", rate(n, uvloop.run(post_batches(url, tasks))))
@@ -184,13 +191,14 @@ def create(rec: Recorder, n: int, clients: int) -> None:
         elapsed_s, latencies = uvloop.run(requests(url, n, clients, calls))
         detail = _latency_detail(clients, latencies)
         rec.add("create.http_single", rate(n, elapsed_s), detail)
-        rec.add("create.http_single_p99", summary(sorted(latencies))["p99"], detail)
+        rec.add("create.http_single_p99", summary(sorted(latencies))["p99"])
         if place.rows() != 2 * n:
             raise RuntimeError(f"{place.rows()} rows after the single POSTs, expected {2 * n}")
 
 
 def delete(rec: Recorder, n: int, clients: int) -> None:
-    with isolated() as place, daemon(place.settings) as url:
+    with isolated() as place, daemon(place.settings) as running:
+        url = running.url
         far_s = int(_far_s())
         tasks: list[dict[str, object]] = [{"id": f"d{i}", "at": far_s} for i in range(n)]
         uvloop.run(post_batches(url, tasks))
@@ -198,6 +206,6 @@ def delete(rec: Recorder, n: int, clients: int) -> None:
         elapsed_s, latencies = uvloop.run(requests(url, n, clients, calls))
         detail = _latency_detail(clients, latencies)
         rec.add("delete.http_single", rate(n, elapsed_s), detail)
-        rec.add("delete.http_single_p99", summary(sorted(latencies))["p99"], detail)
+        rec.add("delete.http_single_p99", summary(sorted(latencies))["p99"])
         if place.rows() != 0:
             raise RuntimeError(f"{place.rows()} rows left after the DELETEs")

@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 
 import aiohttp
 import uvloop
 
-from benchmarks.common import FAR_FUTURE_MS, Event, Recorder, consuming, isolated, record_lateness
+from benchmarks.common import (
+    FAR_FUTURE_MS,
+    CpuMeter,
+    Event,
+    Recorder,
+    consuming,
+    isolated,
+    record_lateness,
+)
 from benchmarks.http import JSON_HEADERS, daemon, post_batches
 
 
@@ -40,26 +49,36 @@ def _due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
 
 def _run_once(rec: Recorder, seconds: int, fires_per_s: int, clients: int, load: bool) -> None:
     n = seconds * fires_per_s
-    with isolated() as place, daemon(place.settings) as url:
+    with isolated() as place, daemon(place.settings) as running:
         # Far enough ahead that the batches are in before the first is due.
         start_ms = int(time.time() * 1000) + 3000 + n // 20
         tasks: list[dict[str, object]] = [
             {"at": due_ms / 1000, "routing_key": "p"}
             for due_ms in _due_times(start_ms, seconds, fires_per_s)
         ]
-        uvloop.run(post_batches(url, tasks))
+        uvloop.run(post_batches(running.url, tasks))
         with consuming(place.name, n) as consumer:
+            cpu = CpuMeter(
+                {"daemon": running.pid, "load generator": os.getpid(), "consumer": consumer.pid}
+            )
+            cpu.start()
             load_rate = None
             if load:
                 load_started_s = time.time()
-                sent = uvloop.run(_load_until(url, clients, start_ms / 1000 + seconds))
+                sent = uvloop.run(_load_until(running.url, clients, start_ms / 1000 + seconds))
                 load_rate = sent / (time.time() - load_started_s)
             events = consumer.events(seconds + 60 + (start_ms / 1000 - time.time()))
-    _record(rec, events, seconds, clients, load_rate)
+            cpu.stop()
+    _record(rec, events, seconds, clients, load_rate, cpu.text())
 
 
 def _record(
-    rec: Recorder, events: list[Event], seconds: int, clients: int, load_rate: float | None
+    rec: Recorder,
+    events: list[Event],
+    seconds: int,
+    clients: int,
+    load_rate: float | None,
+    cpu_text: str,
 ) -> None:
     """``load_rate``: requests/s of the HTTP load, None when there was none."""
     prefix = "precision.idle" if load_rate is None else "precision.http_load"
@@ -74,8 +93,9 @@ def _record(
             f"{clients} clients posting single far-future tasks throughout",
         )
         detail += f" while {clients} clients posted {load_rate:,.0f} req/s"
+    detail += f"; {cpu_text}"
     rec.add(f"{prefix}.fired_p50", fired.stats["p50"], detail)
-    rec.add(f"{prefix}.fired_p99", fired.stats["p99"], detail)
+    rec.add(f"{prefix}.fired_p99", fired.stats["p99"])
     rec.add(
         f"{prefix}.early",
         fired.early + received.early,

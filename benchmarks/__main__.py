@@ -1,0 +1,166 @@
+"""The benchmark suite, against the real local MariaDB and RabbitMQ.
+
+    python -m benchmarks [--tasks N] [--quick] [--only SCENARIO ...]
+                         [--out DIR] [--publish DIR]
+
+Scenarios, in this order, each in its own database and exchange (dropped
+afterwards): ceilings (benchmarks/ceilings.py), create and delete (library:
+benchmarks/engine.py; HTTP: benchmarks/http.py), sending and confirm, burst
+(benchmarks/engine.py), precision (benchmarks/precision.py).
+
+Writes results.json, results.md and PNG plots to ``--out`` (default
+benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
+the plots there (docs/benchmarks for the committed figures). ``--quick``: small
+sizes for CI, targets shown but not judged. Exit status 1 when a scenario failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import ceilings, engine, http, machine, plots, precision, report
+from benchmarks.common import Recorder
+from triggerhook import Settings
+
+log = logging.getLogger("benchmarks")
+
+QUICK_TASKS = 2_000
+QUICK_PRECISION_S = 3
+
+
+@dataclass(frozen=True)
+class Config:
+    tasks: int
+    precision_s: int
+    fires_per_s: int
+    clients: int
+    quick: bool
+
+
+def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
+    n, clients = config.tasks, config.clients
+
+    def create(rec: Recorder) -> None:
+        with rec.part("library"):
+            engine.create(rec, n)
+        with rec.part("HTTP"):
+            http.create(rec, n, clients)
+
+    def delete(rec: Recorder) -> None:
+        with rec.part("library"):
+            engine.delete(rec, n)
+        with rec.part("HTTP"):
+            http.delete(rec, n, clients)
+
+    return {
+        "ceilings": lambda rec: ceilings.run(rec, n),
+        "create": create,
+        "delete": delete,
+        "sending": lambda rec: engine.sending(rec, n),
+        "burst": lambda rec: engine.burst(rec, n),
+        "precision": lambda rec: precision.run(
+            rec, config.precision_s, config.fires_per_s, clients
+        ),
+    }
+
+
+def _run(name: str, scenario: Callable[[Recorder], None]) -> Recorder:
+    rec = Recorder(name)
+    log.warning("benchmark %s: running", name)
+    started = time.perf_counter()
+    with rec.part(name):
+        scenario(rec)
+    rec.elapsed_s = time.perf_counter() - started
+    state = "FAILED: " + "; ".join(rec.errors) if rec.errors else "done"
+    log.warning("benchmark %s: %s in %.1f s", name, state, rec.elapsed_s)
+    return rec
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--tasks", type=int, default=100_000, help="tasks per scenario")
+    parser.add_argument("--precision-s", type=int, default=60, help="seconds of steady load")
+    parser.add_argument("--fires-per-s", type=int, default=1000, help="steady load rate")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients")
+    parser.add_argument("--quick", action="store_true", help="small sizes for CI, no targets")
+    parser.add_argument("--only", nargs="+", choices=report.SCENARIOS, default=report.SCENARIOS)
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/<timestamp>")
+    parser.add_argument("--publish", type=Path, help="also copy results.md and plots here")
+    args = parser.parse_args(argv)
+    for name in ("tasks", "precision_s", "fires_per_s", "clients"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def _config(args: argparse.Namespace) -> Config:
+    if args.quick:
+        return Config(QUICK_TASKS, QUICK_PRECISION_S, args.fires_per_s, args.clients, True)
+    return Config(args.tasks, args.precision_s, args.fires_per_s, args.clients, False)
+
+
+def _meta(config: Config, argv: list[str], wall_s: float) -> dict[str, Any]:
+    settings = {
+        k: v
+        for k, v in asdict(Settings()).items()
+        if not any(secret in k for secret in ("token", "password", "url"))
+    }
+    return {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["python -m benchmarks", *argv]),
+        "wall_s": round(wall_s, 1),
+        "machine": machine.machine(),
+        "versions": machine.versions(),
+        "commit": machine.commit(),
+        "config": {**asdict(config), "engine_settings": settings},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parse(argv)
+    config = _config(args)
+    out = args.out or Path("benchmarks/results") / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    scenarios = _scenarios(config)
+    recorders = [_run(name, scenarios[name]) for name in report.SCENARIOS if name in args.only]
+    wall_s = time.perf_counter() - started
+    meta = _meta(config, argv, wall_s)
+    rows = report.evaluate(recorders, config.quick)
+    pictures, plot_error = _draw(recorders, out)
+    meta.update(plots=[p.name for p in pictures], plot_error=plot_error)
+    (out / "results.json").write_text(report.to_json(rows, recorders, meta))
+    text = report.markdown(rows, recorders, meta, pictures)
+    (out / "results.md").write_text(text)
+    if args.publish:
+        args.publish.mkdir(parents=True, exist_ok=True)
+        for path in [out / "results.md", *pictures]:
+            shutil.copy2(path, args.publish / path.name)
+    print(text)
+    print(f"(written to {out}; wall time {wall_s:,.0f} s)")
+    return 1 if plot_error or any(rec.errors for rec in recorders) else 0
+
+
+def _draw(recorders: list[Recorder], out: Path) -> tuple[list[Path], str | None]:
+    """The plots, or the reason there are none (the figures are written anyway)."""
+    try:
+        return plots.draw(recorders, out), None
+    except Exception as exc:
+        log.exception("plotting failed")
+        return [], f"{type(exc).__name__}: {exc}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The benchmark suite's quick mode, as CI runs it: ``python -m benchmarks --quick``
+against the real MariaDB and RabbitMQ. It checks the outputs, not the speed:
+every scenario produced its figures or says why it failed, and the JSON,
+Markdown and PNG files are written. No threshold is judged in quick mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = {"ceilings", "create", "delete", "sending", "burst", "precision"}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The plots each scenario's data gives, when the scenario went through.
+PLOTS = {
+    "burst": {"lateness-burst.png", "burst-throughput.png"},
+    "precision": {"lateness-precision-idle.png", "lateness-precision-http_load.png"},
+}
+
+
+def _run_quick(out: Path, publish: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)]
+    return subprocess.run(
+        [*command, "--publish", str(publish)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def _check_scenario(scenario: dict[str, Any]) -> None:
+    name = scenario["name"]
+    assert scenario["figures"], f"{name}: no figure rows"
+    if scenario["status"] == "ok":
+        assert not scenario["errors"], name
+    else:
+        assert scenario["status"] == "failed", name
+        assert all(isinstance(e, str) and e for e in scenario["errors"]), name
+        assert scenario["errors"], f"{name} failed without saying why"
+    for figure in scenario["figures"]:
+        measured = figure["value"] is not None
+        # Each figure is either measured or explicitly failed, never both or neither.
+        assert measured != (figure["failure"] is not None), figure
+        assert figure["met"] is None, f"quick mode judged {figure['key']}"
+        if not measured:
+            assert scenario["status"] == "failed", figure
+
+
+@pytest.mark.slow
+def test_quick_mode_reports_every_scenario_and_writes_its_outputs(tmp_path: Path) -> None:
+    out, publish = tmp_path / "results", tmp_path / "docs"
+    done = _run_quick(out, publish)
+    assert done.returncode in (0, 1), done.stderr[-5000:]
+
+    report = json.loads((out / "results.json").read_text())
+    assert report["config"]["quick"] is True
+    assert report["machine"]["cpus"] >= 1
+    assert report["versions"]["mariadb"] and report["versions"]["rabbitmq"]
+    scenarios = {s["name"]: s for s in report["scenarios"]}
+    assert set(scenarios) == SCENARIOS
+    for scenario in scenarios.values():
+        _check_scenario(scenario)
+    failed = [s["name"] for s in scenarios.values() if s["status"] == "failed"]
+    assert (done.returncode == 1) == bool(failed or report["plot_error"]), done.stderr[-5000:]
+
+    markdown = (out / "results.md").read_text()
+    assert markdown == (publish / "results.md").read_text()
+    for scenario in scenarios.values():
+        for figure in scenario["figures"]:
+            assert figure["label"] in markdown, figure["key"]
+    assert "not judged (quick)" in markdown
+    # No verdicts in quick mode: "| met |" only as the column's header.
+    assert markdown.count("| met |") == 1
+    assert "not met" not in markdown
+
+    expected = set().union(*(PLOTS.get(name, set()) for name in SCENARIOS if name not in failed))
+    assert expected <= set(report["plots"]), report["plots"]
+    for name in report["plots"]:
+        for folder in (out, publish):
+            assert (folder / name).read_bytes().startswith(PNG_SIGNATURE), folder / name
+        assert f"({name})" in markdown, name
