@@ -8,6 +8,7 @@ daemon and kills it with SIGKILL between receiving a command and committing it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import uuid
@@ -19,7 +20,7 @@ from support.amqp import AmqpNames, EventConsumer
 from support.commands import CommandClient, Message, delete_queues
 from support.daemon import DaemonGroup, TaskTable, closed_port, daemon_env
 from support.hook import HookFactory, RowReader, collect_until, header_int, make_settings, open_hook
-from support.tcpproxy import proxied
+from support.tcpproxy import TcpProxy, proxied
 from support.waiting import now_ms, wait_for, wait_until
 
 from triggerhook import TriggerHook
@@ -396,6 +397,44 @@ def test_unexpected_error_dead_letters_after_retries(
 # -- failures: database, broker, stop ---------------------------------------------------
 
 
+@dataclasses.dataclass
+class Stalled:
+    """A create command received by a consumer whose database is cut off."""
+
+    proxy: TcpProxy
+    consumer: CommandConsumer
+    correlation_id: str
+
+
+@contextlib.contextmanager
+def stalled_create(
+    task_id: str,
+    retries: int,
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    consumers: Consumers,
+    client: CommandClient,
+    command_queue: str,
+    caplog: pytest.LogCaptureFixture,
+) -> Iterator[Stalled]:
+    """Cut the database, send a create (with reply), wait for ``retries`` retries."""
+    caplog.set_level(logging.WARNING, logger="triggerhook.api.commands")
+    with proxied(database_url) as (proxy, proxied_url):
+        settings = make_settings(proxied_url, amqp_url, amqp_names.exchange)
+        with open_hook(settings) as hook:
+            consumer = consumers.start(hook, command_queue)
+            proxy.cut()
+            correlation_id = client.send("create", {"id": task_id, "delay": 60}, reply=True)
+            assert correlation_id is not None
+            wait_for(lambda: _retries(caplog) >= retries, 10, "no retries logged")
+            yield Stalled(proxy, consumer, correlation_id)
+
+
+def _retries(caplog: pytest.LogCaptureFixture) -> int:
+    return sum("command failed (attempt" in r.getMessage() for r in caplog.records)
+
+
 def test_database_outage_retries_then_applies_once(
     database_url: str,
     amqp_url: str,
@@ -406,29 +445,19 @@ def test_database_outage_retries_then_applies_once(
     command_queue: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="triggerhook.api.commands")
-    with proxied(database_url) as (proxy, proxied_url):
-        settings = make_settings(proxied_url, amqp_url, amqp_names.exchange)
-        with open_hook(settings) as hook:
-            consumer = consumers.start(hook, command_queue)
-            proxy.cut()
-            correlation_id = client.send("create", {"id": "patient", "delay": 60}, reply=True)
-            assert correlation_id is not None
-            wait_for(lambda: _retries(caplog) >= 2, 10, "no retries logged")
-            assert consumer.applied == 0
-            assert rows.count() == 0
+    services = (database_url, amqp_url, amqp_names, consumers, client, command_queue, caplog)
+    with stalled_create("patient", 2, *services) as stalled:
+        consumer = stalled.consumer
+        assert consumer.applied == 0
+        assert rows.count() == 0
 
-            proxy.restore()
-            reply = client.reply(correlation_id, REPLY_TIMEOUT_S).json()
+        stalled.proxy.restore()
+        reply = client.reply(stalled.correlation_id, REPLY_TIMEOUT_S).json()
 
-            assert reply["created"] is True
-            assert set(rows.rows()) == {"patient"}
-            assert (consumer.received, consumer.applied, consumer.dead_lettered) == (1, 1, 0)
-            consumer.stop(5.0)
-
-
-def _retries(caplog: pytest.LogCaptureFixture) -> int:
-    return sum("command failed (attempt" in r.getMessage() for r in caplog.records)
+        assert reply["created"] is True
+        assert set(rows.rows()) == {"patient"}
+        assert (consumer.received, consumer.applied, consumer.dead_lettered) == (1, 1, 0)
+        consumer.stop(5.0)
 
 
 def test_stop_leaves_an_uncommitted_command_in_the_queue(
@@ -442,27 +471,20 @@ def test_stop_leaves_an_uncommitted_command_in_the_queue(
     command_queue: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="triggerhook.api.commands")
-    with proxied(database_url) as (proxy, proxied_url):
-        settings = make_settings(proxied_url, amqp_url, amqp_names.exchange)
-        with open_hook(settings) as hook:
-            consumer = consumers.start(hook, command_queue)
-            proxy.cut()
-            correlation_id = client.send("create", {"id": "left", "delay": 60}, reply=True)
-            assert correlation_id is not None
-            wait_for(lambda: _retries(caplog) >= 1, 10, "no retry logged")
+    services = (database_url, amqp_url, amqp_names, consumers, client, command_queue, caplog)
+    with stalled_create("left", 1, *services) as stalled:
+        consumer = stalled.consumer
+        consumer.stop(2.0)
 
-            consumer.stop(2.0)
-
-            assert consumer.join(1.0)
-            assert client.depth(command_queue) == 1
-            assert consumer.applied == 0
-            assert rows.count() == 0
-            proxy.restore()
+        assert consumer.join(1.0)
+        assert client.depth(command_queue) == 1
+        assert consumer.applied == 0
+        assert rows.count() == 0
+        stalled.proxy.restore()
 
     # Another consumer (database reachable) applies it, once.
     consumers.start(hooks(), command_queue)
-    reply = client.reply(correlation_id, REPLY_TIMEOUT_S).json()
+    reply = client.reply(stalled.correlation_id, REPLY_TIMEOUT_S).json()
     assert reply["created"] is True
     assert set(rows.rows()) == {"left"}
 
