@@ -24,6 +24,8 @@ from triggerhook.interfaces import (
     TaskStore,
 )
 from triggerhook.metrics.collector import Collector
+from triggerhook.metrics.counters import RequestStats
+from triggerhook.metrics.points import Field
 from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.settings import Settings
 
@@ -314,6 +316,15 @@ class TriggerHook:
                 self.settings.metrics_url,
                 self.settings.metrics_interval_ms,
             )
+
+    def observe_http(self, stats: RequestStats) -> None:
+        """Report the HTTP API's answers with the metrics (call after :meth:`start`)."""
+        if self.metrics is not None:
+            self.metrics.collector.http = stats
+
+    def latest_figures(self) -> dict[str, dict[str, Field]]:
+        """Measurement -> the fields of the last metrics period ({} before the first)."""
+        return self.metrics.collector.latest if self.metrics is not None else {}
 
     def stop(self, timeout_s: float | None = None) -> bool:
         """Graceful stop; True when everything due was published and confirmed."""

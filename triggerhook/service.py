@@ -139,8 +139,7 @@ class Service:
             self.commands.start()
         if self.settings.http_enabled:
             self.http = HttpApi(self.hook, self.settings, self.readiness, self._executor)
-            if self.hook.metrics is not None:
-                self.hook.metrics.collector.http = self.http.stats
+            self.hook.observe_http(self.http.stats)
             await self.http.start()
 
     async def _shutdown(self) -> int:

@@ -343,8 +343,7 @@ class HttpApi:
 
     async def status(self, _request: web.Request) -> web.Response:
         """The live figures: the last metrics period, and totals since start."""
-        reporter = self._hook.metrics
-        latest = reporter.collector.latest if reporter is not None else {}
+        latest = self._hook.latest_figures()
         return _response(
             200,
             {
@@ -357,8 +356,7 @@ class HttpApi:
         )
 
     async def prometheus(self, _request: web.Request) -> web.Response:
-        reporter = self._hook.metrics
-        latest = reporter.collector.latest if reporter is not None else {}
+        latest = self._hook.latest_figures()
         totals = {**self._hook.engine.counters(), **self.stats.counters()}
         text = prometheus.render({"instance": self._hook.instance_id}, totals, latest)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
