@@ -85,6 +85,33 @@ class Settings:
     publish_retry_max_ms: int = _setting(
         30000, "Upper bound of the back-off between retries of an unroutable event.", 1
     )
+    publish_max_attempts: int = _setting(
+        10,
+        "Deliveries of one event tried (each returned as unroutable or nacked by the "
+        "broker) before it is dead-lettered instead.",
+        1,
+    )
+    publish_max_age_ms: int = _setting(
+        600000,
+        "An undelivered event this long past its due time is dead-lettered at its next "
+        "failure, whatever its attempts; 0 = no age limit.",
+        0,
+    )
+    dead_letter_routing_key: str = _setting(
+        "triggerhook.dead",
+        "Routing key (on `exchange`) undeliverable events are published with, headers saying why.",
+    )
+    dead_letter_queue: str = _setting(
+        "triggerhook.dead",
+        "Durable queue declared and bound to `exchange` with dead_letter_routing_key, "
+        "so a dead letter always has somewhere to go; empty = declare none (bind your own).",
+    )
+    commit_queue_max: int = _setting(
+        10000,
+        "Most calls waiting for each group commit (schedule, cancel, reschedule); "
+        "beyond it a call is refused at once (HTTP 503).",
+        1,
+    )
     switch_interval_us: int = _setting(
         500,
         "sys.setswitchinterval applied by a running engine, in microseconds; a shorter "
@@ -107,9 +134,30 @@ class Settings:
         False, "Allow a non-loopback http_host without api_token (trusted networks only)."
     )
     http_max_body_bytes: int = _setting(
-        16 * 1024 * 1024, "Largest HTTP request body; larger ones get 413 unread.", 1
+        4 * 1024 * 1024,
+        "Largest HTTP request body (a 10,000-task batch with ~300-byte payloads); "
+        "larger ones get 413 unread.",
+        1,
+    )
+    http_header_timeout_s: int = _setting(
+        30,
+        "A connection that has not sent a whole request head this long after it "
+        "opened (or after its previous response) is closed.",
+        1,
+    )
+    http_body_timeout_s: int = _setting(
+        60, "A request whose body has not fully arrived this long after its head gets 408.", 1
+    )
+    http_keepalive_timeout_s: int = _setting(
+        30, "An idle keep-alive connection is closed after this long.", 1
+    )
+    http_max_connections: int = _setting(
+        512, "Most open HTTP connections; further ones are closed at once.", 1
     )
     http_max_batch_tasks: int = _setting(10000, "Most tasks in one POST /v1/tasks/batch.", 1)
+    metrics_require_token: bool = _setting(
+        False, "GET /metrics requires api_token too (it is open by default, like /healthz)."
+    )
     commands_enabled: bool = _setting(True, "Consume the AMQP command queue (`triggerhook run`).")
     command_queue: str = _setting(
         "triggerhook.commands",
@@ -118,6 +166,17 @@ class Settings:
     )
     command_prefetch: int = _setting(
         256, "Commands taken from the queue at once (unacknowledged until committed).", 1
+    )
+    command_allowed_users: str = _setting(
+        "",
+        "With api_token set, commands must carry `authorization: Bearer <token>` or a "
+        "`user_id` property from this comma-separated list (RabbitMQ checks user_id "
+        "against the connection's user).",
+    )
+    command_reply_prefix: str = _setting(
+        "triggerhook.reply.",
+        "A command's reply_to must be direct reply-to (amq.rabbitmq.reply-to) or a queue "
+        "whose name starts with this; empty = direct reply-to only.",
     )
     metrics_url: str = _setting(
         "", "InfluxDB base URL metrics are written to, e.g. http://127.0.0.1:8086; empty = off."
@@ -165,9 +224,17 @@ class Settings:
             raise ConfigError("claim_lease_ms: must exceed preload_window_ms")
         if self.instance_id and not _INSTANCE_ID.fullmatch(self.instance_id):
             raise ConfigError("instance_id: must be 1-64 characters from [A-Za-z0-9._:-]")
-        for name in ("exchange", "default_routing_key", "command_queue"):
+        for name in ("exchange", "default_routing_key", "command_queue", "dead_letter_routing_key"):
             if not _ROUTING_KEY.fullmatch(getattr(self, name)):
                 raise ConfigError(f"{name}: must be 1-255 characters from [A-Za-z0-9._:/-]")
+        for name in ("dead_letter_queue", "command_reply_prefix"):
+            value = getattr(self, name)
+            if value and not _ROUTING_KEY.fullmatch(value):
+                raise ConfigError(
+                    f"{name}: must be empty or 1-255 characters from [A-Za-z0-9._:/-]"
+                )
+        if any(not user.strip() for user in self.command_users()):
+            raise ConfigError("command_allowed_users: an empty name in the list")
         self._check_http()
         if self.metrics_influx_version not in (1, 2):
             raise ConfigError("metrics_influx_version: must be 1 or 2")
@@ -179,6 +246,12 @@ class Settings:
                 f"http_host: {self.http_host!r} is not a loopback address and api_token "
                 "is empty; set api_token (or http_allow_public_without_token = true)"
             )
+
+    def command_users(self) -> list[str]:
+        """command_allowed_users as a list (empty setting: none)."""
+        if not self.command_allowed_users.strip():
+            return []
+        return [user.strip() for user in self.command_allowed_users.split(",")]
 
     def resolved_instance_id(self) -> str:
         if self.instance_id:
