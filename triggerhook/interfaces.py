@@ -65,6 +65,17 @@ class Moved:
     task: Task | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """Put back the armed row ``task_id`` (held at ``rev``) whose event the
+    broker did not take: claimable again from ``not_before_ms``, at ``new_rev``."""
+
+    task_id: str
+    rev: int
+    not_before_ms: int
+    new_rev: int = field(default_factory=new_rev)
+
+
 class InsertOutcome(enum.Enum):
     CREATED = "created"
     EXISTS = "exists"  # same id, same content: a safe retry, nothing written
@@ -121,6 +132,12 @@ class TaskStore(Protocol):
         """Delete armed rows whose events the broker confirmed."""
         ...
 
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
+        """Disarm and unclaim rows whose events were not delivered, counting a
+        failed attempt each (see :class:`Deferral`); a row no longer ours at
+        that revision is left alone. Returns how many rows were deferred."""
+        ...
+
     def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
         """Extend the claims on ``ids`` that ``instance`` still holds."""
         ...
@@ -172,8 +189,9 @@ class ConfirmSink(Protocol):
     def confirmed(self, ids: Sequence[str]) -> None: ...
 
 
-# (task, attempt, reason): an event the broker did not take; fire it again later.
-RetryHandler = Callable[[Task, int, str], None]
+# (task, delay_ms): an event the broker did not take; store it back, to be
+# claimed and fired again ``delay_ms`` from now. Called on the publisher's thread.
+RetryHandler = Callable[[Task, int], None]
 
 
 class EventPublisher(Protocol):
@@ -201,7 +219,8 @@ class EventPublisher(Protocol):
     def unconfirmed(self) -> int: ...
 
     def counters(self) -> Mapping[str, int]:
-        """Totals since start: published, confirmed, returned, nacked, broker_reconnects."""
+        """Totals since start: published, confirmed, returned, nacked,
+        dead_lettered, broker_reconnects."""
         ...
 
     def take_lateness(self) -> list[float]:

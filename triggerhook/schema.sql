@@ -1,5 +1,6 @@
--- triggerhook schema, version 1. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
+-- triggerhook schema, version 2. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
 -- Applied idempotently by `triggerhook db init`; every statement is safe to re-run.
+-- A database made by an older version is upgraded by the migrations in store/sql.py.
 -- Statements are separated by lines holding only ';' so the applier needs no SQL parser.
 
 CREATE TABLE IF NOT EXISTS th_tasks (
@@ -22,6 +23,10 @@ CREATE TABLE IF NOT EXISTS th_tasks (
     -- only if its revision still matches (the id may have been cancelled and
     -- scheduled again meanwhile).
     rev            BIGINT       NOT NULL DEFAULT 0,
+    -- Deliveries of its event that failed (returned as unroutable, or nacked). While it
+    -- waits for the next try the row is unarmed and unclaimed, and claim_until_ms says
+    -- when it may be claimed again.
+    attempts       INT          NOT NULL DEFAULT 0,
     created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
     PRIMARY KEY (id),
     -- "The next N claimable tasks due before T" is a range scan on this index; the
@@ -36,5 +41,5 @@ CREATE TABLE IF NOT EXISTS th_meta (
     value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
-INSERT INTO th_meta (name, value) VALUES ('schema_version', '1')
+INSERT INTO th_meta (name, value) VALUES ('schema_version', '2')
     ON DUPLICATE KEY UPDATE name = name

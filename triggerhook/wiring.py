@@ -5,6 +5,7 @@ from __future__ import annotations
 from triggerhook.amqp.publisher import AmqpPublisher, amqp_parameters
 from triggerhook.app import TriggerHook
 from triggerhook.clock import SystemClock
+from triggerhook.domain.delivery import DeliveryPolicy
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler
 from triggerhook.interfaces import ConfirmSink, RetryHandler
@@ -29,6 +30,13 @@ def build(settings: Settings) -> TriggerHook:
             retry,
             settings.max_unconfirmed,
             on_failure,
+            DeliveryPolicy(
+                settings.publish_max_attempts,
+                settings.publish_max_age_ms,
+                settings.publish_retry_max_ms,
+            ),
+            settings.dead_letter_routing_key,
+            settings.dead_letter_queue,
         )
 
     store = MySQLStore(settings.database_url, settings.default_routing_key)

@@ -1,5 +1,5 @@
 """Firing against real MariaDB and RabbitMQ: wire format, never early, deletion,
-unroutable events, bounded memory.
+bounded memory (unroutable events: test_dead_letters.py).
 
 Lateness is measured and logged (``-o log_cli=true --log-cli-level=INFO`` shows
 it, ``record_property`` stores it in JUnit XML) but never asserted tightly:
@@ -12,13 +12,11 @@ import contextlib
 import logging
 import statistics
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import pika
-import pika.exceptions
 import pytest
-from support.amqp import AmqpNames, EventConsumer, Received
+from support.amqp import EventConsumer, Received
 from support.hook import (
     HookFactory,
     RowReader,
@@ -34,7 +32,6 @@ from triggerhook.interfaces import Claim, NewRow
 log = logging.getLogger(__name__)
 
 RecordProperty = Callable[[str, object], None]
-Message = tuple[str, str, bytes]  # message_id, routing_key, body
 
 
 def _lateness_summary(values: Sequence[int]) -> str:
@@ -216,117 +213,7 @@ def test_task_due_50ms_ahead_fires(
     assert wait_until(lambda: rows.count() == 0, 10)
 
 
-# -- 7. unroutable events -------------------------------------------------------------
-
-
-class _Queues:
-    """The test's own topology on the test exchange, read with basic_get."""
-
-    def __init__(self, amqp_url: str, exchange: str) -> None:
-        self._connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-        self._channel = self._connection.channel()
-        self._exchange = exchange
-        self._declared: list[str] = []
-        self._channel.exchange_declare(exchange=exchange, exchange_type="topic", durable=True)
-
-    def bind(self, queue: str, pattern: str) -> None:
-        self._channel.queue_declare(queue=queue, durable=True)
-        self._declared.append(queue)
-        self._channel.queue_bind(queue=queue, exchange=self._exchange, routing_key=pattern)
-
-    def get_all(self, queue: str) -> list[Message]:
-        """Every message waiting in ``queue``: (message_id, routing_key, body)."""
-        out: list[Message] = []
-        while True:
-            method, properties, body = self._channel.basic_get(queue=queue, auto_ack=True)
-            if method is None:
-                return out
-            out.append((properties.message_id, method.routing_key, bytes(body)))
-
-    def wait_for(self, queue: str, message_id: str, timeout_s: float) -> list[Message]:
-        """Messages taken from ``queue`` until one with ``message_id`` (or the deadline)."""
-        got: list[Message] = []
-
-        def arrived() -> bool:
-            got.extend(self.get_all(queue))
-            return any(m[0] == message_id for m in got)
-
-        wait_until(arrived, timeout_s)
-        return got
-
-    def close(self) -> None:
-        try:
-            for queue in self._declared:
-                with contextlib.suppress(pika.exceptions.AMQPError):
-                    self._channel.queue_delete(queue=queue)
-        finally:
-            with contextlib.suppress(pika.exceptions.AMQPError):
-                self._connection.close()
-
-
-@pytest.fixture
-def queues(amqp_url: str, amqp_names: AmqpNames) -> Iterator[_Queues]:
-    q = _Queues(amqp_url, amqp_names.exchange)
-    try:
-        yield q
-    finally:
-        q.close()
-
-
-def test_unroutable_event_keeps_row_and_is_retried_until_routable(
-    hooks: HookFactory, rows: RowReader, queues: _Queues, amqp_names: AmqpNames
-) -> None:
-    bound_queue, late_queue = amqp_names.queue, f"{amqp_names.queue}_late"
-    queues.bind(bound_queue, "bound.#")
-    hook = hooks(publish_retry_max_ms=300)
-    publisher = publisher_of(hook)
-
-    hook.schedule("lost", delay_ms=0, routing_key="unbound.x", payload=b"keep me")
-    hook.schedule("found", delay_ms=0, routing_key="bound.y")
-
-    # The routable event is delivered and its row deleted...
-    assert queues.wait_for(bound_queue, "found", 10) == [("found", "bound.y", b"")]
-    assert wait_until(lambda: rows.row("found") is None, 10)
-    # ...the unroutable one is returned again and again, and its row stays.
-    assert wait_until(lambda: publisher.returned >= 3, 15), publisher.returned
-    lost = rows.row("lost")
-    assert lost is not None and lost.firing == 1
-    assert publisher.published >= 4  # "found" once, "lost" at least three times
-
-    queues.bind(late_queue, "unbound.#")
-
-    assert queues.wait_for(late_queue, "lost", 15) == [("lost", "unbound.x", b"keep me")]
-    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
-    returned = publisher.returned
-    # Sentinel: once a later event arrived, any further retry of "lost" (at most
-    # publish_retry_max_ms apart) would have arrived before it.
-    hook.schedule("after", delay_ms=500, routing_key="unbound.after")
-    assert queues.wait_for(late_queue, "after", 15) == [("after", "unbound.after", b"")]
-    assert publisher.returned == returned  # no more retries once delivered
-    assert queues.get_all(bound_queue) == []
-    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
-
-
-def test_stop_with_an_undeliverable_event_keeps_its_row_for_later(
-    hooks: HookFactory, rows: RowReader, queues: _Queues, amqp_names: AmqpNames
-) -> None:
-    late_queue = f"{amqp_names.queue}_late"
-    queues.bind(amqp_names.queue, "bound.#")
-    hook = hooks(publish_retry_max_ms=300)
-    publisher = publisher_of(hook)
-    hook.schedule("stuck", delay_ms=0, routing_key="unbound.x", payload="p")
-    assert wait_until(lambda: publisher.returned >= 1, 10)
-
-    clean = hook.stop(timeout_s=2)
-
-    assert clean is False  # an event was not delivered
-    row = rows.row("stuck")
-    assert row is not None
-    assert (row.firing, row.claimed_by, row.claim_until_ms) == (1, None, 0)
-    queues.bind(late_queue, "unbound.#")
-    hooks()  # another engine takes the armed row over and delivers it
-    assert queues.wait_for(late_queue, "stuck", 15) == [("stuck", "unbound.x", b"p")]
-    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
+# -- 7. unroutable events: see test_dead_letters.py ----------------------------------
 
 
 # -- 8. bounded memory ------------------------------------------------------------------

@@ -33,6 +33,11 @@ class AmqpNames:
         """The command queue a test daemon consumes (its dead-letter queue: + ``.dead``)."""
         return f"{self.exchange}.commands"
 
+    @property
+    def dead_letters(self) -> str:
+        """The dead-letter queue a test engine declares for undeliverable events."""
+        return f"{self.exchange}.dead"
+
 
 @dataclass(frozen=True)
 class Received:
@@ -177,7 +182,7 @@ class EventConsumer:
 def delete_topology(amqp_url: str, names: AmqpNames) -> None:
     """Delete the exchange and the queues (events, commands); missing ones are fine."""
     connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    queues = (names.queue, names.commands, f"{names.commands}.dead")
+    queues = (names.queue, names.commands, f"{names.commands}.dead", names.dead_letters)
     try:
         for kind, name in [*(("queue", q) for q in queues), ("exchange", names.exchange)]:
             channel = connection.channel()

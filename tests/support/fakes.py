@@ -30,6 +30,7 @@ from triggerhook.interfaces import (
     Claim,
     ClaimMode,
     Clock,
+    Deferral,
     EventPublisher,
     InsertOutcome,
     Move,
@@ -234,6 +235,25 @@ class FakeStore:
             for tid in gone:
                 del self.rows[tid]
             return len(gone)
+
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
+        with self._lock:
+            self._maybe_fail("defer")
+            moved = 0
+            for d in deferrals:
+                # Like DEFER_UNDELIVERED: only our armed row at the revision we hold.
+                r = self.rows.get(d.task_id)
+                if r is None or r.claimed_by != instance or r.rev != d.rev or not r.firing:
+                    continue
+                r.task = dataclasses.replace(r.task, attempts=r.task.attempts + 1)
+                r.firing, r.claimed_by, r.claim_until_ms, r.rev = (
+                    False,
+                    None,
+                    d.not_before_ms,
+                    d.new_rev,
+                )
+                moved += 1
+            return moved
 
     def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
         with self._lock:

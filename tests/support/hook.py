@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from support.amqp import EventConsumer, Received
-from support.mysql import connect
+from support.mysql import MARK_FIRING, connect
 from triggerhook import Settings, TriggerHook, build
 from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.store.mysql import init_schema
@@ -43,7 +43,7 @@ CONNECT_TIMEOUT_S = 20.0
 
 
 def make_settings(database_url: str, amqp_url: str, exchange: str, **overrides: Any) -> Settings:
-    knobs = {**SHORT_KNOBS, **overrides}
+    knobs = {**SHORT_KNOBS, "dead_letter_queue": f"{exchange}.dead", **overrides}
     return Settings(database_url=database_url, amqp_url=amqp_url, exchange=exchange, **knobs)
 
 
@@ -109,9 +109,12 @@ class TaskRow:
     claim_until_ms: int
     firing: int
     created_at: object
+    attempts: int = 0
 
 
-_ROW_COLUMNS = "id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing, created_at"
+_ROW_COLUMNS = (
+    "id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing, created_at, attempts"
+)
 
 
 class RowReader:
@@ -149,6 +152,10 @@ class RowReader:
         with self._cursor() as cur:
             return int(cur.execute(statement, args))
 
+    def mark_firing(self, task_id: str) -> None:
+        """See :data:`support.mysql.MARK_FIRING`."""
+        assert self.execute(MARK_FIRING, (task_id,)) == 1, f"no row {task_id!r} to mark firing"
+
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -157,7 +164,7 @@ class RowReader:
 
 def _task_row(r: tuple[Any, ...]) -> TaskRow:
     payload = None if r[3] is None else bytes(r[3])
-    return TaskRow(r[0], int(r[1]), r[2], payload, r[4], int(r[5]), int(r[6]), r[7])
+    return TaskRow(r[0], int(r[1]), r[2], payload, r[4], int(r[5]), int(r[6]), r[7], int(r[8]))
 
 
 def collect_until(consumer: EventConsumer, message_id: str, timeout_s: float) -> list[Received]:

@@ -9,6 +9,13 @@ from urllib.parse import unquote, urlsplit
 
 import pymysql
 
+# Make a row look armed by another instance (as if being published there): a
+# cancel or reschedule must then answer too late, and no engine here takes it.
+MARK_FIRING = (
+    "UPDATE th_tasks SET firing = 1, claimed_by = 'elsewhere', claim_until_ms = 4611686018427387904"
+    " WHERE id = %s"
+)
+
 
 def connect_kwargs(url: str) -> dict[str, Any]:
     """``mysql+pymysql://user:password@host:port[/database]`` -> pymysql.connect() kwargs."""

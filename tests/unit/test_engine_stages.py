@@ -160,14 +160,6 @@ def test_scheduler_with_full_sink_waits_and_keeps_its_tasks() -> None:
     assert ids(s.scheduler.poll(NOW)[0]) == ["due"]
 
 
-def test_scheduler_push_at_uses_the_given_fire_time(stages: Stages) -> None:
-    stages.scheduler.push_at(task("retry", NOW - 100), NOW + 300)
-    batch, wait_s = stages.scheduler.poll(NOW)
-    assert batch == []
-    assert wait_s == pytest.approx(0.3)
-    assert ids(stages.scheduler.poll(NOW + 300)[0]) == ["retry"]
-
-
 def test_scheduler_thread_fires_due_tasks_into_the_buffer(stages: Stages) -> None:
     woken: list[int] = []
     stages.buffer.on_put = lambda: woken.append(len(stages.buffer))
@@ -761,7 +753,7 @@ def _firing(s: Stages, names: list[str]) -> None:
 
 
 def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
-    return Confirmer(s.store, s.inventory, batch_size, max_delay_ms, s.failures)
+    return Confirmer(s.store, s.inventory, ME, batch_size, max_delay_ms, s.failures)
 
 
 def test_confirmer_deletes_in_batches_then_discards(stages: Stages) -> None:

@@ -30,6 +30,7 @@ _header_head = struct.Struct(">HHQH").pack
 _int32_field = struct.Struct(">ci").pack
 _int64_field = struct.Struct(">cq").pack
 _u32 = struct.Struct(">I").pack
+_long_string_head = struct.Struct(">cI").pack
 _u64 = struct.Struct(">Q").pack
 
 
@@ -49,6 +50,25 @@ def _int_field(value: int) -> bytes:
     if _INT32_MIN <= value <= _INT32_MAX:
         return _int32_field(b"I", value)
     return _int64_field(b"l", value)
+
+
+def _str_field(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _long_string_head(b"S", len(data)) + data
+
+
+def dead_letter_headers(reason: str, attempts: int, routing_key: str) -> bytes:
+    """Field-table entries a dead letter carries besides ``x-due-ms`` and
+    ``x-fired-ms``: why, after how many failed deliveries, and the routing key
+    it was meant for."""
+    return (
+        _shortstr("x-triggerhook-dead-reason")
+        + _str_field(reason)
+        + _shortstr("x-triggerhook-attempts")
+        + _int_field(attempts)
+        + _shortstr("x-triggerhook-routing-key")
+        + _str_field(routing_key)
+    )
 
 
 def publish_method(channel: int, exchange: str, routing_key: str) -> bytes:
@@ -71,9 +91,17 @@ def encode_event(
     due_ms: int,
     fired_ms: int,
     max_body_frame: int,
+    extra_headers: bytes = b"",
 ) -> bytes:
-    """Method, content header and body frames of one event (the wire format)."""
-    table = b"\x08x-due-ms" + _int_field(due_ms) + b"\x0ax-fired-ms" + _int_field(fired_ms)
+    """Method, content header and body frames of one event (the wire format);
+    ``extra_headers``: more encoded field-table entries (see :func:`dead_letter_headers`)."""
+    table = (
+        b"\x08x-due-ms"
+        + _int_field(due_ms)
+        + b"\x0ax-fired-ms"
+        + _int_field(fired_ms)
+        + extra_headers
+    )
     properties = (
         _u32(len(table))
         + table

@@ -5,14 +5,20 @@ only through :meth:`AmqpPublisher.wake` (thread-safe callback). Messages are
 persistent and ``mandatory``; up to ``max_unconfirmed`` are in flight at once.
 
 * Ack: the task is handed to the confirmer, which deletes its row.
-* Return (unroutable) or Nack: the task is retried with back-off, counted and
-  logged; its row stays, so it is never silently dropped.
+* Return (unroutable) or Nack: :class:`DeliveryPolicy` decides. Retry: the
+  row is stored back unarmed and unclaimed (the confirmer does it) and is
+  claimed again after a back-off, so meanwhile it can be cancelled and holds no
+  room in memory. Dead letter (after ``publish_max_attempts`` failures or
+  ``publish_max_age_ms``): the event is published again at once with the
+  dead-letter routing key and headers saying why; its row is deleted once that
+  publish is confirmed. Logged per routing key, rate-limited; counted.
 * Connection lost: every unconfirmed task goes back to the front of the send
   buffer and is published again after reconnecting (at-least-once).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,18 +31,22 @@ import pika.exceptions
 import pika.frame
 import pika.spec
 
-from triggerhook.amqp.frames import encode_event
+from triggerhook.amqp.connection import close_connection
+from triggerhook.amqp.frames import dead_letter_headers, encode_event
+from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy
 from triggerhook.domain.task import Task
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import BrokerUnavailable, ConfigError
 from triggerhook.interfaces import ConfirmSink, RetryHandler
 from triggerhook.metrics.counters import Samples
+from triggerhook.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
 _SLICE = 256  # messages published per I/O-loop turn, so acks are read in between
 _FINISH_CHECK_S = 0.02
+_LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
 
 
 def _body_frame_max(conn: pika.SelectConnection) -> int:
@@ -71,10 +81,21 @@ class AmqpPublisher(Worker):
         retry: RetryHandler,
         max_unconfirmed: int,
         on_failure: FailureHandler,
+        policy: DeliveryPolicy,
+        dead_letter_routing_key: str,
+        dead_letter_queue: str = "",
     ) -> None:
         super().__init__("th-publisher", on_failure)
         self._params = amqp_parameters(url)
         self._exchange = exchange
+        self._policy = policy
+        self._dead_key = dead_letter_routing_key
+        self._dead_queue = dead_letter_queue
+        # Owned by the I/O thread: dead letters to publish, and those in flight
+        # (task id -> reason); they outlive a connection, like the send buffer.
+        self._dead: deque[tuple[Task, str]] = deque()
+        self._dead_unconfirmed: dict[str, str] = {}
+        self._undelivered_log = RateLimitedLog(log, _LOG_EVERY_S)
         self._buffer = buffer
         self._confirms = confirms
         self._retry = retry
@@ -88,12 +109,12 @@ class AmqpPublisher(Worker):
         self._tags: deque[int] = deque()
         self._unconfirmed: dict[int, Task] = {}
         self._returned: dict[str, str] = {}  # task id -> why the broker returned it
-        self._attempts: dict[str, int] = {}
         self.connected = threading.Event()
         self.published = 0
         self.confirmed = 0
         self.returned = 0
         self.nacked = 0
+        self.dead_lettered = 0
         self.reconnects = 0
         self._lateness = Samples()  # appended by the I/O thread, taken by the metrics thread
 
@@ -128,6 +149,7 @@ class AmqpPublisher(Worker):
             "confirmed": self.confirmed,
             "returned": self.returned,
             "nacked": self.nacked,
+            "dead_lettered": self.dead_lettered,
             "broker_reconnects": self.reconnects,
         }
 
@@ -144,7 +166,7 @@ class AmqpPublisher(Worker):
             self.back_off(BrokerUnavailable("connection to RabbitMQ lost"), "publishing")
 
     def _finished(self) -> bool:
-        return self.stopping and not self._buffer and not self._unconfirmed
+        return self.stopping and not self._buffer and not self._unconfirmed and not self._dead
 
     def _connect_and_serve(self) -> None:
         conn = pika.SelectConnection(
@@ -171,7 +193,10 @@ class AmqpPublisher(Worker):
         if self._unconfirmed:
             tasks = [self._unconfirmed[tag] for tag in self._tags if tag in self._unconfirmed]
             log.warning("republishing %d unconfirmed events after reconnect", len(tasks))
-            self._buffer.requeue_front(tasks)
+            dead = self._dead_unconfirmed
+            self._dead.extendleft(reversed([(t, dead[t.id]) for t in tasks if t.id in dead]))
+            self._buffer.requeue_front([t for t in tasks if t.id not in dead])
+        self._dead_unconfirmed.clear()
         self._unconfirmed.clear()
         self._tags.clear()
         self._returned.clear()
@@ -199,8 +224,23 @@ class AmqpPublisher(Worker):
             exchange=self._exchange,
             exchange_type="topic",
             durable=True,
-            callback=lambda _frame: channel.confirm_delivery(
-                ack_nack_callback=self._on_confirm, callback=self._on_ready
+            callback=lambda _frame: self._declare_dead_letters(channel),
+        )
+
+    def _declare_dead_letters(self, channel: pika.channel.Channel) -> None:
+        """The dead-letter queue, bound, so a dead letter is never unroutable."""
+
+        def confirm(_frame: Any) -> None:
+            channel.confirm_delivery(ack_nack_callback=self._on_confirm, callback=self._on_ready)
+
+        if not self._dead_queue:
+            confirm(None)
+            return
+        channel.queue_declare(
+            queue=self._dead_queue,
+            durable=True,
+            callback=lambda _frame: channel.queue_bind(
+                self._dead_queue, self._exchange, self._dead_key, callback=confirm
             ),
         )
 
@@ -227,7 +267,7 @@ class AmqpPublisher(Worker):
         if conn is None:
             return
         if self._finished() or self.past_deadline():
-            conn.close()
+            close_connection(conn)
             return
         conn.ioloop.call_later(_FINISH_CHECK_S, self._check_finish)
 
@@ -244,11 +284,13 @@ class AmqpPublisher(Worker):
         budget = self._max_unconfirmed - len(self._unconfirmed)
         if budget <= 0:
             return  # acks call us again
+        if self._dead:
+            budget -= self._publish_dead(channel, min(budget, _SLICE))
         tasks = self._buffer.take(min(budget, _SLICE))
         if not tasks:
             return
         self._publish(channel, tasks)
-        if len(self._buffer) and len(tasks) < budget:
+        if (len(self._buffer) and len(tasks) < budget) or self._dead:
             self.wake()
 
     def _publish(self, channel: pika.channel.Channel, tasks: list[Task]) -> None:
@@ -265,6 +307,9 @@ class AmqpPublisher(Worker):
         frames = []
         record = self._lateness.record
         for task in tasks:
+            if task.attempts and self._policy.exhausted(task):
+                self._dead.append((task, f"not delivered after {task.attempts} attempts"))
+                continue
             fired_ms = int(time.time() * 1000)
             record(fired_ms - task.due_ms)
             frames.append(
@@ -283,8 +328,42 @@ class AmqpPublisher(Worker):
             tags.append(tag)
             unconfirmed[tag] = task
         self._next_tag = tag
-        self.published += len(tasks)
-        _write_frames(conn, b"".join(frames))
+        self.published += len(frames)
+        if frames:  # all of them may have gone to the dead letters
+            _write_frames(conn, b"".join(frames))
+
+    def _publish_dead(self, channel: pika.channel.Channel, limit: int) -> int:
+        """Publish up to ``limit`` dead letters (the rare path); returns how many."""
+        conn = self._conn
+        if conn is None or not channel.is_open:
+            return 0
+        frames: list[bytes] = []
+        max_body = _body_frame_max(conn)
+        while self._dead and len(frames) < limit:
+            task, reason = self._dead.popleft()
+            fired_ms = int(time.time() * 1000)
+            extra = dead_letter_headers(reason, task.attempts, task.routing_key)
+            frames.append(
+                encode_event(
+                    channel.channel_number,
+                    self._exchange,
+                    self._dead_key,
+                    task.payload,
+                    task.id,
+                    task.due_ms,
+                    fired_ms,
+                    max_body,
+                    extra,
+                )
+            )
+            self._next_tag += 1
+            self._tags.append(self._next_tag)
+            self._unconfirmed[self._next_tag] = task
+            self._dead_unconfirmed[task.id] = reason
+        self.published += len(frames)
+        if frames:
+            _write_frames(conn, b"".join(frames))
+        return len(frames)
 
     def _on_return(
         self,
@@ -303,20 +382,51 @@ class AmqpPublisher(Worker):
         acked = isinstance(method, pika.spec.Basic.Ack)
         settled = self._settle(method.delivery_tag, method.multiple)
         delivered: list[str] = []
+        returned = self._returned
+        dead = self._dead_unconfirmed
         for task in settled:
-            returned = self._returned.pop(task.id, None)
-            if acked and returned is None:
+            why = returned.pop(task.id, None) if returned else None
+            dead_reason = dead.pop(task.id, None) if dead else None
+            if acked and why is None:
                 delivered.append(task.id)
-                self._attempts.pop(task.id, None)
+                if dead_reason is not None:
+                    self.dead_lettered += 1
             else:
                 self.nacked += 0 if acked else 1
-                attempt = self._attempts.get(task.id, 0) + 1
-                self._attempts[task.id] = attempt
-                self._retry(task, attempt, returned or "nacked by the broker")
+                self._undelivered(task, why or "nacked by the broker", dead_reason is not None)
         if delivered:
             self.confirmed += len(delivered)
             self._confirms.confirmed(delivered)
         self._drain()
+
+    def _undelivered(self, task: Task, reason: str, was_dead: bool) -> None:
+        """An event the broker did not take: retry it later, or dead-letter it now."""
+        decision = self._policy.after_failure(task, reason, time.time() * 1000, was_dead)
+        if isinstance(decision, DeadLetter):
+            # The copy sent counts this failure, as the row would after a deferral.
+            self._dead.append(
+                (dataclasses.replace(task, attempts=task.attempts + 1), decision.reason)
+            )
+            outcome = f"dead-lettered with routing key {self._dead_key!r}"
+        else:
+            self._retry(task, decision.delay_ms)
+            outcome = f"retrying in {decision.delay_ms} ms"
+        if was_dead:
+            outcome = (
+                "its dead letter was not delivered either (is a queue bound to "
+                f"{self._dead_key!r}?); {outcome}"
+            )
+        self._undelivered_log.warning(
+            task.routing_key,
+            "event not delivered (%s): %s",
+            reason,
+            outcome,
+            extra={
+                "task_id": task.id,
+                "routing_key": task.routing_key,
+                "attempt": task.attempts + 1,
+            },
+        )
 
     def _settle(self, tag: int, multiple: bool) -> list[Task]:
         unconfirmed = self._unconfirmed

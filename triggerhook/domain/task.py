@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from triggerhook.errors import ValidationError
 
@@ -46,12 +46,17 @@ class RescheduleResult(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One task: fire ``payload`` to ``routing_key`` at ``due_ms``."""
+    """One task: fire ``payload`` to ``routing_key`` at ``due_ms``.
+
+    ``attempts`` counts the deliveries of its event that failed so far (returned
+    as unroutable or nacked); it is not part of what a caller schedules.
+    """
 
     id: str
     due_ms: int
     routing_key: str
     payload: bytes = b""
+    attempts: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,28 +1,44 @@
-"""The confirmer thread: deletes the rows of broker-confirmed tasks in batches."""
+"""The confirmer thread: settles the rows of published events in batches.
+
+* Confirmed by the broker: the row is deleted (at-least-once: only after the
+  confirm).
+* Not taken by the broker and to be tried again: the row is deferred — disarmed,
+  unclaimed and claimable again after a back-off (see ``TaskStore.defer``) — and
+  leaves this instance's memory, so it blocks neither cancel nor claiming.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
+from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import TaskStore
+from triggerhook.interfaces import Deferral, TaskStore
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Confirmer(Worker):
     """Batches of at most ``batch_size`` ids, each waiting at most ``max_delay_ms``.
 
-    A row is deleted only after the broker confirmed its event (at-least-once).
+    Other threads hand it work through :meth:`confirmed` and :meth:`defer`;
+    the queues are guarded by its condition, the store is used by it alone.
     """
 
     def __init__(
         self,
         store: TaskStore,
         inventory: Inventory,
+        instance: str,
         batch_size: int,
         max_delay_ms: int,
         on_failure: FailureHandler,
@@ -30,11 +46,14 @@ class Confirmer(Worker):
         super().__init__("th-confirmer", on_failure)
         self._store = store
         self._inventory = inventory
+        self._instance = instance
         self._batch_size = batch_size
         self._max_delay_s = max_delay_ms / 1000.0
         self._ids: deque[str] = deque()
+        self._deferred: deque[tuple[Task, int]] = deque()  # (task, not before, epoch ms)
         self._cond = threading.Condition()
         self.deleted = 0
+        self.deferred = 0
 
     def confirmed(self, ids: Sequence[str]) -> None:
         """Called by the publisher thread with ids the broker confirmed."""
@@ -44,6 +63,13 @@ class Confirmer(Worker):
             if was_empty or len(self._ids) >= self._batch_size:
                 self._cond.notify()
 
+    def defer(self, task: Task, not_before_ms: int) -> None:
+        """Called by the publisher thread: ``task`` was not delivered; store it
+        back, claimable from ``not_before_ms``."""
+        with self._cond:
+            self._deferred.append((task, not_before_ms))
+            self._cond.notify()
+
     def wake(self) -> None:
         with self._cond:
             self._cond.notify()
@@ -51,32 +77,58 @@ class Confirmer(Worker):
     def pending(self) -> int:
         return len(self._ids)
 
-    def _next_batch(self) -> list[str] | None:
+    def _next_batch(self) -> tuple[list[str], list[tuple[Task, int]]] | None:
         """Wait for a full batch or the oldest id's deadline; None once stopped and empty."""
         with self._cond:
-            while not self._ids:
+            while not self._ids and not self._deferred:
                 if self.stopping:
                     return None
                 self._cond.wait()
             deadline = time.monotonic() + self._max_delay_s
-            while len(self._ids) < self._batch_size and not self.stopping:
+            while not self._deferred and len(self._ids) < self._batch_size and not self.stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
             count = min(self._batch_size, len(self._ids))
-            return [self._ids.popleft() for _ in range(count)]
+            deferred = [self._deferred.popleft() for _ in range(len(self._deferred))]
+            return [self._ids.popleft() for _ in range(count)], deferred
 
     def run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            while True:
-                try:
-                    self.deleted += self._store.delete_fired(batch)
-                except TransientError as exc:
-                    self.back_off(exc, "deleting confirmed tasks")
-                    if self.past_deadline():
-                        return  # rows stay; they fire again later (at-least-once)
-                    continue
-                self.succeeded("deleting confirmed tasks")
-                self._inventory.discard(batch)
-                break
+            ids, deferred = batch
+            if ids and not self._settle(self._delete, ids, "deleting confirmed tasks"):
+                return
+            if deferred and not self._settle(self._defer, deferred, "deferring undelivered"):
+                return
+
+    def _settle(self, write: Callable[[_T], None], items: _T, doing: str) -> bool:
+        """Write until it succeeds; False: stopping and out of time (the rows
+        stay armed: they fire again later, at-least-once)."""
+        while True:
+            try:
+                write(items)
+            except TransientError as exc:
+                self.back_off(exc, doing)
+                if self.past_deadline():
+                    return False
+                continue
+            self.succeeded(doing)
+            return True
+
+    def _delete(self, ids: list[str]) -> None:
+        self.deleted += self._store.delete_fired(ids)
+        self._inventory.discard(ids)
+
+    def _defer(self, deferred: list[tuple[Task, int]]) -> None:
+        held = []
+        rows = []
+        for task, not_before_ms in deferred:
+            rev = self._inventory.rev_of(task.id)
+            if rev is None:  # dropped meanwhile (taken over): not ours to move
+                continue
+            held.append((task.id, rev))
+            rows.append(Deferral(task.id, rev, not_before_ms))
+        if rows:
+            self.deferred += self._store.defer(self._instance, rows)
+        self._inventory.forget(held)

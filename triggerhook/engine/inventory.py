@@ -65,10 +65,18 @@ class Inventory:
 
     def drop(self, claims: Iterable[Claim]) -> None:
         """Forget copies that may not fire, unless a newer revision replaced them."""
+        self.forget((claim.task.id, claim.rev) for claim in claims)
+
+    def rev_of(self, task_id: str) -> int | None:
+        """The revision of the copy held of ``task_id`` (None: not held)."""
+        return self._revs.get(task_id)
+
+    def forget(self, held: Iterable[tuple[str, int]]) -> None:
+        """Forget (task id, revision) copies, unless a newer revision replaced them."""
         with self._lock:
-            for claim in claims:
-                if self._revs.get(claim.task.id) == claim.rev:
-                    self._forget(claim.task.id)
+            for task_id, rev in held:
+                if self._revs.get(task_id) == rev:
+                    self._forget(task_id)
 
     def discard(self, ids: Iterable[str]) -> None:
         """Forget tasks whose rows were deleted (their events were confirmed)."""

@@ -22,7 +22,7 @@ HEARTBEAT_S = 1.0
 class TimedWorker(Worker, Generic[Item]):
     """Owns a :class:`DueHeap`; pops tasks due within ``lead_ms`` and handles them.
 
-    Other threads add tasks with :meth:`push_many`/:meth:`push_at`; an earlier
+    Other threads add tasks with :meth:`push_many`; an earlier
     task than the current head wakes the thread at once (re-arming its timer).
     """
 
@@ -50,13 +50,6 @@ class TimedWorker(Worker, Generic[Item]):
             head = self._heap.next_fire_ms()
             self._heap.push_many(tasks)
             if head is None or self._heap.next_fire_ms() != head:
-                self._cond.notify()
-
-    def push_at(self, task: Item, fire_at_ms: int) -> None:
-        with self._cond:
-            head = self._heap.next_fire_ms()
-            self._heap.push(task, fire_at_ms)
-            if head is None or fire_at_ms < head:
                 self._cond.notify()
 
     def wake(self) -> None:

@@ -11,7 +11,15 @@ import pymysql
 
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, SchemaError, StoreError
-from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, Move, Moved, NewRow
+from triggerhook.interfaces import (
+    Claim,
+    ClaimMode,
+    Deferral,
+    InsertOutcome,
+    Move,
+    Moved,
+    NewRow,
+)
 from triggerhook.store import sql
 from triggerhook.store.connection import (
     ConnectionPool,
@@ -32,6 +40,7 @@ _INSERT_CHUNK_BYTES = 4 * 1024 * 1024
 _IN_LIST_CHUNK = 2000
 _RENEW_CHUNK = 500
 _DUPLICATE_RETRIES = 3
+_DUPLICATE_COLUMN = 1060  # ER_DUP_FIELDNAME
 
 Row = tuple[Any, ...]
 
@@ -47,7 +56,7 @@ def init_schema(url: str) -> int:
             for statement in _schema_statements():
                 cur.execute(statement)
             server.commit()
-            return _read_version(cur)
+            return _migrate(cur)
     except pymysql.err.MySQLError as exc:
         raise translate(exc, name) from exc
     finally:
@@ -58,6 +67,22 @@ def _schema_statements() -> list[str]:
     text = resources.files("triggerhook").joinpath("schema.sql").read_text("utf-8")
     blocks = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     return [b.strip() for b in blocks.split("\n;") if b.strip()]
+
+
+def _migrate(cur: Cursor) -> int:
+    """Upgrade a database made by an older version, one version at a time."""
+    version = _read_version(cur)
+    while version < sql.SCHEMA_VERSION:
+        version += 1
+        log.info("migrating the schema to version %d", version)
+        for statement in sql.MIGRATIONS[version]:
+            try:
+                cur.execute(statement)
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != _DUPLICATE_COLUMN:  # an interrupted run added it
+                    raise
+        cur.connection.commit()
+    return _read_version(cur)
 
 
 def _read_version(cur: Cursor) -> int:
@@ -81,7 +106,7 @@ class MySQLStore:
         self._default_routing_key = default_routing_key
 
     def check_schema(self) -> None:
-        """Raise :class:`SchemaError` unless the database holds schema version 1."""
+        """Raise :class:`SchemaError` unless the database holds the current schema version."""
         with self._pool.transaction() as cur:
             version = _read_version(cur)
         if version != sql.SCHEMA_VERSION:
@@ -92,8 +117,8 @@ class MySQLStore:
 
     # -- rows <-> tasks -------------------------------------------------------
 
-    def _task(self, row: Row) -> Task:
-        return Task(row[0], row[1], row[2] or self._default_routing_key, row[3] or b"")
+    def _task(self, row: Row, attempts: int = 0) -> Task:
+        return Task(row[0], row[1], row[2] or self._default_routing_key, row[3] or b"", attempts)
 
     @staticmethod
     def _insert_params(row: NewRow, instance: str, lease_until_ms: int) -> Row:
@@ -222,7 +247,10 @@ class MySQLStore:
                 [instance, lease_until_ms, arm_until_ms, *ids],
             )
         task = self._task
-        return [Claim(task(row), row[5], bool(row[4]) or row[1] <= arm_until_ms) for row in found]
+        return [
+            Claim(task(row, row[6]), row[5], bool(row[4]) or row[1] <= arm_until_ms)
+            for row in found
+        ]
 
     def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
         armed: list[Claim] = []
@@ -250,6 +278,14 @@ class MySQLStore:
                     sql.DELETE_FIRED.format(ids=sql.placeholders(len(part))), part
                 )
         return deleted
+
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
+        with self._pool.transaction() as cur:
+            cur.executemany(
+                sql.DEFER_UNDELIVERED,
+                [(d.not_before_ms, d.new_rev, d.task_id, d.rev, instance) for d in deferrals],
+            )
+            return int(cur.rowcount)
 
     def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
         # Small transactions: a renewal must not hold many row locks that the

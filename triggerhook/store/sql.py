@@ -6,7 +6,18 @@ placeholder list ``%s, %s, ...`` of a computed length (see :func:`placeholders`)
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Upgrades of a database made by an older version: MIGRATIONS[v] takes
+# version v - 1 to v. ``db init`` applies them in order; each ends by writing
+# its version, so an interrupted upgrade resumes where it stopped (DDL commits
+# implicitly in MySQL; a column that exists already is taken as applied).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        "ALTER TABLE th_tasks ADD COLUMN attempts INT NOT NULL DEFAULT 0 AFTER rev",
+        "UPDATE th_meta SET value = '2' WHERE name = 'schema_version'",
+    ),
+}
 
 CREATE_DATABASE = "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
@@ -29,7 +40,7 @@ SELECT_TASK = "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHE
 # Claim, step 1: the earliest claimable rows, skipping rows another instance is
 # claiming right now. Claimable: unclaimed (claim_until_ms = 0) or claim expired.
 SELECT_CLAIMABLE = (
-    "SELECT id, due_ms, routing_key, payload, firing, rev FROM th_tasks"
+    "SELECT id, due_ms, routing_key, payload, firing, rev, attempts FROM th_tasks"
     " WHERE due_ms <= %s AND claim_until_ms < %s"
     " ORDER BY due_ms LIMIT %s FOR UPDATE SKIP LOCKED"
 )
@@ -76,7 +87,18 @@ LOCK_FOR_RESCHEDULE = (
 
 RESCHEDULE = (
     "UPDATE th_tasks SET due_ms = %s, rev = %s, claimed_by = %s, claim_until_ms = %s,"
-    " firing = %s WHERE id = %s AND firing = 0"
+    " firing = %s, attempts = 0 WHERE id = %s AND firing = 0"
+)
+
+# An event the broker did not take, to be tried again later: the row is
+# disarmed (cancel and reschedule work on it again), unclaimed (it leaves this
+# instance's memory, so it holds no room), claimable by anyone from
+# claim_until_ms on, and gets a new revision. Only our armed copy at the
+# revision we hold is moved.
+DEFER_UNDELIVERED = (
+    "UPDATE th_tasks SET firing = 0, claimed_by = NULL, claim_until_ms = %s,"
+    " attempts = attempts + 1, rev = %s"
+    " WHERE id = %s AND rev = %s AND claimed_by = %s AND firing = 1"
 )
 
 

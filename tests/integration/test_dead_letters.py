@@ -1,0 +1,269 @@
+"""Undeliverable events against real MariaDB and RabbitMQ: retried with a
+back-off while unarmed (cancellable, holding no room in memory), then
+dead-lettered with headers saying why; the row is deleted only once the dead
+letter is confirmed, and never while nothing can take it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+from support.amqp import AmqpNames
+from support.hook import HookFactory, RowReader, publisher_of
+from support.mysql import connect
+from support.waiting import now_ms, wait_until
+
+from triggerhook import CancelResult
+from triggerhook.errors import SchemaError
+from triggerhook.store.mysql import MySQLStore, init_schema
+
+
+@dataclass(frozen=True)
+class Message:
+    message_id: str
+    routing_key: str
+    body: bytes
+    headers: dict[str, Any]
+
+
+class Queues:
+    """The test's own queues on the test exchange, read with basic_get."""
+
+    def __init__(self, amqp_url: str, exchange: str) -> None:
+        self._connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        self._channel = self._connection.channel()
+        self._exchange = exchange
+        self._declared: list[str] = []
+        self._channel.exchange_declare(exchange=exchange, exchange_type="topic", durable=True)
+
+    def bind(self, queue: str, pattern: str) -> None:
+        self._channel.queue_declare(queue=queue, durable=True)
+        self._declared.append(queue)
+        self._channel.queue_bind(queue=queue, exchange=self._exchange, routing_key=pattern)
+
+    def get_all(self, queue: str) -> list[Message]:
+        out: list[Message] = []
+        while True:
+            method, properties, body = self._channel.basic_get(queue=queue, auto_ack=True)
+            if method is None:
+                return out
+            headers = dict(properties.headers or {})
+            out.append(Message(properties.message_id, method.routing_key, bytes(body), headers))
+
+    def wait_for(self, queue: str, message_id: str, timeout_s: float) -> list[Message]:
+        """Messages taken from ``queue`` until one with ``message_id`` (or the deadline)."""
+        got: list[Message] = []
+
+        def arrived() -> bool:
+            got.extend(self.get_all(queue))
+            return any(m.message_id == message_id for m in got)
+
+        wait_until(arrived, timeout_s)
+        return got
+
+    def close(self) -> None:
+        try:
+            for queue in self._declared:
+                with contextlib.suppress(pika.exceptions.AMQPError):
+                    self._channel.queue_delete(queue=queue)
+        finally:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                self._connection.close()
+
+
+@pytest.fixture
+def queues(amqp_url: str, amqp_names: AmqpNames) -> Iterator[Queues]:
+    q = Queues(amqp_url, amqp_names.exchange)
+    try:
+        yield q
+    finally:
+        q.close()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def test_unroutable_events_do_not_stop_routable_ones_and_can_be_cancelled(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    """Defect: returned events were retried in memory, armed, for ever; with
+    the memory bound at 5, five of them kept a routable task from being claimed."""
+    queues.bind(amqp_names.queue, "bound.#")
+    hook = hooks(max_tasks_in_memory=5, publish_retry_max_ms=300, publish_max_attempts=1000)
+    for n in range(5):
+        hook.schedule(f"lost-{n}", delay_ms=0, routing_key="nobody.home")
+    publisher = publisher_of(hook)
+    assert wait_until(lambda: publisher.returned >= 5, 10), publisher.returned
+
+    hook.schedule("found", delay_ms=1000, routing_key="bound.y")
+
+    assert [m.message_id for m in queues.wait_for(amqp_names.queue, "found", 15)] == ["found"]
+    assert wait_until(lambda: rows.row("found") is None, 10)
+    # A task waiting for its next try is not armed: cancel takes it (while
+    # its event is in flight the answer is too late, so ask until it is not).
+    outcomes: list[CancelResult] = []
+
+    def cancelled_or_decided() -> bool:
+        outcomes.append(hook.cancel("lost-0"))
+        return outcomes[-1] is not CancelResult.TOO_LATE
+
+    assert wait_until(cancelled_or_decided, 10), outcomes
+    assert outcomes[-1] is CancelResult.CANCELLED
+    assert rows.row("lost-0") is None
+    # The others stay stored, with their failed attempts counted.
+    assert wait_until(lambda: all((r.attempts >= 2) for r in rows.rows().values()), 10)
+    assert set(rows.rows()) == {f"lost-{n}" for n in range(1, 5)}
+
+
+def test_after_its_attempts_an_event_is_dead_lettered_with_why_then_deleted(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    dead_queue = amqp_names.dead_letters  # declared and bound by the engine
+    hook = hooks(publish_retry_max_ms=200, publish_max_attempts=3)
+    due_ms = now_ms()
+    hook.schedule("lost", at_ms=due_ms, routing_key="nobody.home", payload=b"keep me")
+    hook.schedule("later", at_ms=due_ms + 60_000, routing_key="nobody.home")
+
+    [dead] = queues.wait_for(dead_queue, "lost", 20)
+
+    assert (dead.routing_key, dead.body) == ("triggerhook.dead", b"keep me")
+    assert dead.headers["x-due-ms"] == due_ms
+    assert dead.headers["x-fired-ms"] >= due_ms
+    assert dead.headers["x-triggerhook-attempts"] == 3
+    assert _text(dead.headers["x-triggerhook-routing-key"]) == "nobody.home"
+    reason = _text(dead.headers["x-triggerhook-dead-reason"])
+    assert "312 NO_ROUTE" in reason and "3 attempts" in reason, reason
+    assert wait_until(lambda: rows.row("lost") is None, 10), rows.row("lost")
+    publisher = publisher_of(hook)
+    assert (publisher.returned, publisher.dead_lettered) == (3, 1)
+    assert hook.engine.counters()["publish_retries"] == 2
+    assert set(rows.rows()) == {"later"}  # others untouched
+
+
+def test_an_event_past_its_age_limit_is_dead_lettered_at_its_first_failure(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    hook = hooks(publish_max_attempts=1000, publish_max_age_ms=1)
+    hook.schedule("old", at_ms=now_ms() - 5000, routing_key="nobody.home")
+
+    [dead] = queues.wait_for(amqp_names.dead_letters, "old", 15)
+
+    assert "after its due time" in _text(dead.headers["x-triggerhook-dead-reason"])
+    assert dead.headers["x-triggerhook-attempts"] == 1
+    assert wait_until(lambda: rows.row("old") is None, 10)
+
+
+def test_a_dead_letter_nobody_takes_keeps_its_row_until_a_queue_is_bound(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    late_queue = f"{amqp_names.queue}_dead"
+    hook = hooks(publish_retry_max_ms=200, publish_max_attempts=2, dead_letter_queue="")
+    hook.schedule("stuck", delay_ms=0, routing_key="nobody.home", payload=b"p")
+    publisher = publisher_of(hook)
+
+    # Its dead letter is returned too (nothing bound to the dead-letter key)...
+    assert wait_until(lambda: publisher.returned >= 4, 20), publisher.returned
+    row = rows.row("stuck")
+    assert row is not None and row.attempts >= 3  # ...and the row stays.
+    assert publisher.dead_lettered == 0
+
+    queues.bind(late_queue, "triggerhook.dead")
+
+    [dead] = queues.wait_for(late_queue, "stuck", 20)
+    assert dead.body == b"p"
+    assert wait_until(lambda: rows.row("stuck") is None, 10)
+
+
+def test_stop_with_an_undeliverable_event_keeps_its_row_for_later(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    late_queue = f"{amqp_names.queue}_late"
+    hook = hooks(publish_retry_max_ms=300)
+    publisher = publisher_of(hook)
+    hook.schedule("stuck", delay_ms=0, routing_key="unbound.x", payload="p")
+    assert wait_until(lambda: publisher.returned >= 1, 10)
+
+    clean = hook.stop(timeout_s=2)
+
+    row = rows.row("stuck")
+    assert row is not None  # never lost
+    assert row.claimed_by is None  # nobody holds it: the next engine can take it
+    assert clean is (row.firing == 0)  # an armed row left behind is not a clean stop
+    queues.bind(late_queue, "unbound.#")
+    hooks()  # another engine takes the row over and delivers it
+    assert [m.body for m in queues.wait_for(late_queue, "stuck", 15)] == [b"p"]
+    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
+
+
+def test_an_event_delivered_on_a_later_try_is_deleted_and_not_sent_again(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    late_queue = f"{amqp_names.queue}_late"
+    hook = hooks(publish_retry_max_ms=300, publish_max_attempts=1000)
+    publisher = publisher_of(hook)
+    hook.schedule("lost", delay_ms=0, routing_key="unbound.x", payload=b"keep me")
+    assert wait_until(lambda: publisher.returned >= 3, 15), publisher.returned
+
+    queues.bind(late_queue, "unbound.#")
+
+    [found] = queues.wait_for(late_queue, "lost", 15)
+    assert (found.routing_key, found.body) == ("unbound.x", b"keep me")
+    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
+    returned = publisher.returned
+    # Sentinel: any further retry of "lost" would have arrived before this one.
+    hook.schedule("after", delay_ms=500, routing_key="unbound.after")
+    assert [m.message_id for m in queues.wait_for(late_queue, "after", 15)] == ["after"]
+    assert publisher.returned == returned
+    assert publisher.dead_lettered == 0
+
+
+# -- the schema upgrade that carries the attempts ------------------------------------------
+
+_V1_TABLE = """CREATE TABLE th_tasks (
+    id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    due_ms BIGINT NOT NULL,
+    routing_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
+    payload MEDIUMBLOB NULL,
+    claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
+    claim_until_ms BIGINT NOT NULL DEFAULT 0,
+    firing TINYINT NOT NULL DEFAULT 0,
+    rev BIGINT NOT NULL DEFAULT 0,
+    created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    PRIMARY KEY (id),
+    KEY th_tasks_due (due_ms, claim_until_ms),
+    KEY th_tasks_claimed_by (claimed_by)
+) ENGINE=InnoDB"""
+
+
+def test_a_version_1_database_is_upgraded_with_nothing_lost(
+    database_url: str, rows: RowReader
+) -> None:
+    rows.execute("DROP TABLE th_tasks")
+    rows.execute(_V1_TABLE)
+    rows.execute("UPDATE th_meta SET value = '1' WHERE name = 'schema_version'")
+    rows.execute("INSERT INTO th_tasks (id, due_ms, payload, rev) VALUES ('old', 42, 'x', 7)")
+    store = MySQLStore(database_url, "rk")
+    try:
+        with pytest.raises(SchemaError, match="schema version 1, expected 2"):
+            store.check_schema()
+    finally:
+        store.close()
+
+    assert init_schema(database_url) == 2
+    assert init_schema(database_url) == 2  # idempotent
+
+    row = rows.row("old")
+    assert row is not None and (row.due_ms, row.payload, row.attempts) == (42, b"x", 0)
+    conn = connect(database_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT rev FROM th_tasks WHERE id = 'old'")
+            assert cur.fetchone() == (7,)
+    finally:
+        conn.close()

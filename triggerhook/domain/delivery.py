@@ -1,0 +1,68 @@
+"""What happens to an event the broker did not take (pure policy, no I/O).
+
+An event returned as unroutable or nacked is retried with an exponential
+back-off; once it has failed ``max_attempts`` times, or is ``max_age_ms`` past
+its due time, it is dead-lettered instead: published with the dead-letter
+routing key and headers saying why. Its row is deleted only once that publish
+is confirmed, so nothing is lost even then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triggerhook.domain.task import Task
+
+_FIRST_RETRY_MS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLater:
+    """Store the task back, claimable again ``delay_ms`` from now."""
+
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Publish it as a dead letter now; ``reason`` goes in its headers."""
+
+    reason: str
+
+
+Decision = RetryLater | DeadLetter
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    max_attempts: int
+    max_age_ms: int  # 0: no age limit
+    retry_max_ms: int
+
+    def retry_delay_ms(self, attempt: int) -> int:
+        """Back-off after the ``attempt``-th failure: 100 ms, doubling, capped."""
+        doublings = min(max(attempt, 1) - 1, 20)
+        return min(self.retry_max_ms, _FIRST_RETRY_MS << doublings)
+
+    def after_failure(self, task: Task, reason: str, now_ms: float, was_dead: bool) -> Decision:
+        """The event of ``task`` failed (``reason``); ``was_dead``: it was
+        itself a dead letter, which then waits the longest back-off and is
+        tried again (a dead letter is never dropped)."""
+        attempt = task.attempts + 1
+        if was_dead:
+            return RetryLater(self.retry_max_ms)
+        if attempt >= self.max_attempts:
+            return DeadLetter(f"{reason}; not delivered after {attempt} attempts")
+        age_ms = now_ms - task.due_ms
+        if self.max_age_ms and age_ms >= self.max_age_ms:
+            return DeadLetter(
+                f"{reason}; not delivered {int(age_ms)} ms after its due time"
+                f" (limit {self.max_age_ms} ms)"
+            )
+        return RetryLater(self.retry_delay_ms(attempt))
+
+    def exhausted(self, task: Task) -> bool:
+        """A task claimed again after its failures ran out (its dead letter
+        failed too, or an instance stopped before sending it): it goes
+        straight to the dead-letter routing key."""
+        return task.attempts >= self.max_attempts
