@@ -12,8 +12,14 @@ from typing import Any
 from triggerhook.domain.task import CancelResult, Task, TaskInfo, make_task, validate_id
 from triggerhook.domain.timeparse import due_from
 from triggerhook.engine.engine import Engine, PublisherFactory
-from triggerhook.engine.groupcommit import Done, GroupCommitter, Item, Result
-from triggerhook.errors import ConflictError, NotRunningError, TriggerHookError, ValidationError
+from triggerhook.engine.groupcommit import Done, GroupCommitter, Item, Result, Ticket
+from triggerhook.errors import (
+    ConflictError,
+    NotRunningError,
+    Overloaded,
+    TriggerHookError,
+    ValidationError,
+)
 from triggerhook.interfaces import (
     Clock,
     InsertOutcome,
@@ -23,6 +29,7 @@ from triggerhook.interfaces import (
     NewRow,
     TaskStore,
 )
+from triggerhook.logs import redact
 from triggerhook.metrics.collector import Collector
 from triggerhook.metrics.counters import RequestStats
 from triggerhook.metrics.points import Field
@@ -133,8 +140,9 @@ class TriggerHook:
         """Store one task; returns once its row is committed.
 
         Raises :class:`ValidationError` (bad input, nothing written),
-        :class:`ConflictError` (same id, other content), or
-        :class:`~triggerhook.errors.StoreUnavailable` (retry: it is idempotent).
+        :class:`ConflictError` (same id, other content), or a
+        :class:`~triggerhook.errors.TransientError` (retry: it is idempotent):
+        ``StoreUnavailable``, or ``Overloaded`` when too many calls wait.
         """
         task = self.task_from(TaskSpec(id, at, at_ms, delay_ms, routing_key, payload))
         outcome = None
@@ -144,16 +152,21 @@ class TriggerHook:
                 outcome = self._engine.committer.submit(rows[0], timeout_s)
             except NotRunningError:  # stopping: refused before queuing
                 self._engine.unplan(rows)
+            except Overloaded:  # refused before queuing; not going around the bound
+                self._engine.unplan(rows)
+                raise
         if outcome is None:
             outcome = self._write_batch([NewRow(task)])[0]
         return _scheduled(task, outcome)
 
     # -- non-blocking calls, for event loops --------------------------------------
 
-    def schedule_nowait(self, task: Task, done: Done[Scheduled]) -> None:
+    def schedule_nowait(self, task: Task, done: Done[Scheduled]) -> Ticket:
         """Queue a validated task (see :meth:`task_from`) for the next group
         commit; ``done`` is called on a writer thread once it committed or
-        failed. Raises :class:`NotRunningError` unless the engine is running."""
+        failed, unless the returned ticket abandons it first. Raises (nothing queued)
+        :class:`NotRunningError` unless the engine is running, and
+        :class:`Overloaded` when too many calls wait."""
         rows = self._engine.plan([task], self._clock.now_ms())
 
         def finish(outcome: InsertOutcome | None, error: TriggerHookError | None) -> None:
@@ -167,11 +180,11 @@ class TriggerHook:
                 return
             done(result, None)
 
-        self._enqueue(self._engine.committer, rows[0], finish, rows)
+        return self._enqueue(self._engine.committer, rows[0], finish, rows)
 
-    def cancel_nowait(self, task_id: str, done: Done[CancelResult]) -> None:
+    def cancel_nowait(self, task_id: str, done: Done[CancelResult]) -> Ticket:
         """Like :meth:`cancel`, without blocking; see :meth:`schedule_nowait`."""
-        self._enqueue(self._engine.canceller, validate_id(task_id), done)
+        return self._enqueue(self._engine.canceller, validate_id(task_id), done)
 
     def reschedule_nowait(
         self,
@@ -180,10 +193,10 @@ class TriggerHook:
         *,
         at_ms: int | None = None,
         delay_ms: int | None = None,
-    ) -> None:
+    ) -> Ticket:
         """Like :meth:`reschedule`, without blocking; see :meth:`schedule_nowait`."""
         moves = self._plan_move(task_id, None, at_ms, delay_ms)
-        self._enqueue(self._engine.rescheduler, moves[0], done, moves)
+        return self._enqueue(self._engine.rescheduler, moves[0], done, moves)
 
     def _enqueue(
         self,
@@ -191,13 +204,14 @@ class TriggerHook:
         item: Item,
         done: Done[Result],
         planned: Sequence[NewRow | Move] = (),
-    ) -> None:
-        """Queue ``item``; if refused, give back the room ``planned`` reserved."""
+    ) -> Ticket:
+        """Queue ``item``; if refused, give back the room ``planned`` reserved
+        (an abandoned call's room is given back by the committer's ``discard``)."""
         try:
             if not self._engine.running:
                 raise NotRunningError("the engine is not running")
-            committer.enqueue(item, done)
-        except NotRunningError:
+            return committer.enqueue(item, done)
+        except (NotRunningError, Overloaded):
             self._engine.unplan(planned)
             raise
 
@@ -251,6 +265,9 @@ class TriggerHook:
             except NotRunningError:  # stopping: refused before queuing; go direct
                 self._engine.unplan(moves)
                 moves = [Move(moves[0].task_id, moves[0].due_ms)]
+            except Overloaded:  # refused before queuing; not going around the bound
+                self._engine.unplan(moves)
+                raise
         return self._write_moves(moves)[0]
 
     def _plan_move(
@@ -313,7 +330,7 @@ class TriggerHook:
         if self._metrics_sink is not None:
             log.info(
                 "metrics: writing to %s every %d ms",
-                self.settings.metrics_url,
+                redact(self.settings.metrics_url),
                 self.settings.metrics_interval_ms,
             )
 

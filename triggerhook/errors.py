@@ -45,6 +45,10 @@ class StoreUnavailable(TransientError):
     """The database could not be reached or dropped the connection."""
 
 
+class Overloaded(TransientError):
+    """Too many calls already wait (a full group-commit queue): refused at once."""
+
+
 class StoreError(TriggerHookError):
     """The database rejected an operation for a reason retrying will not fix."""
 

@@ -1,23 +1,55 @@
 """Parsing due times and durations into epoch milliseconds (UTC).
 
-Sub-millisecond fractions round *up*, so a task never fires before the instant
-its caller named.
+Every interface (library, HTTP, AMQP commands, CLI) parses times here, so the
+rules hold everywhere:
+
+* Sub-millisecond fractions round *up*, so a task never fires before the
+  instant its caller named.
+* Hostile input costs linear time: text is length-capped before any regex or
+  conversion, and every number is range-checked by its magnitude (digits
+  before the point, a Decimal's exponent, an int compared as it is) before any
+  exact arithmetic. Only ASCII digits count as digits.
+* An 8-digit integer ``at`` (``20261201``) is refused: it reads as epoch
+  seconds in 1970 and as a compact ISO date alike.
+* Errors name the field and never echo a long input in full.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, datetime, timedelta
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_CEILING, Context, Decimal
 
 from triggerhook.domain.task import MAX_DUE_MS, MIN_DUE_MS, validate_due_ms
 from triggerhook.errors import ValidationError
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# Longest due time or duration accepted as text; an ISO-8601 time with
+# microseconds and an offset is 32 characters.
+MAX_TEXT_CHARS = 64
+# Epoch seconds up to 9999-12-31 have 12 digits before the point; ms have 15.
+_MAX_SECONDS_DIGITS = len(str(MAX_DUE_MS // 1000))
+_MAX_MS_DIGITS = len(str(MAX_DUE_MS))
+_MAX_SECONDS = MAX_DUE_MS // 1000 + 1  # exclusive bound, in whole seconds
+# The longest duration: anything longer cannot end before 9999 (about 8,000 years).
+MAX_DURATION_MS = MAX_DUE_MS
+# Longest part of an input repeated in an error message.
+_SHOWN_CHARS = 40
+
+# [0-9], never \d: \d also matches Arabic-Indic, fullwidth and other digits.
+_NUMBER = re.compile(r"([+-]?)([0-9]+)(?:\.([0-9]*))?")
+_DURATION_PART = re.compile(r"([0-9]+)(?:\.([0-9]+))?(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# Seconds with more than 6 fractional digits: datetime keeps 6 (truncating).
+_SUB_MICROSECOND = re.compile(r"[0-9]{2}[.,][0-9]{6}([0-9]+)")
 # Floats below this take the fast path (far past year 9999; no overflow in * 1000).
 _FLOAT_FAST_PATH_S = 1e15
+# Exact arithmetic: multiplying and taking the integral part never round (the
+# operands are exact; precision only caps, it allocates nothing); and should
+# anything round, it rounds up, never early.
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, rounding=ROUND_CEILING, traps=[])
+_RANGE_MESSAGE = "must be between 1970-01-01 and 9999-12-31 (UTC)"
+_COMPACT_DATE_MIN, _COMPACT_DATE_MAX = 10_000_000, 99_999_999
 
 
 def seconds_to_ms(
@@ -30,27 +62,57 @@ def seconds_to_ms(
     if isinstance(seconds, bool):
         raise ValidationError(field, "must be a number of seconds, not a boolean")
     if isinstance(seconds, int):
+        if not -_MAX_SECONDS < seconds < _MAX_SECONDS:  # compared, never multiplied
+            return _out_of_range(field, seconds < 0, past_ok)
         return _checked(seconds * 1000, field, past_ok)
-    if isinstance(seconds, float) and abs(seconds) < _FLOAT_FAST_PATH_S:
-        return _checked(_float_seconds_to_ms(seconds), field, past_ok)
-    try:
-        exact = Decimal(str(seconds))
-    except InvalidOperation as exc:
-        raise ValidationError(field, f"{seconds!r} is not a number") from exc
-    if not exact.is_finite():
+    if isinstance(seconds, float):
+        return _float_seconds_to_ms(seconds, field, past_ok)
+    if isinstance(seconds, Decimal):
+        return _decimal_seconds_to_ms(seconds, field, past_ok)
+    if isinstance(seconds, str):
+        match = _NUMBER.fullmatch(_bounded_text(seconds, field))
+        if match is None:
+            raise ValidationError(field, f"{_shown(seconds)} is not a number")
+        return _number_text_to_ms(match, field, past_ok)
+    raise ValidationError(field, "must be a number of seconds")
+
+
+def _float_seconds_to_ms(seconds: float, field: str, past_ok: bool) -> int:
+    if not math.isfinite(seconds):
         raise ValidationError(field, "must be a finite number")
-    return _checked(math.ceil(exact * 1000), field, past_ok)
-
-
-def _float_seconds_to_ms(seconds: float) -> int:
-    """The fast path for floats (a JSON body's numbers): ``x * 1000`` carries a
-    rounding error of a few ulps, so a product within that error of a whole
-    millisecond is that millisecond; anything else rounds up."""
+    if abs(seconds) >= _FLOAT_FAST_PATH_S:
+        return _out_of_range(field, seconds < 0, past_ok)
+    # ``x * 1000`` carries a rounding error of a few ulps, so a product within
+    # that error of a whole millisecond is that millisecond; anything else
+    # rounds up.
     scaled = seconds * 1000.0
     nearest = round(scaled)
     if abs(scaled - nearest) <= max(1e-6, 4 * math.ulp(scaled)):
-        return nearest
-    return math.ceil(scaled)
+        return _checked(nearest, field, past_ok)
+    return _checked(math.ceil(scaled), field, past_ok)
+
+
+def _decimal_seconds_to_ms(seconds: Decimal, field: str, past_ok: bool) -> int:
+    if not seconds.is_finite():
+        raise ValidationError(field, "must be a finite number")
+    if seconds.is_zero():
+        return MIN_DUE_MS
+    magnitude = seconds.adjusted()  # |seconds| is in [10**magnitude, 10**(magnitude+1))
+    if magnitude >= _MAX_SECONDS_DIGITS:
+        return _out_of_range(field, seconds.is_signed(), past_ok)
+    if magnitude < -3:  # under a millisecond: the next ms up
+        return _checked(0 if seconds.is_signed() else 1, field, past_ok)
+    ms = _EXACT.to_integral_value(_EXACT.multiply(seconds, 1000))
+    return _checked(int(ms), field, past_ok)
+
+
+def _number_text_to_ms(match: re.Match[str], field: str, past_ok: bool) -> int:
+    """Epoch seconds as text (a :data:`_NUMBER` match), range-checked by the
+    number of digits before the point before anything is converted."""
+    sign, whole, _fraction = match.groups()
+    if len(whole.lstrip("0")) > _MAX_SECONDS_DIGITS:
+        return _out_of_range(field, sign == "-", past_ok)
+    return _decimal_seconds_to_ms(Decimal(match.group(0)), field, past_ok)
 
 
 def datetime_to_ms(value: datetime, field: str = "at", past_ok: bool = False) -> int:
@@ -67,20 +129,50 @@ def parse_at(value: object, field: str = "at", past_ok: bool = False) -> int:
     (``past_ok``: see :func:`seconds_to_ms`)."""
     if isinstance(value, datetime):
         return datetime_to_ms(value, field, past_ok)
-    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if _COMPACT_DATE_MIN <= value <= _COMPACT_DATE_MAX:
+            raise ValidationError(field, _ambiguous(str(value)))
+        return seconds_to_ms(value, field, past_ok)
+    if isinstance(value, int | float | Decimal):  # bool included: refused there
         return seconds_to_ms(value, field, past_ok)
     if isinstance(value, str):
-        text = value.strip()
-        if _looks_numeric(text):
-            return seconds_to_ms(text, field, past_ok)
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError as exc:
-            raise ValidationError(
-                field, f"{value!r} is neither epoch seconds nor an ISO-8601 time"
-            ) from exc
-        return datetime_to_ms(parsed, field, past_ok)
+        return _parse_at_text(value, field, past_ok)
     raise ValidationError(field, "must be a datetime, epoch seconds or an ISO-8601 string")
+
+
+def _parse_at_text(value: str, field: str, past_ok: bool) -> int:
+    text = _bounded_text(value, field)
+    match = _NUMBER.fullmatch(text)
+    if match is not None:
+        sign, whole, fraction = match.groups()
+        if sign != "-" and fraction is None and len(whole) == 8:
+            raise ValidationError(field, _ambiguous(whole))
+        return _number_text_to_ms(match, field, past_ok)
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            field, f"{_shown(value)} is neither epoch seconds nor an ISO-8601 time"
+        ) from None
+    sub_micro = _SUB_MICROSECOND.search(text)
+    if sub_micro is not None and sub_micro.group(1).strip("0"):
+        # datetime dropped the digits past the microsecond: round up, never early.
+        try:
+            parsed += timedelta(microseconds=1)
+        except OverflowError:  # past 9999-12-31T23:59:59.999999
+            return _out_of_range(field, False, past_ok)
+    return datetime_to_ms(parsed, field, past_ok)
+
+
+def _ambiguous(digits: str) -> str:
+    """Why an 8-digit integer is refused, with both readings and how to write each."""
+    epoch = datetime.fromtimestamp(int(digits), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    date = f"{digits[:4]}-{digits[4:6]}-{digits[6:]}"
+    return (
+        f"{digits} is ambiguous: as epoch seconds it is {epoch}, as a date (YYYYMMDD) "
+        f"{date}; write the date as {date!r} (or {date + 'T00:00:00Z'!r}), "
+        f"or epoch seconds with a fraction, e.g. {digits}.0"
+    )
 
 
 def due_from(at: object, at_ms: object, delay_ms: object, now_ms: float) -> int:
@@ -92,8 +184,8 @@ def due_from(at: object, at_ms: object, delay_ms: object, now_ms: float) -> int:
     if at is not None:
         return parse_at(at)
     if at_ms is not None:
-        return _checked(_integer_ms(at_ms, "at_ms"), "at_ms")
-    delay = _nonnegative(_integer_ms(delay_ms, "delay_ms"), "delay_ms")
+        return _checked(_integer_ms(at_ms, "at_ms"), "at_ms")  # compared only
+    delay = _duration_checked(_integer_ms(delay_ms, "delay_ms"), "delay_ms")
     return _checked(math.ceil(now_ms) + delay, "delay_ms")
 
 
@@ -105,29 +197,78 @@ def _integer_ms(value: object, field: str) -> int:
 
 def parse_duration_ms(text: str, field: str = "in") -> int:
     """``250ms``, ``5s``, ``2h``, ``1h30m`` or a bare number of seconds, to ms."""
-    cleaned = text.strip().lower()
-    if _looks_numeric(cleaned):
-        return _nonnegative(math.ceil(Decimal(cleaned) * 1000), field)
+    if not isinstance(text, str):
+        raise ValidationError(field, "must be a duration like 250ms, 5s, 2h or 1h30m")
+    cleaned = _bounded_text(text, field).lower()
+    number = _NUMBER.fullmatch(cleaned)
+    if number is not None:
+        return _bare_seconds_duration_ms(number, field)
     total = Decimal(0)
     pos = 0
     for match in _DURATION_PART.finditer(cleaned):
         if match.start() != pos:
             break
-        total += Decimal(match.group(1)) * _UNIT_MS[match.group(2)]
+        whole, _fraction, unit = match.groups()
+        if len(whole.lstrip("0")) > _MAX_MS_DIGITS:  # before converting it
+            raise ValidationError(field, _too_long())
+        part = _EXACT.multiply(Decimal(match.group(0)[: -len(unit)]), _UNIT_MS[unit])
+        total = _EXACT.add(total, part)
         pos = match.end()
     if pos == 0 or pos != len(cleaned):
-        raise ValidationError(field, f"{text!r} is not a duration like 250ms, 5s, 2h or 1h30m")
-    return _nonnegative(math.ceil(total), field)
+        raise ValidationError(
+            field, f"{_shown(text)} is not a duration like 250ms, 5s, 2h or 1h30m"
+        )
+    if total > MAX_DURATION_MS:  # each part is bounded, so the sum is small
+        raise ValidationError(field, _too_long())
+    return int(_EXACT.to_integral_value(total))
 
 
-def _looks_numeric(text: str) -> bool:
-    return re.fullmatch(r"[+-]?\d+(?:\.\d*)?", text) is not None
+def _bare_seconds_duration_ms(match: re.Match[str], field: str) -> int:
+    sign, whole, _fraction = match.groups()
+    if len(whole.lstrip("0")) > _MAX_SECONDS_DIGITS:
+        if sign == "-":
+            raise ValidationError(field, "must not be negative")
+        raise ValidationError(field, _too_long())
+    ms = int(_EXACT.to_integral_value(_EXACT.multiply(Decimal(match.group(0)), 1000)))
+    return _duration_checked(ms, field)
 
 
-def _nonnegative(ms: int, field: str) -> int:
+def _duration_checked(ms: int, field: str) -> int:
     if ms < 0:
         raise ValidationError(field, "must not be negative")
+    if ms > MAX_DURATION_MS:
+        raise ValidationError(field, _too_long())
     return ms
+
+
+def _too_long() -> str:
+    return f"must be at most {MAX_DURATION_MS} ms (about 8,000 years)"
+
+
+def _bounded_text(value: str, field: str) -> str:
+    """``value`` stripped, once it is known to be short ASCII text (checked
+    first: everything after this costs time in its length)."""
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValidationError(
+            field, f"is {len(value)} characters long, over the limit of {MAX_TEXT_CHARS}"
+        )
+    if not value.isascii():
+        raise ValidationError(field, f"{_shown(value)} is not ASCII text (digits must be 0-9)")
+    return value.strip()
+
+
+def _shown(value: str) -> str:
+    """``value`` for an error message: its repr, cut short if it is long."""
+    if len(value) <= _SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+
+
+def _out_of_range(field: str, negative: bool, past_ok: bool) -> int:
+    """A time known, by its magnitude alone, to be outside 1970-9999."""
+    if negative and past_ok:
+        return MIN_DUE_MS
+    raise ValidationError(field, _RANGE_MESSAGE)
 
 
 def _checked(ms: int, field: str, past_ok: bool = False) -> int:

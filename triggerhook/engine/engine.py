@@ -91,6 +91,7 @@ class Engine:
         self.confirmer = Confirmer(
             store,
             self.inventory,
+            instance,
             settings.confirm_batch_size,
             settings.confirm_max_delay_ms,
             self._fail,
@@ -113,15 +114,30 @@ class Engine:
             on_failure=self._fail,
         )
         self.committer = GroupCommitter(
-            write_batch, settings.schedule_batch_size, writers=1, on_failure=self._fail
+            write_batch,
+            settings.schedule_batch_size,
+            writers=1,
+            on_failure=self._fail,
+            max_queued=settings.commit_queue_max,
+            discard=self.unplan,
         )
         self.canceller = GroupCommitter(
-            self.write_cancels, settings.schedule_batch_size, 1, self._fail, name="cancel"
+            self.write_cancels,
+            settings.schedule_batch_size,
+            1,
+            self._fail,
+            name="cancel",
+            max_queued=settings.commit_queue_max,
         )
         self.rescheduler = GroupCommitter(
-            write_moves, settings.schedule_batch_size, 1, self._fail, name="reschedule"
+            write_moves,
+            settings.schedule_batch_size,
+            1,
+            self._fail,
+            name="reschedule",
+            max_queued=settings.commit_queue_max,
+            discard=self.unplan,
         )
-        self._retry_backoff_max_ms = settings.publish_retry_max_ms
         self._running = False
         # Totals for metrics, added to by whichever thread committed the change.
         self.created = Tally()
@@ -238,17 +254,12 @@ class Engine:
         name, exc = self._failure
         return f"thread {name} failed: {exc!r}"
 
-    def _retry(self, task: Task, attempt: int, reason: str) -> None:
-        """An unroutable or nacked event: fire it again after a back-off."""
+    def _retry(self, task: Task, delay_ms: int) -> None:
+        """An unroutable or nacked event: its row goes back to the store, unarmed
+        and out of memory, to be claimed and fired again after ``delay_ms``
+        (the publisher decided; it also logs, rate-limited)."""
         self.publish_retries += 1
-        delay_ms = min(self._retry_backoff_max_ms, 100 * 2 ** min(attempt - 1, 20))
-        log.warning(
-            "event not delivered (%s); retrying in %d ms",
-            reason,
-            delay_ms,
-            extra={"task_id": task.id, "routing_key": task.routing_key, "attempt": attempt},
-        )
-        self.scheduler.push_at(task, int(self._clock.now_ms()) + delay_ms)
+        self.confirmer.defer(task, int(self._clock.now_ms()) + delay_ms)
 
     # -- scheduling into memory -------------------------------------------------
 
@@ -333,6 +344,8 @@ class Engine:
             "cancelled": self.cancelled.value,
             "rescheduled": self.rescheduled.value,
             "publish_retries": self.publish_retries,
+            "commits_refused": sum(c.refused for c in self._committers()),
+            "commits_abandoned": sum(c.abandoned for c in self._committers()),
             "db_errors": db_errors,
             **self.publisher.counters(),
         }
