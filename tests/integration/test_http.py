@@ -20,12 +20,13 @@ import httpx
 import pytest
 from support.daemon import TaskTable
 from support.hook import collect_until, header_int
-from support.http import ROUTED, STUCK, Api, api_daemon
+from support.http import ROUTED, Api, api_daemon
 from support.waiting import now_ms, wait_for
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
+FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the tests
 MAX_BATCH = 50
 
 
@@ -370,11 +371,13 @@ def test_cancel_answers_204_and_the_task_never_fires(api: Api, http: httpx.Clien
     assert task_id not in {e.message_id for e in collect_until(api.events, sentinel, 15)}
 
 
-def test_a_task_being_published_is_too_late_to_cancel_or_reschedule(http: httpx.Client) -> None:
+def test_a_task_being_published_is_too_late_to_cancel_or_reschedule(
+    http: httpx.Client, table: TaskTable
+) -> None:
     task_id = uid("stuck")
-    # Unroutable: the daemon keeps retrying it, so it stays armed.
-    assert http.post("/v1/tasks", json={"id": task_id, "delay": 0, "routing_key": STUCK}).is_success
-    wait_for(lambda: http.get(f"/v1/tasks/{task_id}").json()["state"] == "firing", 10)
+    assert http.post("/v1/tasks", json={"id": task_id, "at": FAR_S}).is_success
+    table.mark_firing(task_id)  # armed by some instance: committed to firing
+    assert http.get(f"/v1/tasks/{task_id}").json()["state"] == "firing"
     cancel = http.delete(f"/v1/tasks/{task_id}")
     assert cancel.status_code == 409
     assert error_of(cancel)["code"] == "too_late"

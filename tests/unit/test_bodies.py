@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from triggerhook.api.bodies import (
+    MalformedJson,
     When,
+    decode_json,
     parse_batch,
     parse_create,
     parse_id,
@@ -94,3 +96,28 @@ def test_library_field_names_become_interface_names() -> None:
     assert rename_field(ValidationError("tasks[2].due", "m")).field == "tasks[2].at"
     assert rename_field(ValidationError("routing_key", "m")).field == "routing_key"
     assert rename_field(ValidationError("id", "m"), "tasks[0]").field == "tasks[0].id"
+
+
+def test_decode_json_reads_what_json_loads_read() -> None:
+    raw = b'{"tasks": [{"id": "a", "at": 1.5, "payload": "h\\u00e9"}], "n": 123456789012345678901}'
+    assert decode_json(raw) == {
+        "tasks": [{"id": "a", "at": 1.5, "payload": "h\u00e9"}],
+        "n": 123456789012345678901,
+    }
+    # Beyond the float range: infinite, as json.loads made it (then a 422 on the field).
+    assert decode_json(b'{"at": 1e400, "delay": -1e999}') == {
+        "at": float("inf"),
+        "delay": float("-inf"),
+    }
+    with pytest.raises(ValidationError) as info:
+        parse_create(decode_json(b'{"at": 1e400}'))
+    assert info.value.field == "at"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{", b'{"at": NaN}', b"[Infinity]", b"\xff\xfe{}", b'"\xff"', b"[" * 60_000, b"{} x"],
+)
+def test_decode_json_refuses_what_is_not_json(raw: bytes) -> None:
+    with pytest.raises(MalformedJson):
+        decode_json(raw)

@@ -3,7 +3,8 @@
 Pure functions: a decoded JSON value in, a :class:`~triggerhook.app.TaskSpec`
 (or a due time) out, or a :class:`ValidationError` naming the offending field
 as the caller wrote it (``at``, ``tasks[3].payload_b64``). Both interfaces use
-these, so they accept exactly the same bodies.
+these, so they accept exactly the same bodies. :func:`decode_json` turns the
+HTTP API's body bytes into such a value.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import binascii
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+
+import msgspec
 
 from triggerhook.app import TaskSpec
-from triggerhook.domain.timeparse import parse_at
+from triggerhook.domain.timeparse import parse_at, seconds_to_ms
 from triggerhook.errors import ValidationError
 
 CREATE_FIELDS = frozenset({"id", "at", "delay", "routing_key", "payload", "payload_b64"})
@@ -25,6 +27,30 @@ RESCHEDULE_FIELDS = frozenset({"at", "delay"})
 MAX_DELAY_S = 200_000_000_000
 # Not a task id over the interfaces: ``/v1/tasks/batch`` is the batch endpoint.
 RESERVED_IDS = frozenset({"batch"})
+
+# msgspec decodes a 4 MiB batch body about 2.5 times as fast as json.loads (the
+# GIL is held for the whole decode, delaying the firing threads), and, like
+# json.loads with parse_constant, rejects NaN and Infinity.
+_DECODER = msgspec.json.Decoder()
+# Only for bodies with a number beyond the float range, which _DECODER refuses:
+# json.loads made such a number ±inf (then rejected as a field value, 422).
+_WIDE_DECODER = msgspec.json.Decoder(float_hook=float)
+
+
+class MalformedJson(ValueError):
+    """The bytes are not one JSON document (UTF-8; no NaN or Infinity; nested
+    at most a few hundred levels; integers of at most a few thousand digits)."""
+
+
+def decode_json(raw: bytes) -> object:
+    """The JSON value ``raw`` holds; :class:`MalformedJson` if it is not JSON."""
+    try:
+        try:
+            return _DECODER.decode(raw)
+        except msgspec.ValidationError:  # untyped: only a number out of range
+            return _WIDE_DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise MalformedJson(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +157,11 @@ def _when(fields: Mapping[str, object], prefix: str) -> When:
 def _delay_ms(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(field, "must be a number of seconds")
-    try:
-        seconds = Decimal(str(value))
-    except InvalidOperation as exc:  # pragma: no cover - str() of a number always parses
-        raise ValidationError(field, "must be a number of seconds") from exc
-    if not seconds.is_finite() or seconds < 0 or seconds > MAX_DELAY_S:
+    # Compared before any conversion (an int may have thousands of digits).
+    if (isinstance(value, float) and not math.isfinite(value)) or not 0 <= value <= MAX_DELAY_S:
         raise ValidationError(field, "must be a finite, non-negative number of seconds")
-    # Round up: a delay never ends early.
-    return math.ceil(seconds * 1000)
+    # The one time parser: exact, and sub-millisecond parts round up (never early).
+    return seconds_to_ms(value, field)
 
 
 def _string(fields: Mapping[str, object], key: str, prefix: str) -> str:

@@ -4,7 +4,12 @@ Threads: every handler runs on the event-loop thread and never blocks it.
 Single-task writes go to the engine's group committers without blocking
 (:meth:`TriggerHook.schedule_nowait` and friends: the writer thread resolves
 the request's future); batch writes, lookups and the readiness probe run on a
-small thread pool. Errors are JSON: ``{"error": {"code", "message", "field"?}}``.
+small thread pool. Errors are JSON: ``{"error": {"code", "message", "field"?}}``;
+they name a failing dependency but never carry its error text (host names,
+driver messages), which goes to the log instead.
+
+Before authentication, :mod:`triggerhook.api.limits` caps the open connections
+and bounds how long a request head and a body may take to arrive.
 """
 
 from __future__ import annotations
@@ -23,10 +28,27 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from triggerhook.api import openapi
-from triggerhook.api.bodies import parse_batch, parse_create, parse_reschedule, rename_field
+from triggerhook.api.bodies import (
+    MalformedJson,
+    decode_json,
+    parse_batch,
+    parse_create,
+    parse_reschedule,
+    rename_field,
+)
+from triggerhook.api.limits import (
+    BodyTimeout,
+    BodyTooLarge,
+    ConnectionGuard,
+    GuardedSite,
+    ThrottledWarning,
+    read_body,
+)
 from triggerhook.app import Scheduled, TaskSpec, TriggerHook
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, validate_id
+from triggerhook.engine.groupcommit import Ticket
 from triggerhook.errors import (
+    BrokerUnavailable,
     ConflictError,
     NotRunningError,
     StoreUnavailable,
@@ -45,9 +67,14 @@ T = TypeVar("T")
 Readiness = Callable[[], list[str]]  # blocking; the reasons the daemon is not ready
 
 _JSON = "application/json"
-# Longest a request waits for its commit before answering 503 (it may still
-# commit: every write is safe to retry).
+# Longest a request waits in its group commit's queue before answering 503; a
+# call still queued then is abandoned (never written), one being written is
+# waited for (its write is bounded by the database timeouts).
 _COMMIT_TIMEOUT_S = 30.0
+# After answering a request whose body was not read (413, 408, 401 ...), aiohttp
+# reads and discards what the client still sends for this long before closing,
+# so the client can read the answer; short, as a refused body is not wanted.
+_LINGER_S = 2.0
 
 
 class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -66,12 +93,21 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 class ApiError(Exception):
     """An error answer with its HTTP status."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        *,
+        close: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.close = close  # answer with Connection: close (the body was not read)
 
 
 def error_response(
@@ -81,6 +117,15 @@ def error_response(
     if field is not None:
         error["field"] = field
     return _response(status, {"error": error}, headers)
+
+
+def _transient_message(exc: TransientError) -> str:
+    """A transient failure as a client may see it: which dependency, no detail."""
+    if isinstance(exc, StoreUnavailable):
+        return "database unavailable; retry"
+    if isinstance(exc, BrokerUnavailable):
+        return "message broker unavailable; retry"
+    return "temporarily unavailable; retry"
 
 
 def _response(status: int, data: object, headers: dict[str, str] | None = None) -> web.Response:
@@ -93,25 +138,40 @@ def _at(due_ms: int) -> float:
     return due_ms / 1000
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 class Commit(Generic[T]):
     """A non-blocking engine call's outcome, awaited on the event loop: pass
-    :meth:`done` to the call (a writer thread calls it), then await :meth:`wait`."""
+    :attr:`done` to the call (a writer thread calls it), :meth:`hold` the
+    ticket the call returns, then await :meth:`wait`.
+
+    Giving up (the timeout, or the request being cancelled) abandons the call:
+    a call still queued is then never written, so its 503 is the truth; a call
+    a writer took already is waited for, and answered with its real outcome.
+    """
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._future: asyncio.Future[T] = self._loop.create_future()
+        self._ticket: Ticket | None = None
 
-    def done(self, result: T | None, error: TriggerHookError | None) -> None:
+    @property
+    def done(self) -> Commit[T]:
+        """The call's ``done`` callback (this object)."""
+        return self
+
+    def __call__(self, result: T | None, error: TriggerHookError | None) -> None:
         self._loop.call_soon_threadsafe(_settle, self._future, result, error)
 
+    def hold(self, ticket: Ticket) -> None:
+        self._ticket = ticket
+
     async def wait(self) -> T:
-        timer = self._loop.call_later(_COMMIT_TIMEOUT_S, _expire, self._future)
+        timer = self._loop.call_later(_COMMIT_TIMEOUT_S, _expire, self._future, self._ticket)
         try:
             return await self._future
+        except asyncio.CancelledError:
+            if self._ticket is not None:  # nobody waits for it any more
+                self._ticket.abandon()
+            raise
         finally:
             timer.cancel()
 
@@ -131,7 +191,24 @@ class HttpApi:
         self._readiness = readiness
         self._executor = executor
         self._token = f"Bearer {settings.api_token}".encode() if settings.api_token else None
+        self._metrics_protected = self._token is not None and settings.metrics_require_token
         self._runner: web.AppRunner | None = None
+        # Keyword arguments of every connection's aiohttp RequestHandler.
+        self._handler_args: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": float(settings.http_keepalive_timeout_s),
+            "lingering_time": _LINGER_S,
+            "logger": _ServerLog(logging.getLogger(f"{__name__}.server")),
+        }
+        self.guard = ConnectionGuard(
+            settings.http_max_connections,
+            float(settings.http_header_timeout_s),
+            self._handler_args,
+        )
+        self._unavailable_log = ThrottledWarning(
+            log, "answered 503 to %d requests in the last %.0fs: %s", 10.0
+        )
+        self._last_unready: list[str] = []
         self.port: int | None = None
         self.stats = RequestStats()  # read by the metrics thread
         self._openapi = openapi.document(settings.max_payload_bytes, settings.http_max_batch_tasks)
@@ -140,7 +217,7 @@ class HttpApi:
     def _build(self) -> web.Application:
         app = web.Application(
             client_max_size=self._settings.http_max_body_bytes,
-            middlewares=[self._observe, self._errors, self._auth],
+            middlewares=[self.guard.middleware, self._observe, self._errors, self._auth],
         )
         app.router.add_post("/v1/tasks", self.create)
         app.router.add_post("/v1/tasks/batch", self.create_batch)
@@ -160,18 +237,18 @@ class HttpApi:
 
     async def start(self) -> None:
         """Bind and serve; raises OSError when the address is taken."""
-        self._runner = web.AppRunner(
-            self.app,
-            access_log=None,
-            shutdown_timeout=5.0,
-            logger=_ServerLog(logging.getLogger(f"{__name__}.server")),
-        )
+        self._runner = web.AppRunner(self.app, shutdown_timeout=5.0, **self._handler_args)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._settings.http_host, self._settings.http_port)
+        assert self._runner.server is not None  # set by setup()
+        site = GuardedSite(
+            self._runner,
+            self._settings.http_host,
+            self._settings.http_port,
+            self.guard.factory(self._runner.server),
+        )
         await site.start()
-        server = site._server  # the only way aiohttp exposes the bound port
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self._settings.http_port
+        self.port = site.port
+        self.guard.start()
         log.info(
             "http api listening on %s:%s",
             self._settings.http_host,
@@ -181,6 +258,7 @@ class HttpApi:
 
     async def stop(self) -> None:
         """Stop accepting; requests in flight finish (up to the runner's timeout)."""
+        await self.guard.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -207,7 +285,10 @@ class HttpApi:
         try:
             return await handler(request)
         except ApiError as exc:
-            return error_response(exc.status, exc.code, exc.message, exc.field)
+            response = error_response(exc.status, exc.code, exc.message, exc.field)
+            if exc.close:
+                response.force_close()
+            return response
         except ValidationError as exc:
             return error_response(422, "invalid", exc.message, exc.field)
         except ConflictError as exc:
@@ -215,7 +296,10 @@ class HttpApi:
         except NotRunningError:
             return error_response(503, "stopping", "the daemon is stopping; retry on another")
         except TransientError as exc:
-            return error_response(503, "unavailable", str(exc), **{"Retry-After": "1"})
+            # The detail (driver message, host name) is for the operator only.
+            self._unavailable_log.event(exc)
+            message = _transient_message(exc)
+            return error_response(503, "unavailable", message, **{"Retry-After": "1"})
         except web.HTTPException as exc:
             # aiohttp's own answers: unknown route (404), method (405), body too big (413).
             headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
@@ -229,16 +313,27 @@ class HttpApi:
     async def _auth(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if self._token is not None and request.path.startswith("/v1/"):
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, self._token):
-                return error_response(
-                    401,
-                    "unauthorized",
-                    "missing or wrong bearer token",
-                    **{"WWW-Authenticate": "Bearer"},
-                )
+        if self._protected(request.path) and not self._authorized(request):
+            return error_response(
+                401,
+                "unauthorized",
+                "missing or wrong bearer token",
+                **{"WWW-Authenticate": "Bearer"},
+            )
         return await handler(request)
+
+    def _protected(self, path: str) -> bool:
+        if self._token is None:
+            return False
+        return path.startswith("/v1/") or (self._metrics_protected and path == "/metrics")
+
+    def _authorized(self, request: web.Request) -> bool:
+        try:
+            given = request.headers.get("Authorization", "").encode()
+        except UnicodeEncodeError:  # bytes that are not UTF-8: never the token
+            return False
+        assert self._token is not None
+        return hmac.compare_digest(given, self._token)
 
     # -- request helpers -----------------------------------------------------------
 
@@ -246,15 +341,19 @@ class HttpApi:
         if request.content_type != _JSON:
             raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
         limit = self._settings.http_max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise ApiError(413, "too_large", f"body is over the limit of {limit} bytes")
+        timeout_s = self._settings.http_body_timeout_s
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ApiError(413, "too_large", f"body is over the limit of {limit} bytes") from None
+            raw = await read_body(request, limit, timeout_s)
+        except BodyTooLarge:
+            message = f"body is over the limit of {limit} bytes"
+            raise ApiError(413, "too_large", message, close=True) from None
+        except BodyTimeout:
+            self.guard.body_timeouts_total += 1
+            message = f"body did not arrive within {timeout_s}s"
+            raise ApiError(408, "request_timeout", message, close=True) from None
         try:
-            return json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
+            return decode_json(raw)
+        except MalformedJson as exc:
             raise ApiError(400, "malformed_json", f"body is not valid JSON: {exc}") from None
 
     def _task(self, spec: TaskSpec) -> Task:
@@ -275,7 +374,7 @@ class HttpApi:
     async def create(self, request: web.Request) -> web.Response:
         task = self._task(parse_create(await self._body(request)))
         commit: Commit[Scheduled] = Commit()
-        self._hook.schedule_nowait(task, commit.done)
+        commit.hold(self._hook.schedule_nowait(task, commit.done))
         scheduled = await commit.wait()
         status = 201 if scheduled.created else 200
         return _response(status, {"id": task.id, "at": _at(task.due_ms)})
@@ -309,8 +408,10 @@ class HttpApi:
         when = parse_reschedule(await self._body(request))
         commit: Commit[Moved] = Commit()
         try:
-            self._hook.reschedule_nowait(
-                task_id, commit.done, at_ms=when.at_ms, delay_ms=when.delay_ms
+            commit.hold(
+                self._hook.reschedule_nowait(
+                    task_id, commit.done, at_ms=when.at_ms, delay_ms=when.delay_ms
+                )
             )
         except ValidationError as exc:
             raise rename_field(exc) from None
@@ -324,7 +425,7 @@ class HttpApi:
     async def cancel(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
         commit: Commit[CancelResult] = Commit()
-        self._hook.cancel_nowait(task_id, commit.done)
+        commit.hold(self._hook.cancel_nowait(task_id, commit.done))
         result = await commit.wait()
         if result is CancelResult.NOT_FOUND:
             raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
@@ -337,7 +438,13 @@ class HttpApi:
 
     async def readyz(self, _request: web.Request) -> web.Response:
         reasons = await self._blocking(self._readiness)
+        if reasons != self._last_unready:  # log each change, not every probe
+            if reasons:
+                log.warning("not ready: %s", "; ".join(reasons))
+            self._last_unready = reasons
         if reasons:
+            # The reasons name dependencies, never their error text (see
+            # Service.readiness, which logs the detail).
             return _response(503, {"status": "unready", "reasons": reasons})
         return _response(200, {"status": "ready"})
 
@@ -357,7 +464,11 @@ class HttpApi:
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         latest = self._hook.latest_figures()
-        totals = {**self._hook.engine.counters(), **self.stats.counters()}
+        totals = {
+            **self._hook.engine.counters(),
+            **self.stats.counters(),
+            **self.guard.counters(),
+        }
         text = prometheus.render({"instance": self._hook.instance_id}, totals, latest)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -385,7 +496,7 @@ def _info(info: TaskInfo) -> dict[str, Any]:
 
 
 def _settle(future: asyncio.Future[T], result: T | None, error: TriggerHookError | None) -> None:
-    if future.done():  # timed out meanwhile
+    if future.done():  # the request was cancelled meanwhile
         return
     if error is not None:
         future.set_exception(error)
@@ -393,6 +504,14 @@ def _settle(future: asyncio.Future[T], result: T | None, error: TriggerHookError
         future.set_result(result)  # type: ignore[arg-type]
 
 
-def _expire(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_exception(StoreUnavailable(f"not committed within {_COMMIT_TIMEOUT_S:.0f}s"))
+def _expire(future: asyncio.Future[Any], ticket: Ticket | None) -> None:
+    """The commit timeout: answer 503 only if the call is never to be written."""
+    if future.done():
+        return
+    if ticket is not None and not ticket.abandon():
+        # A writer took it: its outcome follows (the write is bounded by the
+        # database's timeouts); a 503 now could be a lie about a commit.
+        return
+    future.set_exception(
+        StoreUnavailable(f"not committed within {_COMMIT_TIMEOUT_S:.0f}s; not written")
+    )

@@ -44,6 +44,7 @@ def _error(description: str) -> dict[str, Any]:
 
 _BODY_ERRORS = {
     "400": _error("Malformed JSON."),
+    "408": _error("The body did not arrive within http_body_timeout_s."),
     "413": _error("Body larger than http_max_body_bytes."),
     "415": _error("Content-Type is not application/json."),
     "422": _error("A field is invalid; error.field names it."),
@@ -294,11 +295,14 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> dict[str, Any]:
             "/metrics": {
                 "get": {
                     "summary": "The same figures in the Prometheus text format",
+                    "description": "Open unless metrics_require_token (and api_token) is set.",
+                    "security": [{"bearer": []}, {}],
                     "responses": {
                         "200": {
                             "description": "Prometheus exposition format 0.0.4.",
                             "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
+                        },
+                        "401": _COMMON["401"],
                     },
                 }
             },

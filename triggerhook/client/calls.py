@@ -301,6 +301,13 @@ def _task_body(task: TaskRequest, prefix: str = "") -> tuple[dict[str, object], 
     if isinstance(task.payload, bytes | bytearray):
         body["payload_b64"] = base64.b64encode(task.payload).decode("ascii")
     elif isinstance(task.payload, str):
+        if not task.payload.isascii():
+            try:  # a lone surrogate (a non-UTF-8 byte from argv) has no UTF-8 form
+                task.payload.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _invalid(
+                    f"{prefix}payload", f"is not valid UTF-8 text: {exc.reason}"
+                ) from None
         body["payload"] = task.payload
     elif task.payload is not None:
         raise _invalid(f"{prefix}payload", "must be bytes or text")
