@@ -76,6 +76,13 @@ _FLAG_TYPES: dict[str, tuple[Callable[[str], object], str]] = {
 }
 
 
+def _literal(text: str) -> str:
+    """``text`` as an argparse help string: argparse %-formats help (for
+    ``%(default)s``), so a literal ``%`` (the ``%2F`` vhost of the default
+    amqp_url) must be doubled or ``--help`` crashes."""
+    return text.replace("%", "%%")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triggerhook", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -98,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
             dest=f"setting_{name}",
             type=convert,
             metavar=metavar,
-            help=f"{spec.metadata['help']} [{env_var(name)}, default {spec.default!r}]",
+            help=_literal(f"{spec.metadata['help']} [{env_var(name)}, default {spec.default!r}]"),
         )
     sub = parser.add_subparsers(dest="command", required=True)
     db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command")
@@ -156,18 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         InvalidRequest,
         Conflict,
     ) as exc:
-        print(f"triggerhook: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_USAGE
     except Unauthorized as exc:
-        print(
-            f"triggerhook: error: {exc} (the daemon's api_token: --api-token or "
-            "TRIGGERHOOK_API_TOKEN)",
-            file=sys.stderr,
-        )
+        _error(f"{exc} (the daemon's api_token: --api-token or TRIGGERHOOK_API_TOKEN)")
         return EXIT_USAGE
     except TriggerHookError as exc:
-        print(f"triggerhook: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_FAILURE
+
+
+def _error(message: str) -> None:
+    """The one error line; a URL in it (a setting's, a server's) without its password."""
+    print(f"triggerhook: error: {logs.redact(message)}", file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:

@@ -5,6 +5,9 @@ path, or ``@name`` for the abstract namespace) and, with ``WatchdogSec=``,
 ``WATCHDOG_USEC`` (and ``WATCHDOG_PID``). Each message is one datagram of
 ``KEY=VALUE`` lines: ``READY=1``, ``STATUS=...``, ``WATCHDOG=1``,
 ``STOPPING=1``. Outside systemd every call is a no-op.
+
+The daemon sends READY only once it is ready (``/readyz`` answers 200, see
+triggerhook/service.py); systemd's watchdog runs from then on.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ class Notifier:
 
     def ready(self, status: str) -> bool:
         return self.notify("READY=1", f"STATUS={status}")
+
+    def status(self, status: str) -> bool:
+        """A STATUS= line alone (``systemctl status`` shows it), e.g. why a start
+        is still waiting."""
+        return self.notify(f"STATUS={status}")
 
     def watchdog(self) -> bool:
         return self.notify("WATCHDOG=1")

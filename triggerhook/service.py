@@ -5,6 +5,18 @@ Threads: the main thread runs the uvloop event loop (HTTP API, signal
 handling, supervision); the engine and the command consumer run their own
 threads; blocking calls from the loop go to a small thread pool.
 
+Start-up: READY (sd_notify) is sent only once :meth:`Service.readiness` has
+no reasons, i.e. when ``/readyz`` answers 200 (engine running, publisher and
+command consumer connected, database reachable with the current schema). A
+daemon that is not ready within ``READY_WARN_AFTER_S`` says why (a WARNING
+and systemd's STATUS=, then again every ``READY_WARN_EVERY_S``) and keeps
+waiting rather than exiting: it is built to ride out a database or broker
+outage and catch up, and while waiting it already holds its claims and takes
+requests. The bound on a start that never completes is the supervisor's
+(systemd's ``TimeoutStartSec``, a container's readiness probe), which can
+restart it; a fatal failure (a thread died, the HTTP port is taken) still
+exits 1 at once.
+
 Shutdown order: stop taking requests (HTTP, then commands; both finish what is
 in flight), then stop the engine (fire what is armed, release claims).
 """
@@ -20,13 +32,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import uvloop
 
 from triggerhook.api.commands import CommandConsumer
 from triggerhook.api.http import HttpApi
 from triggerhook.app import TriggerHook
-from triggerhook.errors import TriggerHookError
+from triggerhook.errors import SchemaError, StoreError, StoreUnavailable
+from triggerhook.logs import redact
+from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.sdnotify import Notifier
 from triggerhook.settings import Settings
 
@@ -34,6 +49,26 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 _SUPERVISE_INTERVAL_S = 0.2
+# Between readiness probes while waiting to send READY, doubling up to the
+# maximum: a quick READY on a normal start, one database query a second
+# during a long outage.
+_READY_PROBE_FIRST_S = 0.05
+_READY_PROBE_MAX_S = 1.0
+# The start-up bound (see the module doc): not ready by then, say why.
+READY_WARN_AFTER_S = 10.0
+READY_WARN_EVERY_S = 60.0
+# A failing dependency's raw error is logged at most this often per kind of
+# failure (/readyz may be probed every second).
+_DETAIL_LOG_EVERY_S = 60.0
+
+# Readiness reasons name the dependency and the kind of failure only: the raw
+# error (host names, ports, server messages) goes to the log, not to /readyz.
+_STORE_REASONS: tuple[tuple[type[Exception], str], ...] = (
+    (StoreUnavailable, "mysql: unreachable"),
+    (SchemaError, "mysql: schema missing or not current (run `triggerhook db init`)"),
+    (StoreError, "mysql: query failed"),
+)
+_STORE_REASON_OTHER = "mysql: check failed"
 
 
 def _left(deadline_s: float) -> float:
@@ -66,6 +101,13 @@ class Watchdog:
             log.error("engine unresponsive: systemd watchdog not pinged")
 
 
+def _store_reason(exc: Exception) -> str:
+    for kind, reason in _STORE_REASONS:
+        if isinstance(exc, kind):
+            return reason
+    return _STORE_REASON_OTHER
+
+
 class Service:
     """Owns the daemon's parts for one run; :meth:`run` returns the exit code."""
 
@@ -73,8 +115,12 @@ class Service:
         self.hook = hook
         self.settings = settings
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="th-pool")
-        self._failure: str | None = None
+        self._failure: str | None = None  # the detail, for the log
+        self._failure_reason: str | None = None  # the readiness reason: no detail
         self._failed = threading.Event()
+        # A failing dependency's raw error, logged once a minute per reason
+        # (probes run on pool threads, and often).
+        self._details = RateLimitedLog(log, _DETAIL_LOG_EVERY_S)
         self.commands: CommandConsumer | None = None
         self.http: HttpApi | None = None
         self._notifier = Notifier()
@@ -87,24 +133,32 @@ class Service:
     def _fail(self, name: str, exc: BaseException) -> None:
         if self._failure is None:
             self._failure = f"thread {name} failed: {exc!r}"
+            self._failure_reason = f"{name}: failed"
         self._failed.set()
 
     def readiness(self) -> list[str]:
-        """Why the daemon is not ready (empty: ready). Blocking: checks the database."""
+        """Why the daemon is not ready (empty: ready). Blocking: checks the
+        database. Each reason names a dependency and its kind of failure, never
+        the raw error (logged instead, rate-limited)."""
         reasons = []
         engine = self.hook.engine
         if not engine.alive():
-            reasons.append(f"engine: {engine.failure or 'not running'}")
+            # Engine.failure is "thread <name> failed: <error>": the name only.
+            failure = engine.failure
+            reasons.append(f"engine: {failure.partition(':')[0] if failure else 'not running'}")
         if not engine.publisher.is_connected():
             reasons.append("rabbitmq: publisher not connected")
         if self.commands is not None and not self.commands.is_connected():
             reasons.append("rabbitmq: command consumer not connected")
-        if self._failure:
-            reasons.append(self._failure)
+        if self._failure_reason:
+            reasons.append(self._failure_reason)
         try:
             self.hook.check_store()
-        except TriggerHookError as exc:
-            reasons.append(f"mysql: {exc}")
+        except Exception as exc:  # a probe answers, whatever the store raised
+            reason = _store_reason(exc)
+            detail = redact(str(exc) or type(exc).__name__)
+            self._details.warning(reason, "readiness: %s: %s", reason, detail)
+            reasons.append(reason)
         return reasons
 
     async def _main(self) -> int:
@@ -123,15 +177,55 @@ class Service:
             )
             self._fail("http", exc)
         log.info("triggerhook running", extra={"instance": self.hook.instance_id})
-        if not self._failed.is_set():
-            self._notifier.ready(f"running as {self.hook.instance_id}")
-        engine_failed = self.hook.engine.failed
-        while not (stop.is_set() or engine_failed.is_set() or self._failed.is_set()):
+        await self._await_ready(stop)
+        while not self._must_stop(stop):
             self._watchdog.tick(time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), _SUPERVISE_INTERVAL_S)
         self._notifier.stopping("stopping: firing what is armed, releasing claims")
         return await self._shutdown()
+
+    def _must_stop(self, stop: asyncio.Event) -> bool:
+        return stop.is_set() or self.hook.engine.failed.is_set() or self._failed.is_set()
+
+    async def _await_ready(self, stop: asyncio.Event) -> None:
+        """Send READY once :meth:`readiness` has no reasons (probed off the
+        loop); give up at a stop signal or a fatal failure. No watchdog pings
+        meanwhile: systemd's watchdog starts once start-up completed."""
+        started_s = time.monotonic()
+        warn_at_s = started_s + READY_WARN_AFTER_S
+        pause_s = _READY_PROBE_FIRST_S
+        while not self._must_stop(stop):
+            reasons = await self._probe(stop)
+            if reasons is None:  # stopped while probing
+                return
+            if not reasons:
+                self._notifier.ready(f"running as {self.hook.instance_id}")
+                waited_ms = round((time.monotonic() - started_s) * 1000)
+                log.info("triggerhook ready", extra={"waited_ms": waited_ms})
+                return
+            now_s = time.monotonic()
+            if now_s >= warn_at_s:
+                warn_at_s = now_s + READY_WARN_EVERY_S
+                why = "; ".join(reasons)
+                log.warning("not ready after %.0f s, still waiting: %s", now_s - started_s, why)
+                self._notifier.status(f"starting, not ready: {why}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause_s)
+            pause_s = min(_READY_PROBE_MAX_S, pause_s * 2)
+
+    async def _probe(self, stop: asyncio.Event) -> list[str] | None:
+        """:meth:`readiness` on a pool thread; None if a stop came first (a
+        probe blocked on an unanswering database must not delay the stop)."""
+        loop = asyncio.get_running_loop()
+        probe = loop.run_in_executor(self._executor, self.readiness)
+        stopped = asyncio.ensure_future(stop.wait())
+        either: set[asyncio.Future[Any]] = {probe, stopped}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        return probe.result() if probe.done() else None
 
     async def _start_interfaces(self) -> None:
         if self.settings.commands_enabled:

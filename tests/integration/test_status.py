@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -44,7 +45,17 @@ def test_status_shows_the_engine_at_work(api: Api) -> None:
             return dict(answer.json()["totals"])
 
         wait_for(lambda: totals()["deleted"] >= 5, 10, lambda: str(totals()))
-        status = client.get("/v1/status").json()
+
+        # The totals are live; the period is the last one collected (every
+        # 200 ms), which may predate the deletes: wait for one that follows them.
+        seen: list[dict[str, Any]] = []
+
+        def settled() -> bool:
+            seen.append(client.get("/v1/status").json())
+            return bool(seen[-1]["period"].get("oldest_overdue_ms") == 0)
+
+        wait_for(settled, 5, lambda: str(seen[-1]))
+        status = seen[-1]
     assert status["instance"] == "api" and status["running"] is True
     assert status["totals"]["scheduled"] >= 6 and status["totals"]["published"] >= 5
     period = status["period"]

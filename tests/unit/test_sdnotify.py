@@ -70,3 +70,13 @@ def test_no_watchdog_configured_no_pings() -> None:
     watchdog = Watchdog(Notifier({}), lambda _s: True)
     watchdog.tick(0.0)
     assert watchdog.interval_s is None and watchdog.withheld == 0
+
+
+def test_status_alone_updates_what_systemctl_shows() -> None:
+    with NotifySocket() as sock:
+        notifier = Notifier({"NOTIFY_SOCKET": sock.path})
+        assert notifier.status("starting, not ready: rabbitmq: publisher not connected")
+        assert sock.wait_for("STATUS", timeout_s=5)
+        assert sock.messages == [
+            {"STATUS": "starting, not ready: rabbitmq: publisher not connected"}
+        ]

@@ -39,6 +39,7 @@ import httpx
 import urllib3.exceptions
 
 from triggerhook.errors import ConfigError, MetricsRejected, MetricsUnavailable
+from triggerhook.logs import redact
 from triggerhook.metrics.lineprotocol import InvalidPoint, encode_point
 from triggerhook.metrics.points import Point
 
@@ -57,12 +58,13 @@ _ERROR_TEXT_MAX = 500
 
 
 def check_url(url: str) -> str:
-    """``url`` without a trailing slash, if it is an http(s) base URL; else ValueError."""
+    """``url`` without a trailing slash, if it is an http(s) base URL; else
+    ValueError (naming the URL without its password)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+        raise ValueError(f"{redact(url)!r} is not an http:// or https:// URL with a host")
     if parts.query or parts.fragment:
-        raise ValueError(f"{url!r}: a base URL takes no query or fragment")
+        raise ValueError(f"{redact(url)!r}: a base URL takes no query or fragment")
     return url.rstrip("/")
 
 
@@ -95,7 +97,8 @@ def raise_for_status(status: int, error: str, what: str) -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    # A client library's error text may quote the request URL, credentials included.
+    return redact(f"{type(exc).__name__}: {exc}") if str(exc) else type(exc).__name__
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -135,6 +138,8 @@ class InfluxV1Sink:
         if not database:
             raise ValueError("database: must not be empty")
         self.url = check_url(url)
+        # Messages and logs name this form: credentials in the URL are masked.
+        self.shown_url = redact(self.url)
         self.database = database
         self._create_database = create_database
         self._create_tried = False  # since the last successful write
@@ -156,7 +161,7 @@ class InfluxV1Sink:
             self._create()
             response = self._post_write(body)
         raise_for_status(
-            response.status_code, _error_text(response), f"InfluxDB write to {self.url}"
+            response.status_code, _error_text(response), f"InfluxDB write to {self.shown_url}"
         )
         self._create_tried = False
 
@@ -170,13 +175,13 @@ class InfluxV1Sink:
                 f"{self.url}/write", params=self._params, content=body, headers=headers
             )
         except httpx.TransportError as exc:
-            raise MetricsUnavailable(f"InfluxDB at {self.url}: {_describe(exc)}") from exc
+            raise MetricsUnavailable(f"InfluxDB at {self.shown_url}: {_describe(exc)}") from exc
 
     def _post_query(self, statement: str) -> httpx.Response:
         try:
             return self._client.post(f"{self.url}/query", data={"q": statement})
         except httpx.TransportError as exc:
-            raise MetricsUnavailable(f"InfluxDB at {self.url}: {_describe(exc)}") from exc
+            raise MetricsUnavailable(f"InfluxDB at {self.shown_url}: {_describe(exc)}") from exc
 
     def _is_missing_database(self, response: httpx.Response) -> bool:
         return (
@@ -189,9 +194,9 @@ class InfluxV1Sink:
     def _create(self) -> None:
         self._create_tried = True
         statement = f"CREATE DATABASE {_quote_identifier(self.database)}"
-        log.info("InfluxDB at %s has no database %r: %s", self.url, self.database, statement)
+        log.info("InfluxDB at %s has no database %r: %s", self.shown_url, self.database, statement)
         response = self._post_query(statement)
-        what = f"InfluxDB {statement} at {self.url}"
+        what = f"InfluxDB {statement} at {self.shown_url}"
         raise_for_status(response.status_code, _error_text(response), what)
         # A failed statement still answers 200, with the error in its result.
         try:
@@ -210,6 +215,7 @@ class InfluxV2Sink:
         if not bucket:
             raise ValueError("bucket: must not be empty")
         self.url = check_url(url)
+        self.shown_url = redact(self.url)  # for messages: credentials masked
         self.bucket = bucket
         self.org = org  # InfluxDB 3.x ignores it; sent even when empty (the client requires it)
         # Imported here: influxdb-client takes ~0.15 s to import, and only this sink needs it.
@@ -237,14 +243,14 @@ class InfluxV2Sink:
         body = encode_batch(points)
         if not body:
             return
-        what = f"InfluxDB write to {self.url} (bucket {self.bucket!r})"
+        what = f"InfluxDB write to {self.shown_url} (bucket {self.bucket!r})"
         try:
             self._write_api.write(
                 bucket=self.bucket, org=self.org, record=body, write_precision=self._precision
             )
         except self._api_exception as exc:
             if not exc.status:  # the client's own failure (TLS, ...): no answer
-                raise MetricsUnavailable(f"{what}: {exc.reason}") from exc
+                raise MetricsUnavailable(f"{what}: {redact(str(exc.reason))}") from exc
             raise_for_status(int(exc.status), str(exc.message), what)
             raise  # a 2xx never raises; keeps the type checker sure
         except self._no_answer as exc:

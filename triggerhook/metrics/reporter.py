@@ -18,6 +18,7 @@ from collections import deque
 from triggerhook.engine.worker import Worker
 from triggerhook.errors import MetricsRejected, MetricsUnavailable
 from triggerhook.interfaces import Clock, MetricsSink
+from triggerhook.logs import redact
 from triggerhook.metrics.collector import Collector
 from triggerhook.metrics.points import Point
 from triggerhook.retry import Backoff
@@ -103,14 +104,18 @@ class MetricsReporter(Worker):
             self._sink.write(batch)
         except MetricsUnavailable as exc:
             self._retry_at = time.monotonic() + self._retry.next_delay_s()
+            # redact: a sink's error may quote its URL, credentials included.
+            reason = redact(str(exc))
             self._complain(
-                "down", f"metrics: InfluxDB unavailable, {len(batch)} points kept: {exc}"
+                "down", f"metrics: InfluxDB unavailable, {len(batch)} points kept: {reason}"
             )
             return
         except MetricsRejected as exc:
             self._buffer.clear()
             self._drop(len(batch))
-            log.error("metrics: InfluxDB rejected %d points, dropped: %s", len(batch), exc)
+            log.error(
+                "metrics: InfluxDB rejected %d points, dropped: %s", len(batch), redact(str(exc))
+            )
             return
         self._buffer.clear()
         self.written += len(batch)
