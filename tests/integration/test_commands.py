@@ -17,41 +17,15 @@ from typing import Any
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer
-from support.commands import CommandClient, Message, delete_queues
+from support.commands import CONNECT_TIMEOUT_S, CommandClient, Consumers, Message, delete_queues
 from support.daemon import DaemonGroup, TaskTable, closed_port, daemon_env
 from support.hook import HookFactory, RowReader, collect_until, header_int, make_settings, open_hook
 from support.tcpproxy import TcpProxy, proxied
 from support.waiting import now_ms, wait_for, wait_until
 
-from triggerhook import TriggerHook
 from triggerhook.api.commands import ERROR_HEADER, CommandConsumer
 
 REPLY_TIMEOUT_S = 15.0
-CONNECT_TIMEOUT_S = 20.0
-
-
-class Consumers:
-    """CommandConsumers started by a test; all stopped at its end."""
-
-    def __init__(self) -> None:
-        self.failures: list[tuple[str, BaseException]] = []
-        self._started: list[CommandConsumer] = []
-
-    def start(self, hook: TriggerHook, queue: str, **overrides: Any) -> CommandConsumer:
-        settings = dataclasses.replace(hook.settings, command_queue=queue, **overrides)
-        consumer = CommandConsumer(hook, settings, self._failed)
-        self._started.append(consumer)
-        consumer.start()
-        wait_for(consumer.is_connected, CONNECT_TIMEOUT_S, "command consumer not connected")
-        return consumer
-
-    def _failed(self, name: str, exc: BaseException) -> None:
-        self.failures.append((name, exc))
-
-    def close(self) -> None:
-        for consumer in reversed(self._started):
-            consumer.stop(5.0)
-            assert consumer.join(5.0), "command consumer threads still running"
 
 
 @pytest.fixture
@@ -272,12 +246,12 @@ def test_too_late_is_an_answer(
     rows: RowReader,
     command_queue: str,
 ) -> None:
-    # No queue is bound to the exchange: the event is returned and retried,
-    # so its row stays armed (firing) and both commands come too late.
+    # A far-future row marked armed by another instance: committed to firing,
+    # so both commands come too late.
     hook = hooks()
     consumer = consumers.start(hook, command_queue)
-    hook.schedule("stuck", delay_ms=0)
-    wait_for(lambda: (row := rows.row("stuck")) is not None and row.firing == 1, 10, "not armed")
+    hook.schedule("stuck", at_ms=now_ms() + 3_600_000)
+    rows.mark_firing("stuck")
 
     cancel = client.call("cancel", {"id": "stuck"})
     reschedule = client.call("reschedule", {"id": "stuck", "delay": 60})

@@ -11,10 +11,16 @@ cancel and reschedule carry the task's ``"id"``.
   = ``reply_to``, same ``correlation_id``): ``{"ok": true, "id": ...}`` or
   ``{"ok": false, "error": {"code", "message", "field"?}}``. Outcomes
   (``conflict``, ``not_found``, ``too_late``) are answers: replied and acked.
+* Before the body is read (:mod:`triggerhook.api.command_auth`): with
+  ``api_token`` set, a command without ``authorization: Bearer <token>`` or an
+  allowed ``user_id`` is dead-lettered as ``unauthorized`` (no reply, nothing
+  applied, a rate-limited warning), and one whose ``reply_to`` is not direct
+  reply-to or a queue starting with ``command_reply_prefix`` as
+  ``forbidden_reply_to``.
 * A malformed command (``malformed_json``, ``unknown_type``, ``invalid``) is
   published, body and properties unchanged plus the header
-  ``x-triggerhook-error: <reason>`` (``expiration`` and ``user_id`` dropped),
-  to the durable queue
+  ``x-triggerhook-error: <reason>`` (``expiration``, ``user_id`` and the
+  ``authorization`` header dropped), to the durable queue
   ``<command_queue>.dead`` (with publisher confirms) and then acked: it is
   never retried. So is a command whose handling raised an unexpected error
   (``internal_error``, logged with its traceback) three times in a row.
@@ -53,7 +59,9 @@ import pika
 import pika.exceptions
 import pika.spec
 
+from triggerhook.amqp.connection import close_connection
 from triggerhook.amqp.publisher import amqp_parameters
+from triggerhook.api.command_auth import AUTH_HEADER, LOG_INTERVAL_S, CommandGuard, Unauthorized
 from triggerhook.api.command_messages import Command, Rejected, Reply, execute, max_body_bytes
 from triggerhook.app import TriggerHook
 from triggerhook.engine.worker import FailureHandler
@@ -63,6 +71,7 @@ from triggerhook.errors import (
     SchemaError,
     TransientError,
 )
+from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.retry import Backoff
 from triggerhook.settings import Settings
 
@@ -158,6 +167,13 @@ class CommandConsumer:
         self.dead_queue = f"{settings.command_queue}.dead"
         self._prefetch = settings.command_prefetch
         self._body_limit = max_body_bytes(settings)
+        self._guard = CommandGuard(settings)
+        self._refusals_log = RateLimitedLog(log, LOG_INTERVAL_S)  # one line per kind
+        if not self._guard.authenticates and settings.command_users():
+            log.warning(
+                "command_allowed_users is ignored: api_token is empty, so commands are "
+                "not authenticated (the vhost's permissions are the only guard)"
+            )
         self._stopping = threading.Event()
         self._deadline_s = math.inf
         self._connected = threading.Event()
@@ -179,6 +195,7 @@ class CommandConsumer:
         self.received = 0
         self.applied = 0
         self.dead_lettered = 0
+        self.refused = 0  # dead-lettered by the guard: unauthorized, or a forbidden reply_to
         self.replied = 0
         self.reconnects = 0
 
@@ -346,13 +363,8 @@ class CommandConsumer:
             conn.ioloop.close()
 
     def _close(self) -> None:
-        conn = self._conn
-        if conn is None or conn.is_closing or conn.is_closed:
-            return
-        try:
-            conn.close()
-        except pika.exceptions.ConnectionWrongStateError:
-            conn.ioloop.stop()
+        if self._conn is not None:
+            close_connection(self._conn)
 
     def _on_open(self, conn: Any) -> None:
         if self._stopping.is_set():
@@ -432,9 +444,35 @@ class CommandConsumer:
             return  # left unacked: delivered again after the connection closes
         self.received += 1
         self._pending += 1
-        self._work.put(
-            Delivery(channel, method.delivery_tag, bool(method.redelivered), properties, body)
+        delivery = Delivery(
+            channel, method.delivery_tag, bool(method.redelivered), properties, body
         )
+        # Here, not on a worker: a header lookup and a digest comparison, so
+        # a flood of unauthorized commands never reaches the body parser.
+        try:
+            self._guard.check(properties.headers, properties.user_id, properties.reply_to)
+        except Rejected as exc:
+            self._refuse(delivery, exc)
+            return
+        self._work.put(delivery)
+
+    def _refuse(self, delivery: Delivery, exc: Rejected) -> None:
+        """Dead-letter a command the guard refused, without a reply."""
+        self.refused += 1
+        what = (
+            "unauthorized command dead-lettered"
+            if isinstance(exc, Unauthorized)
+            else "command with a forbidden reply_to dead-lettered"
+        )
+        props = delivery.properties
+        self._refusals_log.warning(
+            what,
+            "%s: %s",
+            what,
+            exc.message,
+            extra={"type": props.type, "message_id": props.message_id},
+        )
+        self._settle(delivery, Outcome(Settle.DEAD, None, exc.reason))
 
     def _drain_results(self) -> None:
         with self._lock:
@@ -475,7 +513,9 @@ class CommandConsumer:
 
     def _publish_dead_letter(self, channel: Any, delivery: Delivery, reason: str) -> None:
         props = delivery.properties
-        headers = {**(props.headers or {}), ERROR_HEADER: reason}
+        # The token stays out of the dead-letter queue, whoever may read it.
+        kept = {k: v for k, v in (props.headers or {}).items() if k != AUTH_HEADER}
+        headers = {**kept, ERROR_HEADER: reason}
         channel.basic_publish(
             exchange="",
             routing_key=self.dead_queue,

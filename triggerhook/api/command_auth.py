@@ -1,0 +1,109 @@
+"""Who may send commands, and where replies may go — checked before the body is read.
+
+:class:`CommandGuard` looks only at a message's properties (a header lookup
+and a constant-time comparison), so an unauthorized command is dead-lettered
+without its body ever being decoded. It raises
+:class:`~triggerhook.api.command_messages.Rejected`:
+
+* :class:`Unauthorized` when ``api_token`` is set and the message carries
+  neither the header ``authorization: Bearer <token>`` nor a ``user_id`` listed
+  in ``command_allowed_users`` (RabbitMQ refuses a ``user_id`` other than the
+  publishing connection's user, unless that user has the ``impersonator`` tag);
+* ``forbidden_reply_to`` when ``reply_to`` is neither direct reply-to nor a
+  queue whose name starts with ``command_reply_prefix``: the daemon must not
+  be a tool to publish into any queue of the vhost.
+
+:class:`~triggerhook.ratelimit.RateLimitedLog` keeps a flood of such commands from flooding the log.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+from triggerhook.api.command_messages import Rejected
+from triggerhook.settings import Settings
+
+AUTH_HEADER = "authorization"
+DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
+# A direct reply-to as the consumer receives it: the broker appends the
+# requesting channel's key.
+_DIRECT_REPLY_TO_PREFIX = DIRECT_REPLY_TO + "."
+LOG_INTERVAL_S = 10.0
+
+
+class Unauthorized(Rejected):
+    """A command without a valid token or allowed user_id.
+
+    Its dead letter's error header is just ``unauthorized``: which check
+    failed is logged (rate-limited), not written next to the token attempt.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unauthorized", message)
+
+    @property
+    def reason(self) -> str:
+        return self.code
+
+
+class CommandGuard:
+    """The checks of one command channel, built from its settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        token = settings.api_token
+        # None: no token configured, the channel is open (vhost permissions only).
+        self._expected = f"Bearer {token}".encode() if token else None
+        self._users = frozenset(settings.command_users())
+        self._reply_prefix = settings.command_reply_prefix
+        # A reply must never land in a queue the daemon consumes itself.
+        self._own_queues = frozenset({settings.command_queue, f"{settings.command_queue}.dead"})
+
+    @property
+    def authenticates(self) -> bool:
+        return self._expected is not None
+
+    def check(self, headers: object, user_id: object, reply_to: object) -> None:
+        """Raise :class:`Rejected` unless the command may be applied and answered."""
+        self.authorize(headers, user_id)
+        self.check_reply_to(reply_to)
+
+    def authorize(self, headers: object, user_id: object) -> None:
+        expected = self._expected
+        if expected is None:
+            return
+        if isinstance(user_id, str) and user_id in self._users:
+            return
+        given = headers.get(AUTH_HEADER) if isinstance(headers, Mapping) else None
+        if given is None:
+            raise Unauthorized(_without_token(user_id))
+        # Only ASCII text can equal "Bearer <token>"; anything else is wrong,
+        # never an error (compare_digest refuses non-ASCII str).
+        if not (isinstance(given, str) and given.isascii()):
+            raise Unauthorized("authorization header is not ASCII text")
+        if not hmac.compare_digest(given.encode("ascii"), expected):
+            raise Unauthorized("wrong bearer token")
+
+    def check_reply_to(self, reply_to: object) -> None:
+        if reply_to is None or reply_to == "":
+            return  # no reply asked for
+        if not isinstance(reply_to, str):
+            raise Rejected("forbidden_reply_to", "reply_to is not text")
+        if reply_to == DIRECT_REPLY_TO or reply_to.startswith(_DIRECT_REPLY_TO_PREFIX):
+            return
+        if reply_to in self._own_queues:
+            raise Rejected("forbidden_reply_to", f"reply_to {reply_to!r} is a command queue")
+        prefix = self._reply_prefix
+        if prefix and reply_to.startswith(prefix):
+            return
+        allowed = f"or a queue starting with {prefix!r}" if prefix else "(the only one allowed)"
+        raise Rejected(
+            "forbidden_reply_to",
+            f"reply_to {reply_to!r} is not direct reply-to ({DIRECT_REPLY_TO}) {allowed}",
+        )
+
+
+def _without_token(user_id: object) -> str:
+    if isinstance(user_id, str) and user_id:
+        return f"no authorization header, and user_id {user_id!r} is not allowed"
+    return "no authorization header and no user_id"
