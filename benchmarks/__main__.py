@@ -6,7 +6,8 @@
 Scenarios, in this order, each in its own database and exchange (dropped
 afterwards): ceilings (benchmarks/ceilings.py), create and delete (library:
 benchmarks/engine.py; HTTP: benchmarks/http.py), sending and confirm, burst
-(benchmarks/engine.py), precision (benchmarks/precision.py).
+(benchmarks/engine.py), precision (benchmarks/precision.py), precision under
+hostile input (benchmarks/hostile.py).
 
 Writes results.json, results.md and PNG plots to ``--out`` (default
 benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ceilings, engine, http, machine, plots, precision, report
+from benchmarks import ceilings, engine, hostile, http, machine, plots, precision, report
 from benchmarks.common import Recorder
 from triggerhook import Settings
 
@@ -43,6 +44,8 @@ class Config:
     fires_per_s: int
     clients: int
     quick: bool
+    hostile_s: int = 30
+    probes_per_s: int = 200
 
 
 def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
@@ -68,6 +71,9 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
         "burst": lambda rec: engine.burst(rec, n),
         "precision": lambda rec: precision.run(
             rec, config.precision_s, config.fires_per_s, clients
+        ),
+        "hostile": lambda rec: hostile.run(
+            rec, config.hostile_s, config.probes_per_s, config.quick
         ),
     }
 
@@ -105,7 +111,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _config(args: argparse.Namespace) -> Config:
     if args.quick:
-        return Config(QUICK_TASKS, QUICK_PRECISION_S, args.fires_per_s, args.clients, True)
+        return Config(
+            QUICK_TASKS, QUICK_PRECISION_S, args.fires_per_s, args.clients, True, QUICK_PRECISION_S
+        )
     return Config(args.tasks, args.precision_s, args.fires_per_s, args.clients, False)
 
 

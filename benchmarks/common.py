@@ -134,7 +134,13 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
     base = settings or Settings(log_level="WARNING")
     place = Place(
         name,
-        replace(base, database_url=f"{SERVER_URL}/{name}", exchange=name, instance_id="bench"),
+        replace(
+            base,
+            database_url=f"{SERVER_URL}/{name}",
+            exchange=name,
+            instance_id="bench",
+            dead_letter_queue=f"{name}.dead",
+        ),
     )
     init_schema(place.settings.database_url)
     _amqp(lambda ch: _declare(ch, name))
@@ -167,6 +173,7 @@ def _declare(channel: Any, name: str) -> None:
 
 def _undeclare(channel: Any, name: str) -> None:
     channel.queue_delete(name)
+    channel.queue_delete(f"{name}.dead")  # the engine's dead-letter queue
     channel.exchange_delete(name)
 
 

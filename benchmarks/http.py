@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -46,9 +46,9 @@ class Daemon:
 
 
 @contextmanager
-def daemon(settings: Settings) -> Iterator[Daemon]:
+def daemon(settings: Settings, extra: Mapping[str, str] | None = None) -> Iterator[Daemon]:
     """A ``triggerhook run`` process on the scenario's database and exchange,
-    once ``/readyz`` answers 200."""
+    once ``/readyz`` answers 200; ``extra``: more settings (name -> value)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERHOOK_")}
     port = free_port()
     env.update(
@@ -57,8 +57,10 @@ def daemon(settings: Settings) -> Iterator[Daemon]:
         TRIGGERHOOK_INSTANCE_ID="bench-http",
         TRIGGERHOOK_HTTP_PORT=str(port),
         TRIGGERHOOK_COMMAND_QUEUE=f"{settings.exchange}.commands",
+        TRIGGERHOOK_DEAD_LETTER_QUEUE=settings.dead_letter_queue,
         TRIGGERHOOK_LOG_LEVEL="WARNING",
     )
+    env.update({f"TRIGGERHOOK_{name.upper()}": value for name, value in (extra or {}).items()})
     proc = subprocess.Popen([sys.executable, "-m", "triggerhook", "run"], env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -17,6 +17,7 @@ _RUNS = {
     "burst": "burst: all due at one instant",
     "precision.idle": "steady 1,000 fires/s",
     "precision.http_load": "steady 1,000 fires/s + HTTP create load",
+    "hostile": "probes under hostile input",
 }
 _MEASURES = {"fired": "x-fired-ms - x-due-ms", "received": "received - due"}
 _BIN_MS = 100

@@ -230,9 +230,27 @@ SPECS = (
         "events",
         _NONE_EARLY,
     ),
+    Spec("hostile.fired_p50", "hostile", "hostile input: probe lateness p50", "ms"),
+    Spec("hostile.fired_p99", "hostile", "hostile input: probe lateness p99", "ms", _le(10)),
+    Spec(
+        "hostile.fired_max",
+        "hostile",
+        "hostile input (300,000-digit times, 10 MB bodies, 600 unroutable tasks, "
+        "300 slow clients): probe lateness max",
+        "ms",
+        _le(50),
+    ),
+    Spec("hostile.early", "hostile", "hostile input: probes early", "events", _NONE_EARLY),
+    Spec("hostile.missing", "hostile", "hostile input: probes not received", "events", _NONE_EARLY),
+    Spec(
+        "hostile.dead_letters",
+        "hostile",
+        "hostile input: unroutable tasks dead-lettered",
+        "events",
+    ),
 )
 
-SCENARIOS = ("ceilings", "create", "delete", "sending", "burst", "precision")
+SCENARIOS = ("ceilings", "create", "delete", "sending", "burst", "precision", "hostile")
 
 
 def _number(value: float, unit: str) -> str:

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = {"ceilings", "create", "delete", "sending", "burst", "precision"}
+SCENARIOS = {"ceilings", "create", "delete", "sending", "burst", "precision", "hostile"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
 PLOTS = {
     "burst": {"lateness-burst.png", "burst-throughput.png"},
     "precision": {"lateness-precision-idle.png", "lateness-precision-http_load.png"},
+    "hostile": {"lateness-hostile.png"},
 }
 
 
