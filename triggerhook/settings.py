@@ -224,6 +224,12 @@ class Settings:
             raise ConfigError("claim_lease_ms: must exceed preload_window_ms")
         if self.instance_id and not _INSTANCE_ID.fullmatch(self.instance_id):
             raise ConfigError("instance_id: must be 1-64 characters from [A-Za-z0-9._:-]")
+        self._check_names()
+        self._check_http()
+        if self.metrics_influx_version not in (1, 2):
+            raise ConfigError("metrics_influx_version: must be 1 or 2")
+
+    def _check_names(self) -> None:
         for name in ("exchange", "default_routing_key", "command_queue", "dead_letter_routing_key"):
             if not _ROUTING_KEY.fullmatch(getattr(self, name)):
                 raise ConfigError(f"{name}: must be 1-255 characters from [A-Za-z0-9._:/-]")
@@ -235,9 +241,6 @@ class Settings:
                 )
         if any(not user.strip() for user in self.command_users()):
             raise ConfigError("command_allowed_users: an empty name in the list")
-        self._check_http()
-        if self.metrics_influx_version not in (1, 2):
-            raise ConfigError("metrics_influx_version: must be 1 or 2")
 
     def _check_http(self) -> None:
         open_to_all = not self.api_token and not self.http_allow_public_without_token

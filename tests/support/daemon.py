@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 from support.amqp import EventConsumer, Received
-from support.mysql import connect
+from support.mysql import MARK_FIRING, connect
 
 # Settings every test daemon gets unless the test overrides them: short knobs
 # keep the tests fast (see Settings for the meaning of each).
@@ -85,6 +85,7 @@ def daemon_env(
         "instance_id": instance_id,
         "http_port": closed_port(),
         "command_queue": f"{exchange}.commands",
+        "dead_letter_queue": f"{exchange}.dead",
         **overrides,
     }
     return {**base_env(), **settings_env(**settings)}
@@ -373,6 +374,13 @@ class TaskTable:
         """id -> (claimed_by, claim_until_ms, firing) of every row."""
         rows = self.query("SELECT id, claimed_by, claim_until_ms, firing FROM th_tasks")
         return {str(r[0]): (r[1], int(r[2]), int(r[3])) for r in rows}
+
+    def mark_firing(self, task_id: str) -> None:
+        """Make the row look armed by another instance (as if being published
+        there): cancel and reschedule must then answer too late."""
+        with self._conn.cursor() as cur:
+            changed = cur.execute(MARK_FIRING, (task_id,))
+        assert changed == 1, f"no row {task_id!r} to mark firing"
 
     def claimed_by_counts(self) -> dict[str | None, int]:
         rows = self.query("SELECT claimed_by, COUNT(*) FROM th_tasks GROUP BY claimed_by")

@@ -23,7 +23,6 @@ from support.mysql import temporary_database
 from support.names import unique_name
 
 ROUTED = "fire.test"  # routing key of events the test consumer receives
-STUCK = "stuck.test"  # unroutable: the task stays armed, retried
 
 
 @dataclass

@@ -290,6 +290,29 @@ def test_claim_lease_must_exceed_preload_window() -> None:
     assert Settings(preload_window_ms=5000, claim_lease_ms=5001).claim_lease_ms == 5001
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("dead_letter_routing_key", ""),
+        ("dead_letter_routing_key", "dead letters"),
+        ("dead_letter_queue", "déad"),
+        ("command_reply_prefix", "reply queue."),
+        ("command_allowed_users", "billing,,ops"),
+        ("command_allowed_users", "billing, "),
+    ],
+)
+def test_dead_letter_and_command_names_are_checked(name: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        Settings(**{name: value})  # type: ignore[arg-type]
+
+
+def test_optional_names_may_be_empty_and_users_are_a_list() -> None:
+    settings = Settings(dead_letter_queue="", command_reply_prefix="")
+    assert (settings.dead_letter_queue, settings.command_reply_prefix) == ("", "")
+    assert Settings().command_users() == []
+    assert Settings(command_allowed_users=" billing , ops").command_users() == ["billing", "ops"]
+
+
 @pytest.mark.parametrize("level", ["DEBUG", "info", "Warning", "ERROR"])
 def test_log_levels_accepted_in_any_case(level: str) -> None:
     assert Settings(log_level=level).log_level == level
