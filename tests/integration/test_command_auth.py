@@ -185,6 +185,31 @@ def test_an_unauthorized_flood_logs_a_few_warnings_not_one_per_message(
     assert rows.count() == 0
 
 
+def test_a_flood_of_invalid_commands_logs_a_few_warnings_not_one_per_message(
+    hooks: HookFactory,
+    consumers: Consumers,
+    client: CommandClient,
+    rows: RowReader,
+    command_queue: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Invalid commands (here a 300,000-digit time: no token is set) are
+    dead-lettered each; the log gets one line per kind of rejection per interval."""
+    caplog.set_level(logging.WARNING, logger="triggerhook.api.commands")
+    consumers.start(hooks(), command_queue)
+    flood = 300
+    started_s = time.monotonic()
+
+    for n in range(flood):
+        client.send("create", {"id": f"bad-{n}", "at": "9" * 300_000}, persistent=False)
+    assert len(client.dead_letters(flood, REPLY_TIMEOUT_S)) == flood
+
+    elapsed_s = time.monotonic() - started_s
+    warnings = [r for r in caplog.records if "command rejected: invalid" in r.getMessage()]
+    assert 1 <= len(warnings) <= 1 + elapsed_s / LOG_INTERVAL_S, len(warnings)
+    assert rows.count() == 0
+
+
 # -- user_id ----------------------------------------------------------------------------
 
 

@@ -169,6 +169,7 @@ class CommandConsumer:
         self._body_limit = max_body_bytes(settings)
         self._guard = CommandGuard(settings)
         self._refusals_log = RateLimitedLog(log, LOG_INTERVAL_S)  # one line per kind
+        self._rejections_log = RateLimitedLog(log, LOG_INTERVAL_S)
         if not self._guard.authenticates and settings.command_users():
             log.warning(
                 "command_allowed_users is ignored: api_token is empty, so commands are "
@@ -297,7 +298,10 @@ class CommandConsumer:
         try:
             reply = execute(self._hook, command, self._body_limit)
         except Rejected as exc:
-            log.warning("command rejected: %s", exc.reason, extra=delivery.context())
+            # Anyone who may publish can send these at will: one line per kind.
+            self._rejections_log.warning(
+                exc.code, "command rejected: %s", exc.reason, extra=delivery.context()
+            )
             return Outcome(Settle.DEAD, exc.reply(), exc.reason)
         log.debug("command applied: %s", reply, extra=delivery.context())
         return Outcome(Settle.ACK, reply)
