@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.amqp import AmqpNames
+from support.commands import CommandClient, Consumers, delete_queues
 from support.daemon import DaemonGroup, TaskTable
 from support.hook import HookFactory, RowReader
 
@@ -43,3 +44,30 @@ def table(database_url: str) -> Iterator[TaskTable]:
     init_schema(database_url)
     with TaskTable(database_url) as reader:
         yield reader
+
+
+# -- the AMQP command channel (test_commands.py, test_command_auth.py) -----------------
+
+
+@pytest.fixture
+def command_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[str]:
+    """The test's command queue (the name its daemons get from daemon_env)."""
+    queue = amqp_names.commands
+    yield queue
+    delete_queues(amqp_url, queue)
+
+
+@pytest.fixture
+def consumers(hooks: HookFactory, command_queue: str) -> Iterator[Consumers]:
+    """In-process command consumers, stopped after the test; none may have failed."""
+    group = Consumers()
+    yield group
+    group.close()
+    assert group.failures == []
+
+
+@pytest.fixture
+def client(amqp_url: str, command_queue: str) -> Iterator[CommandClient]:
+    """A command client without a token (a test adds its own headers)."""
+    with CommandClient(amqp_url, command_queue) as commands:
+        yield commands

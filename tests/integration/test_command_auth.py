@@ -25,7 +25,6 @@ from support.commands import (
     Consumers,
     Message,
     RabbitmqctlUnavailable,
-    delete_queues,
     rabbitmq_user,
 )
 from support.daemon import DaemonGroup, TaskTable, daemon_env
@@ -39,28 +38,6 @@ TOKEN = "s3cret-token"
 REPLY_TIMEOUT_S = 15.0
 QUIET_S = 0.3  # listening for replies that must not come, after the dead letters came
 UNAUTHORIZED_WARNING = "unauthorized command dead-lettered"
-
-
-@pytest.fixture
-def command_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[str]:
-    queue = amqp_names.commands
-    yield queue
-    delete_queues(amqp_url, queue)
-
-
-@pytest.fixture
-def consumers(hooks: HookFactory, command_queue: str) -> Iterator[Consumers]:
-    group = Consumers()
-    yield group
-    group.close()
-    assert group.failures == []
-
-
-@pytest.fixture
-def client(amqp_url: str, command_queue: str) -> Iterator[CommandClient]:
-    """A client without a token (each test adds its own headers)."""
-    with CommandClient(amqp_url, command_queue) as commands:
-        yield commands
 
 
 def reason_of(letter: Message) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer
-from support.commands import CONNECT_TIMEOUT_S, CommandClient, Consumers, Message, delete_queues
+from support.commands import CONNECT_TIMEOUT_S, CommandClient, Consumers, Message
 from support.daemon import DaemonGroup, TaskTable, closed_port, daemon_env
 from support.hook import HookFactory, RowReader, collect_until, header_int, make_settings, open_hook
 from support.tcpproxy import TcpProxy, proxied
@@ -26,28 +26,6 @@ from support.waiting import now_ms, wait_for, wait_until
 from triggerhook.api.commands import ERROR_HEADER, CommandConsumer
 
 REPLY_TIMEOUT_S = 15.0
-
-
-@pytest.fixture
-def command_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[str]:
-    """The test's command queue (the name its daemons get from daemon_env)."""
-    queue = amqp_names.commands
-    yield queue
-    delete_queues(amqp_url, queue)
-
-
-@pytest.fixture
-def consumers(hooks: HookFactory, command_queue: str) -> Iterator[Consumers]:
-    group = Consumers()
-    yield group
-    group.close()
-    assert group.failures == []
-
-
-@pytest.fixture
-def client(amqp_url: str, command_queue: str) -> Iterator[CommandClient]:
-    with CommandClient(amqp_url, command_queue) as commands:
-        yield commands
 
 
 def error_of(reply: dict[str, Any]) -> dict[str, Any]:
