@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pika
 import pika.exceptions
 import pytest
-from support.amqp import AmqpNames
+from support.amqp import AmqpNames, EventConsumer
+from support.daemon import DaemonGroup, daemon_env
 from support.hook import HookFactory, RowReader, publisher_of
 from support.mysql import connect
 from support.waiting import now_ms, wait_until
@@ -267,3 +269,46 @@ def test_a_version_1_database_is_upgraded_with_nothing_lost(
             assert cur.fetchone() == (7,)
     finally:
         conn.close()
+
+
+# -- the daemon ------------------------------------------------------------------------------
+
+
+def test_daemon_keeps_firing_past_unroutable_tasks_and_they_can_be_cancelled(
+    database_url: str, amqp_url: str, amqp_names: AmqpNames, daemons: DaemonGroup
+) -> None:
+    """The defect as reported, against ``triggerhook run``: memory bound 5, five
+    tasks on a routing key nobody is bound to, then a routable task due in 1 s."""
+    env = daemon_env(
+        database_url,
+        amqp_url,
+        amqp_names.exchange,
+        "unroutable",
+        max_tasks_in_memory=5,
+        publish_max_attempts=1000,
+        publish_retry_max_ms=300,
+    )
+    url = f"http://127.0.0.1:{env['TRIGGERHOOK_HTTP_PORT']}"
+    with EventConsumer(amqp_url, amqp_names, binding="bound.#") as events:
+        daemon = daemons.start(env, "unroutable", "--init-db")
+        daemon.wait_ready()
+        with httpx.Client(base_url=url, timeout=30) as http:
+            for n in range(5):
+                body = {"id": f"lost-{n}", "delay": 0, "routing_key": "nobody.home"}
+                assert http.post("/v1/tasks", json=body).status_code == 201
+            daemon.wait_for_line("event not delivered (returned 312 NO_ROUTE)", 10)
+            found = {"id": "found", "delay": 1, "routing_key": "bound.y"}
+            assert http.post("/v1/tasks", json=found).status_code == 201
+
+            [event] = events.collect(1, 15)
+            assert event.message_id == "found"
+            answers: list[int] = []
+
+            def cancelled() -> bool:
+                answers.append(http.delete("/v1/tasks/lost-0").status_code)
+                return answers[-1] != 409  # 409: its event is in flight right now
+
+            assert wait_until(cancelled, 10), answers
+            assert answers[-1] == 204
+        assert daemon.terminate() == 0, daemon.tail()
+    assert daemon.count("Traceback") == 0, daemon.tail()
