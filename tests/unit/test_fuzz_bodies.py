@@ -8,9 +8,12 @@ Fixed example budgets and no deadline: the whole module runs in a few seconds.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.cost import MAX_RATIO, cost_ratio
 
 from triggerhook.api.bodies import (
     CREATE_FIELDS,
@@ -105,3 +108,29 @@ def test_damaged_json_documents_decode_or_are_malformed(body: dict[str, object],
     decoded_then_parsed(text)  # whole, NaN and lone surrogates included
     decoded_then_parsed(text[:cut] + text[cut + 1 :])  # one byte missing
     decoded_then_parsed(text.replace(b"0", b"9" * 400))  # numbers out of range
+
+
+# -- linear time ------------------------------------------------------------------------
+
+# HTTP bodies of about n bytes (http_max_body_bytes caps them at 4 MiB by default).
+_BODY_SHAPES: dict[str, Callable[[int], bytes]] = {
+    "digits in at": lambda n: b'{"at": "' + b"9" * n + b'"}',
+    "long number": lambda n: b'{"at": 1.' + b"9" * n + b"}",
+    "long id": lambda n: b'{"id": "' + b"a" * n + b'", "delay": 1}',
+    "nesting": lambda n: b"[" * n + b"]" * n,
+    "batch": lambda n: b'{"tasks": [' + b",".join([b'{"delay": 1}'] * (n // 13)) + b"]}",
+    "batch of bad times": lambda n: (
+        b'{"tasks": [' + b",".join([b'{"at": "99999999999999999"}'] * (n // 28)) + b"]}"
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_BODY_SHAPES))
+def test_decode_and_parse_cost_grows_linearly_with_the_body(shape: str) -> None:
+    def run(raw: object) -> object:
+        assert isinstance(raw, bytes)
+        body = decode_json(raw)
+        return parse_batch(body, 100_000) if shape.startswith("batch") else parse_create(body)
+
+    ratio = cost_ratio(run, _BODY_SHAPES[shape], 40_000, (ValidationError, MalformedJson))
+    assert ratio < MAX_RATIO, f"{shape}: 10x the body cost {ratio:.0f}x the time"

@@ -12,9 +12,12 @@ written, so runs do not depend on earlier ones.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.cost import MAX_RATIO, cost_ratio
 from support.fakes import FakeClock, FakePublisher, FakeStore
 
 from triggerhook.api.command_auth import AUTH_HEADER, CommandGuard, Unauthorized
@@ -140,3 +143,30 @@ def test_guard_accepts_only_the_token_or_an_allowed_user(
         guard.check(headers, user_id, reply_to)
     except Rejected as exc:
         assert exc.code in ("unauthorized", "forbidden_reply_to")
+
+
+# -- linear time ------------------------------------------------------------------------
+
+# Command bodies of about n bytes (the consumer caps bodies at max_body_bytes,
+# about 400 KB by default; the sizes here reach 400 KB).
+_BODY_SHAPES: dict[str, Callable[[int], bytes]] = {
+    "digits in at": lambda n: b'{"at": "' + b"9" * n + b'"}',
+    "digits in delay": lambda n: b'{"delay": ' + b"9" * min(n, 4000) + b"}",
+    "long id": lambda n: b'{"id": "' + b"a" * n + b'", "delay": 1}',
+    "long payload": lambda n: b'{"payload": "' + b"x" * n + b'", "delay": 1}',
+    "nesting": lambda n: b"[" * n + b"]" * n,
+    "many fields": lambda n: json.dumps({f"f{k}": k for k in range(n // 10)}).encode(),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_BODY_SHAPES))
+def test_execute_cost_grows_linearly_with_the_body(shape: str) -> None:
+    hook = _hook()
+    limit = 1_000_000
+
+    def run(body: object) -> object:
+        assert isinstance(body, bytes)
+        return execute(hook, Command("create", body, "m", False), limit)
+
+    ratio = cost_ratio(run, _BODY_SHAPES[shape], 40_000, (Rejected,))
+    assert ratio < MAX_RATIO, f"{shape}: 10x the body cost {ratio:.0f}x the time"

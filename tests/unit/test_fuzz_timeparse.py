@@ -8,10 +8,8 @@ request can freeze the process.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -20,6 +18,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support.cost import MAX_RATIO, cost_ratio
 
 from triggerhook.domain.task import MAX_DUE_MS, MIN_DUE_MS
 from triggerhook.domain.timeparse import (
@@ -184,17 +183,6 @@ def test_durations_add_up_exactly(text: str) -> None:
 # -- linear time ----------------------------------------------------------------------
 
 
-def _best_time_s(parse: Callable[[object], object], value: object, repeats: int = 7) -> float:
-    """The fastest of ``repeats`` runs: the least disturbed by a busy machine."""
-    best = math.inf
-    for _ in range(repeats):
-        started = time.perf_counter()
-        with contextlib.suppress(ValidationError):
-            parse(value)
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 # Text of about n characters, as any interface may receive it.
 _TEXT_SHAPES: dict[str, Callable[[int], str]] = {
     "digits": lambda n: "9" * n,
@@ -239,10 +227,6 @@ def test_cost_grows_linearly_with_the_input(parser: str, shape: str) -> None:
     """Ten times the input may cost about ten times as much, never a hundred
     (quadratic). A best-of-7 ratio under 30 leaves room for a noisy machine;
     the quadratic parser this replaces measured about 100 here."""
-    make = _TEXT_SHAPES.get(shape) or _DECIMAL_SHAPES[shape]
-    small, large = make(40_000), make(400_000)
-    parse = _PARSERS[parser]
-    _best_time_s(parse, small, repeats=2)  # warm up
-    # Timer resolution: compare against at least 50 microseconds.
-    ratio = _best_time_s(parse, large) / max(_best_time_s(parse, small), 50e-6)
-    assert ratio < 30, f"{parser}({shape}): 10x the input cost {ratio:.0f}x the time"
+    make: Callable[[int], object] = _TEXT_SHAPES.get(shape) or _DECIMAL_SHAPES[shape]
+    ratio = cost_ratio(_PARSERS[parser], make, 40_000, (ValidationError,))
+    assert ratio < MAX_RATIO, f"{parser}({shape}): 10x the input cost {ratio:.0f}x the time"
