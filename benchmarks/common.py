@@ -23,7 +23,7 @@ import pika
 import pymysql
 
 from triggerhook import Settings
-from triggerhook.metrics.counters import quantile
+from triggerhook.runtime.counters import quantile
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from triggerhook.interfaces import (
 )
 from triggerhook.logs import redact
 from triggerhook.metrics.collector import Collector
-from triggerhook.metrics.counters import RequestStats
-from triggerhook.metrics.points import Field
 from triggerhook.metrics.reporter import MetricsReporter
+from triggerhook.runtime.counters import RequestStats
+from triggerhook.runtime.points import Field
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)

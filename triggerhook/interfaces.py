@@ -1,7 +1,9 @@
 """The seams between the engine and the outside world.
 
 The engine and the library API depend only on these protocols; the MySQL and
-AMQP adapters implement them, and unit tests use in-memory fakes.
+AMQP adapters implement them, and unit tests use in-memory fakes. This module
+sits below the engine and the adapters (it imports only domain/ and runtime/),
+so they meet here without importing each other.
 
 Errors: every method may raise :class:`~triggerhook.errors.StoreUnavailable`
 (transient: the caller may retry) or :class:`~triggerhook.errors.StoreError`
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
-from triggerhook.metrics.points import Point
+from triggerhook.runtime.points import Point
 
 
 class Clock(Protocol):
@@ -183,6 +185,21 @@ class FiredSink(Protocol):
     def put_many(self, tasks: Sequence[Task]) -> None: ...
 
 
+class FiredSource(Protocol):
+    """What the publisher takes fired tasks from: the send buffer. Called on
+    the publisher's thread."""
+
+    def __len__(self) -> int: ...
+
+    def take(self, limit: int) -> list[Task]:
+        """Up to ``limit`` tasks, oldest first, removed from the buffer."""
+        ...
+
+    def requeue_front(self, tasks: Sequence[Task]) -> None:
+        """Put back tasks that must go out first (unconfirmed when a connection died)."""
+        ...
+
+
 class ConfirmSink(Protocol):
     """Where the publisher hands the ids of tasks the broker confirmed."""
 
@@ -226,6 +243,20 @@ class EventPublisher(Protocol):
     def take_lateness(self) -> list[float]:
         """Publish time - due time (ms) of each event published since the last call."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """The engine's size gauges and totals, as the metrics collector reads them."""
+
+    in_memory: int
+    pending_arm: int
+    armed: int
+    send_buffer: int
+    unconfirmed: int
+    claimed: int
+    fired: int
+    deleted: int
 
 
 class MetricsSink(Protocol):

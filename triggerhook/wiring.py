@@ -7,9 +7,9 @@ from triggerhook.app import TriggerHook
 from triggerhook.clock import SystemClock
 from triggerhook.domain.delivery import DeliveryPolicy
 from triggerhook.engine.sendbuffer import SendBuffer
-from triggerhook.engine.worker import FailureHandler
 from triggerhook.interfaces import ConfirmSink, RetryHandler
 from triggerhook.metrics.influx import sink_from_settings
+from triggerhook.runtime.worker import FailureHandler
 from triggerhook.settings import Settings
 from triggerhook.store.mysql import MySQLStore
 

@@ -20,7 +20,7 @@ from support.names import unique_name
 
 from triggerhook.errors import MetricsRejected, MetricsUnavailable
 from triggerhook.metrics.influx import InfluxV1Sink
-from triggerhook.metrics.points import ENGINE, HTTP, Point
+from triggerhook.runtime.points import ENGINE, HTTP, Point
 
 T0_MS = 1_796_000_000_000  # 2026-11-30: inside the default retention policy (infinite)
 ADMIN = ("admin", "admin-pw")

@@ -24,7 +24,7 @@ from triggerhook import Settings
 from triggerhook.errors import ConfigError, MetricsRejected, MetricsUnavailable
 from triggerhook.interfaces import MetricsSink
 from triggerhook.metrics.influx import InfluxV1Sink, InfluxV2Sink, sink_from_settings
-from triggerhook.metrics.points import Point
+from triggerhook.runtime.points import Point
 
 _STALL_MAX_S = 10.0  # a stalled answer is released at teardown at the latest
 

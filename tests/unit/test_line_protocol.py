@@ -15,7 +15,7 @@ from influxdb_client.domain.write_precision import WritePrecision
 
 from triggerhook.metrics.influx import encode_batch
 from triggerhook.metrics.lineprotocol import InvalidPoint, encode_point, encode_points
-from triggerhook.metrics.points import Point
+from triggerhook.runtime.points import Point
 
 T_MS = 1_796_000_000_123
 

@@ -14,13 +14,14 @@ import pytest
 from support.fakes import FakeClock, FakeStore
 
 from triggerhook.domain.task import Task
-from triggerhook.engine.engine import EngineStats
 from triggerhook.errors import MetricsRejected, MetricsUnavailable, StoreUnavailable
-from triggerhook.metrics import points, prometheus
+from triggerhook.interfaces import EngineStats
+from triggerhook.metrics import prometheus
 from triggerhook.metrics.collector import Collector
-from triggerhook.metrics.counters import RequestStats, Samples, Tally, summary
-from triggerhook.metrics.points import Point
 from triggerhook.metrics.reporter import MetricsReporter
+from triggerhook.runtime import points
+from triggerhook.runtime.counters import RequestStats, Samples, Tally, summary
+from triggerhook.runtime.points import Point
 from triggerhook.status import render as status_text
 
 NOW = 1_700_000_000_000

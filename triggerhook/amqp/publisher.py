@@ -35,12 +35,11 @@ from triggerhook.amqp.connection import close_connection
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
 from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy
 from triggerhook.domain.task import Task
-from triggerhook.engine.sendbuffer import SendBuffer
-from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import BrokerUnavailable, ConfigError
-from triggerhook.interfaces import ConfirmSink, RetryHandler
-from triggerhook.metrics.counters import Samples
+from triggerhook.interfaces import ConfirmSink, FiredSource, RetryHandler
 from triggerhook.ratelimit import RateLimitedLog
+from triggerhook.runtime.counters import Samples
+from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class AmqpPublisher(Worker):
         self,
         url: str,
         exchange: str,
-        buffer: SendBuffer,
+        buffer: FiredSource,
         confirms: ConfirmSink,
         retry: RetryHandler,
         max_unconfirmed: int,

@@ -64,7 +64,6 @@ from triggerhook.amqp.publisher import amqp_parameters
 from triggerhook.api.command_auth import AUTH_HEADER, LOG_INTERVAL_S, CommandGuard, Unauthorized
 from triggerhook.api.command_messages import Command, Rejected, Reply, execute, max_body_bytes
 from triggerhook.app import TriggerHook
-from triggerhook.engine.worker import FailureHandler
 from triggerhook.errors import (
     EngineFailure,
     NotRunningError,
@@ -73,6 +72,7 @@ from triggerhook.errors import (
 )
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.retry import Backoff
+from triggerhook.runtime.worker import FailureHandler
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)

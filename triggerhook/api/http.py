@@ -57,8 +57,9 @@ from triggerhook.errors import (
     ValidationError,
 )
 from triggerhook.interfaces import Moved
-from triggerhook.metrics import points, prometheus
-from triggerhook.metrics.counters import RequestStats
+from triggerhook.metrics import prometheus
+from triggerhook.runtime import points
+from triggerhook.runtime.counters import RequestStats
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)

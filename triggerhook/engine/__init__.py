@@ -7,4 +7,20 @@ Ownership: each heap belongs to the thread named with it and is touched by
 other threads only through its locked ``push_*`` methods; the
 :class:`~triggerhook.engine.inventory.Inventory` counts every task held in
 memory, from claim until its row is deleted or released.
+
+Where it sits (imports point down; tests/unit/test_layers.py checks it):
+
+    app, wiring            drive the engine, plug the adapters in
+    engine/                store/  amqp/  metrics/    one layer: none imports another
+    interfaces.py          the ports between them: TaskStore, EventPublisher,
+                           FiredSink / FiredSource (the send buffer, both ends),
+                           ConfirmSink, RetryHandler, EngineStats
+    settings.py, domain/
+    runtime/               Worker (every thread's base), counters, metric points
+    errors.py, retry.py
+
+So the publisher (amqp/) is a runtime Worker that takes from a FiredSource and
+hands confirms to a ConfirmSink; the store implements TaskStore; the metrics
+collector reads the engine's counters and EngineStats. None of them imports
+the engine, and the engine imports none of them.
 """

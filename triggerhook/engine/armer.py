@@ -11,9 +11,9 @@ import logging
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.timed import TimedWorker
-from triggerhook.engine.worker import FailureHandler
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Claim, Clock, TaskStore
+from triggerhook.runtime.worker import FailureHandler
 
 log = logging.getLogger(__name__)
 

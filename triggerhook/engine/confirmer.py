@@ -18,9 +18,9 @@ from typing import TypeVar
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
-from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Deferral, TaskStore
+from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 

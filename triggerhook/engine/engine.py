@@ -8,7 +8,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from triggerhook.domain.task import CancelResult, Task
@@ -19,13 +18,13 @@ from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
-from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import TransientError, TriggerHookError
 from triggerhook.interfaces import (
     Claim,
     ClaimMode,
     Clock,
     ConfirmSink,
+    EngineStats,
     EventPublisher,
     InsertOutcome,
     Move,
@@ -34,26 +33,15 @@ from triggerhook.interfaces import (
     RetryHandler,
     TaskStore,
 )
-from triggerhook.metrics.counters import Tally
 from triggerhook.retry import Backoff
+from triggerhook.runtime.counters import Tally
+from triggerhook.runtime.worker import FailureHandler, Worker
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 PublisherFactory = Callable[[SendBuffer, ConfirmSink, RetryHandler, FailureHandler], EventPublisher]
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    in_memory: int
-    pending_arm: int
-    armed: int
-    send_buffer: int
-    unconfirmed: int
-    claimed: int
-    fired: int
-    deleted: int
 
 
 class Engine:

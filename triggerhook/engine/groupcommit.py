@@ -22,7 +22,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import (
     EngineFailure,
     NotRunningError,
@@ -30,6 +29,7 @@ from triggerhook.errors import (
     StoreUnavailable,
     TriggerHookError,
 )
+from triggerhook.runtime.worker import FailureHandler, Worker
 
 # Longest a writer waits for concurrent callers to join its batch.
 _GATHER_S = 0.001

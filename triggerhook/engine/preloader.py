@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
-from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Claim, Clock, TaskStore
+from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 

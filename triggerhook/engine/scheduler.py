@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.timed import TimedWorker
-from triggerhook.engine.worker import FailureHandler
 from triggerhook.interfaces import Clock, FiredSink
+from triggerhook.runtime.worker import FailureHandler
 
 
 class Scheduler(TimedWorker[Task]):

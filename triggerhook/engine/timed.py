@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Generic
 
 from triggerhook.domain.heap import DueHeap, Item
-from triggerhook.engine.worker import FailureHandler, Worker
 from triggerhook.interfaces import Clock
+from triggerhook.runtime.worker import FailureHandler, Worker
 
 # With the downstream stage full, re-check at least this often (it also wakes us).
 _FULL_RECHECK_S = 0.05

@@ -13,12 +13,11 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol
 
-from triggerhook.engine.engine import EngineStats
 from triggerhook.errors import TriggerHookError
-from triggerhook.interfaces import TaskStore
-from triggerhook.metrics import points
-from triggerhook.metrics.counters import RequestStats, summary
-from triggerhook.metrics.points import Field, Point
+from triggerhook.interfaces import EngineStats, TaskStore
+from triggerhook.runtime import points
+from triggerhook.runtime.counters import RequestStats, summary
+from triggerhook.runtime.points import Field, Point
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ import urllib3.exceptions
 from triggerhook.errors import ConfigError, MetricsRejected, MetricsUnavailable
 from triggerhook.logs import redact
 from triggerhook.metrics.lineprotocol import InvalidPoint, encode_point
-from triggerhook.metrics.points import Point
+from triggerhook.runtime.points import Point
 
 if TYPE_CHECKING:
     from influxdb_client.client.influxdb_client import InfluxDBClient

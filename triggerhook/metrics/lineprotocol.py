@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from triggerhook.metrics.points import Field, Point
+from triggerhook.runtime.points import Field, Point
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _MEASUREMENT_ESCAPES = str.maketrans({",": "\\,", " ": "\\ "})

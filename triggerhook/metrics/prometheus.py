@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from triggerhook.metrics.points import Field
+from triggerhook.runtime.points import Field
 
 # Fields of a period's point that are per-period counts: Prometheus gets their
 # totals instead (``<name>_total``), which it turns into rates itself.

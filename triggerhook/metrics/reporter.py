@@ -15,13 +15,13 @@ import threading
 import time
 from collections import deque
 
-from triggerhook.engine.worker import Worker
 from triggerhook.errors import MetricsRejected, MetricsUnavailable
 from triggerhook.interfaces import Clock, MetricsSink
 from triggerhook.logs import redact
 from triggerhook.metrics.collector import Collector
-from triggerhook.metrics.points import Point
 from triggerhook.retry import Backoff
+from triggerhook.runtime.points import Point
+from triggerhook.runtime.worker import Worker
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Base class of the engine's threads: start/stop/join and failure reporting."""
+"""Base class of every background thread (the engine's stages, the publisher,
+the metrics reporter): start/stop/join, back-off and failure reporting."""
 
 from __future__ import annotations
 
