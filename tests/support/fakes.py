@@ -1,14 +1,11 @@
 """In-memory fakes for unit tests of the engine's stages, and a polling helper.
 
 * :class:`FakeClock`: wall-clock time the test sets (``now``) instead of reading it.
-* :class:`FakeStore`: a thread-safe, in-memory model of the ``th_tasks`` table
-  implementing the :class:`triggerhook.interfaces.TaskStore` protocol with the
-  same rules as the SQL in ``triggerhook/store/sql.py`` and
-  ``triggerhook/store/mysql.py`` (every row carries the ``rev`` it was
-  inserted with; claimable = claim expired; arm only rows still claimed by the
-  caller at the claim's revision, a row already armed at that revision counting
-  as armed; cancel and reschedule only unarmed rows; delete only armed rows). It records every
-  call, and :meth:`FakeStore.fail_next` makes the next call(s) of a method raise.
+* :class:`FakeStore`: the package's in-memory store,
+  :class:`triggerhook.store.memory.MemoryStore` (held to the same rules as the
+  MySQL store by the contract suite in ``tests/contract``), with test controls:
+  it records calls, :meth:`FakeStore.put` writes a row directly, and
+  :meth:`FakeStore.fail_next` makes the next call(s) of a method raise.
 * :class:`FakePublisher`: an :class:`~triggerhook.interfaces.EventPublisher`
   that publishes nothing (for an :class:`~triggerhook.engine.engine.Engine`
   whose scheduling into memory is under test, not its firing).
@@ -17,18 +14,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
-from triggerhook.errors import ConflictError, SchemaError
+from triggerhook.domain.task import CancelResult, Task, TaskInfo
+from triggerhook.errors import SchemaError
 from triggerhook.interfaces import (
     Claim,
-    ClaimMode,
     Clock,
     Deferral,
     EventPublisher,
@@ -39,6 +33,17 @@ from triggerhook.interfaces import (
     TaskStore,
     new_rev,
 )
+from triggerhook.store.memory import MemoryStore, StoredRow
+
+__all__ = [
+    "DEFAULT_NOW_MS",
+    "ClaimCall",
+    "FakeClock",
+    "FakePublisher",
+    "FakeStore",
+    "RenewCall",
+    "StoredRow",
+]
 
 DEFAULT_NOW_MS = 1_700_000_000_000.0
 
@@ -65,15 +70,6 @@ class FakeClock:
         self.now += delta_ms
 
 
-@dataclass(slots=True)
-class StoredRow:
-    task: Task
-    claimed_by: str | None = None
-    claim_until_ms: int = 0
-    firing: bool = False
-    rev: int = 0  # the schema's default; every insert writes a random one
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimCall:
     instance: str
@@ -91,12 +87,12 @@ class RenewCall:
     lease_until_ms: int
 
 
-class FakeStore:
-    """In-memory :class:`~triggerhook.interfaces.TaskStore`. Thread-safe."""
+class FakeStore(MemoryStore):
+    """The in-memory :class:`~triggerhook.store.memory.MemoryStore`, with test
+    controls: direct access to its rows, recorded calls, injected failures."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, StoredRow] = {}
-        self._lock = threading.Lock()
+        super().__init__()
         self._failures: defaultdict[str, deque[BaseException]] = defaultdict(deque)
         self.claim_calls: list[ClaimCall] = []
         self.arm_calls: list[list[str]] = []
@@ -108,6 +104,11 @@ class FakeStore:
         self.count_calls = 0
 
     # -- test controls ------------------------------------------------------------
+
+    @property
+    def rows(self) -> dict[str, StoredRow]:
+        """The table itself (live: read it while no call is running)."""
+        return self._rows
 
     def fail_next(self, method: str, *errors: BaseException) -> None:
         """The next ``len(errors)`` calls of ``method`` raise these errors, in order."""
@@ -131,16 +132,16 @@ class FakeStore:
         """
         row_rev = new_rev() if rev is None else rev
         with self._lock:
-            self.rows[task.id] = StoredRow(task, claimed_by, claim_until_ms, firing, row_rev)
+            self._rows[task.id] = StoredRow(task, claimed_by, claim_until_ms, firing, row_rev)
         return row_rev
 
     def row(self, task_id: str) -> StoredRow | None:
         with self._lock:
-            return self.rows.get(task_id)
+            return self._rows.get(task_id)
 
     def ids(self) -> set[str]:
         with self._lock:
-            return set(self.rows)
+            return set(self._rows)
 
     def deleted_ids(self) -> list[str]:
         """Every id passed to delete_fired by a call that succeeded, in order."""
@@ -153,34 +154,15 @@ class FakeStore:
         if queue:
             raise queue.popleft()
 
-    # -- TaskStore ----------------------------------------------------------------
+    # -- TaskStore: each call may fail first, and some are recorded -----------------
+    # (self._lock is re-entrant: the whole call is one "transaction", as in MemoryStore)
 
     def insert(
         self, rows: Sequence[NewRow], instance: str, lease_until_ms: int, atomic: bool
     ) -> list[InsertOutcome]:
         with self._lock:
             self._maybe_fail("insert")
-            staged: dict[str, StoredRow] = {}
-            outcomes: list[InsertOutcome] = []
-            for new in rows:
-                existing = staged.get(new.task.id) or self.rows.get(new.task.id)
-                if existing is not None:
-                    same = existing.task == new.task
-                    outcomes.append(InsertOutcome.EXISTS if same else InsertOutcome.CONFLICT)
-                    if atomic and not same:
-                        raise ConflictError(new.task.id)
-                    continue
-                claimed = new.claim is not ClaimMode.NONE
-                staged[new.task.id] = StoredRow(
-                    new.task,
-                    instance if claimed else None,
-                    lease_until_ms if claimed else 0,
-                    new.claim is ClaimMode.ARM,
-                    new.rev,
-                )
-                outcomes.append(InsertOutcome.CREATED)
-            self.rows.update(staged)
-            return outcomes
+            return super().insert(rows, instance, lease_until_ms, atomic)
 
     def claim(
         self,
@@ -196,140 +178,57 @@ class FakeStore:
             self.claim_calls.append(
                 ClaimCall(instance, now_ms, horizon_ms, arm_until_ms, lease_until_ms, limit)
             )
-            claimable = sorted(
-                (
-                    r
-                    for r in self.rows.values()
-                    if r.task.due_ms <= horizon_ms and r.claim_until_ms < now_ms
-                ),
-                key=lambda r: r.task.due_ms,
-            )[:limit]
-            out = []
-            for r in claimable:
-                r.claimed_by = instance
-                r.claim_until_ms = lease_until_ms
-                r.firing = r.firing or r.task.due_ms <= arm_until_ms
-                out.append(Claim(r.task, r.rev, r.firing))
-            return out
+            return super().claim(instance, now_ms, horizon_ms, arm_until_ms, lease_until_ms, limit)
 
     def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
         with self._lock:
             self._maybe_fail("arm")
             self.arm_calls.append([c.task.id for c in claims])
-            armed = []
-            for claim in claims:
-                # Like LOCK_ARMABLE + ARM_ROWS: still claimed by the caller and at
-                # the claim's revision (a row already firing at it counts as armed).
-                r = self.rows.get(claim.task.id)
-                if r is None or r.claimed_by != instance or r.rev != claim.rev:
-                    continue
-                r.firing = True
-                armed.append(claim)
-            return armed
+            return super().arm(instance, claims)
 
     def delete_fired(self, ids: Sequence[str]) -> int:
         with self._lock:
             self._maybe_fail("delete_fired")
             self.delete_calls.append(list(ids))
-            gone = [tid for tid in ids if tid in self.rows and self.rows[tid].firing]
-            for tid in gone:
-                del self.rows[tid]
-            return len(gone)
+            return super().delete_fired(ids)
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
         with self._lock:
             self._maybe_fail("defer")
-            moved = 0
-            for d in deferrals:
-                # Like DEFER_UNDELIVERED: only our armed row at the revision we hold.
-                r = self.rows.get(d.task_id)
-                if r is None or r.claimed_by != instance or r.rev != d.rev or not r.firing:
-                    continue
-                r.task = dataclasses.replace(r.task, attempts=r.task.attempts + 1)
-                r.firing, r.claimed_by, r.claim_until_ms, r.rev = (
-                    False,
-                    None,
-                    d.not_before_ms,
-                    d.new_rev,
-                )
-                moved += 1
-            return moved
+            return super().defer(instance, deferrals)
 
     def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
         with self._lock:
             self._maybe_fail("renew_claims")
             self.renew_calls.append(RenewCall(instance, tuple(ids), lease_until_ms))
-            renewed = 0
-            for tid in ids:
-                r = self.rows.get(tid)
-                if r is not None and r.claimed_by == instance:
-                    r.claim_until_ms = lease_until_ms
-                    renewed += 1
-            return renewed
+            return super().renew_claims(instance, ids, lease_until_ms)
 
     def release_claims(self, instance: str, ids: Sequence[str] | None = None) -> int:
         with self._lock:
             self._maybe_fail("release_claims")
             self.release_calls.append((instance, None if ids is None else list(ids)))
-            wanted = None if ids is None else set(ids)
-            released = 0
-            for tid, r in self.rows.items():
-                if r.claimed_by == instance and (wanted is None or tid in wanted):
-                    r.claimed_by = None
-                    r.claim_until_ms = 0
-                    released += 1
-            return released
+            return super().release_claims(instance, ids)
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
-        """One transaction; an id given twice is cancelled once, then not found."""
         with self._lock:
             self._maybe_fail("cancel")
-            results = []
-            for tid in task_ids:
-                r = self.rows.get(tid)
-                if r is None:
-                    results.append(CancelResult.NOT_FOUND)
-                elif r.firing:
-                    results.append(CancelResult.TOO_LATE)
-                else:
-                    del self.rows[tid]
-                    results.append(CancelResult.CANCELLED)
-            return results
+            return super().cancel(task_ids)
 
     def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
         with self._lock:
             self._maybe_fail("reschedule")
-            last = {move.task_id: move for move in moves}
-            outcome: dict[str, Moved] = {}
-            for tid, move in last.items():
-                row = self.rows.get(tid)
-                if row is None:
-                    outcome[tid] = Moved(RescheduleResult.NOT_FOUND)
-                elif row.firing:
-                    outcome[tid] = Moved(RescheduleResult.TOO_LATE)
-                else:
-                    task = dataclasses.replace(row.task, due_ms=move.due_ms)
-                    claimed = move.claim is not ClaimMode.NONE
-                    self.rows[tid] = StoredRow(
-                        task,
-                        instance if claimed else None,
-                        lease_until_ms if claimed else 0,
-                        move.claim is ClaimMode.ARM,
-                        move.rev,
-                    )
-                    outcome[tid] = Moved(RescheduleResult.RESCHEDULED, task)
-            return [outcome[move.task_id] for move in moves]
+            return super().reschedule(moves, instance, lease_until_ms)
 
     def count_tasks(self) -> int:
         with self._lock:
             self._maybe_fail("count_tasks")
             self.count_calls += 1
-            return len(self.rows)
+            return super().count_tasks()
 
     def earliest_due_ms(self) -> int | None:
         with self._lock:
             self._maybe_fail("earliest_due_ms")
-            return min((r.task.due_ms for r in self.rows.values()), default=None)
+            return super().earliest_due_ms()
 
     def check_schema(self) -> None:
         with self._lock:
@@ -340,10 +239,7 @@ class FakeStore:
     def get(self, task_id: str) -> TaskInfo | None:
         with self._lock:
             self._maybe_fail("get")
-            r = self.rows.get(task_id)
-            if r is None:
-                return None
-            return TaskInfo(r.task, TaskState.FIRING if r.firing else TaskState.SCHEDULED)
+            return super().get(task_id)
 
     def close(self) -> None:
         self.closed = True

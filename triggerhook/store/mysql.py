@@ -280,6 +280,8 @@ class MySQLStore:
         return deleted
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
+        if not deferrals:
+            return 0
         with self._pool.transaction() as cur:
             cur.executemany(
                 sql.DEFER_UNDELIVERED,
@@ -311,6 +313,8 @@ class MySQLStore:
     # -- lookups --------------------------------------------------------------
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
+        if not task_ids:
+            return []
         unique = list(dict.fromkeys(task_ids))
         if len(unique) <= _IN_LIST_CHUNK and self._cancel_all_unarmed(unique):
             return _first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))

@@ -1,0 +1,28 @@
+"""The contract suite's stores: every test there runs once per store
+(``memory``, and ``mysql`` on a fresh database: see :mod:`support.stores`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support.stores import STORES, Backend, memory_backend, mysql_backend
+
+from triggerhook.interfaces import TaskStore
+
+
+@pytest.fixture(params=STORES)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "memory":
+        made = memory_backend()
+    else:
+        made = mysql_backend(request.getfixturevalue("database_url"))
+    try:
+        yield made
+    finally:
+        made.store.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> TaskStore:
+    return backend.store

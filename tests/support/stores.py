@@ -1,0 +1,55 @@
+"""The task stores the contract suite (``tests/contract``) runs against.
+
+* ``memory``: :class:`triggerhook.store.memory.MemoryStore`;
+* ``mysql``: :class:`triggerhook.store.mysql.MySQLStore` on a database with
+  the schema applied.
+
+Both resolve a NULL (empty) routing key to :data:`DEFAULT_ROUTING_KEY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from support.mysql import connect
+from triggerhook.interfaces import TaskStore
+from triggerhook.store.memory import MemoryStore
+from triggerhook.store.mysql import MySQLStore, init_schema
+
+DEFAULT_ROUTING_KEY = "default.rk"
+STORES = ["memory", "mysql"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    store: TaskStore
+    # Make the stored routing key of a row NULL, as a row written without one
+    # (or by hand) has it: below the TaskStore interface, so per store.
+    null_routing_key: Callable[[str], None]
+
+
+def memory_backend() -> Backend:
+    store = MemoryStore(DEFAULT_ROUTING_KEY)
+
+    def null_routing_key(task_id: str) -> None:
+        row = store._rows[task_id]  # the memory store's NULL is the empty key
+        row.task = replace(row.task, routing_key="")
+
+    return Backend("memory", store, null_routing_key)
+
+
+def mysql_backend(database_url: str) -> Backend:
+    """A MySQL store on ``database_url`` (an empty database: the schema is applied)."""
+    init_schema(database_url)
+
+    def null_routing_key(task_id: str) -> None:
+        conn = connect(database_url)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("UPDATE th_tasks SET routing_key = NULL WHERE id = %s", (task_id,))
+        finally:
+            conn.close()
+
+    return Backend("mysql", MySQLStore(database_url, DEFAULT_ROUTING_KEY), null_routing_key)
