@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from triggerhook.amqp.publisher import AmqpPublisher, amqp_parameters
+from triggerhook.amqp.connection import amqp_parameters
+from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.app import TriggerHook
 from triggerhook.clock import SystemClock
 from triggerhook.domain.delivery import DeliveryPolicy
@@ -17,13 +18,13 @@ from triggerhook.store.mysql import MySQLStore
 def build(settings: Settings) -> TriggerHook:
     """Wire the MySQL store, the AMQP publisher, the system clock and, when
     ``metrics_url`` is set, the InfluxDB metrics sink."""
-    amqp_parameters(settings.amqp_url)  # fail fast on a malformed URL
+    params = amqp_parameters(settings.amqp_url)  # parsed once; fails fast if malformed
 
     def publisher(
         buffer: SendBuffer, confirms: ConfirmSink, retry: RetryHandler, on_failure: FailureHandler
     ) -> AmqpPublisher:
         return AmqpPublisher(
-            settings.amqp_url,
+            params,
             settings.exchange,
             buffer,
             confirms,

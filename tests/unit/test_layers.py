@@ -20,7 +20,7 @@ off with it; runtime and domain need nothing of each other; interfaces carries
 domain Tasks and runtime Points, settings checks ids with domain patterns; the
 engine and adapters meet only through interfaces; app drives the engine and
 metrics; api drives the app (and takes Ticket from engine.groupcommit and the
-connection helpers from amqp, both below it); wiring and service put it all
+broker side of the command queue from amqp, both below it); wiring and service put it all
 together; cli runs the daemon and the client.
 
 The rules, checked over every ``import`` and ``from ... import`` of
@@ -33,6 +33,8 @@ The rules, checked over every ``import`` and ``from ... import`` of
   share (Worker, counters, points, EngineStats, the FiredSource port) lives in
   runtime/ or interfaces.py. There are no documented exceptions.
 * Layers 0-2 import nothing but the standard library besides ``triggerhook``.
+* Only amqp/ imports the broker client (``pika``): the publisher, the command
+  consumer's broker side and their one connection loop live there.
 * client/ imports only ``triggerhook.errors``, ``triggerhook.retry`` and
   ``triggerhook.domain.task`` besides itself, and only cli imports client/.
 * No import cycle between packages (or top-level modules).
@@ -76,6 +78,9 @@ CLIENT_MAY_IMPORT = frozenset(
     {"triggerhook.errors", "triggerhook.retry", "triggerhook.domain.task"}
 )
 CLIENT_USERS = frozenset({"cli"})
+
+BROKER_CLIENT = "pika"
+BROKER_CLIENT_USERS = frozenset({"amqp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,8 @@ def violations(sources: Mapping[str, str], packages: frozenset[str] = frozenset(
             if not _internal(target):
                 if LAYER_OF[here] < STDLIB_ONLY_BELOW and _third_party(target):
                     found.append(f"{where}: layer {LAYER_OF[here]} uses the standard library only")
+                elif target.split(".")[0] == BROKER_CLIENT and here not in BROKER_CLIENT_USERS:
+                    found.append(f"{where}: only amqp/ imports {BROKER_CLIENT}")
                 continue
             found.extend(f"{where}: {why}" for why in _broken(here, target))
     return found
@@ -334,3 +341,15 @@ def test_a_cycle_between_packages_is_found() -> None:
         ["d", "d"],
     ]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_amqp_package_imports_the_broker_client() -> None:
+    sources = {
+        "triggerhook.amqp.consumer": "import pika\nimport pika.spec",
+        "triggerhook.api.commands": "import json\nfrom pika.spec import BasicProperties",
+        "triggerhook.service": "def later():\n    import pika.exceptions",
+    }
+    assert violations(sources) == [
+        "triggerhook.api.commands:2 imports pika.spec: only amqp/ imports pika",
+        "triggerhook.service:2 imports pika.exceptions: only amqp/ imports pika",
+    ]

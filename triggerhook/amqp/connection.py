@@ -1,13 +1,54 @@
-"""What the publisher and the command consumer share about a pika connection."""
+"""The one pika connection loop, shared by the publisher and the command consumer.
+
+:class:`ConnectionLoop` owns one ``SelectConnection`` at a time on its owner's
+thread (a :class:`~triggerhook.runtime.worker.Worker`): it connects, serves the
+I/O loop until the connection ends, tells the owner to forget its per-connection
+state, and reconnects after the owner's back-off (the one
+:class:`~triggerhook.retry.Backoff`, through :meth:`Worker.back_off`). Other
+threads reach the I/O thread only through :meth:`ConnectionLoop.call_soon`.
+
+The broker URL is parsed once, by :func:`amqp_parameters`, where a process is
+wired; the loop is handed the parsed parameters.
+
+The few private pika attributes the publisher relies on are reached only
+through the adapters at the end of this module, each naming the pika version
+it was checked against (``constraints.txt``; ``tests/unit/test_private_apis.py``
+fails when one disappears).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
+import pika
 import pika.exceptions
 
+from triggerhook.errors import BrokerUnavailable, ConfigError
+from triggerhook.runtime.worker import Worker
 
-def close_connection(conn: Any) -> None:
+# pika.URLParameters (pika has no type hints: to mypy this is Any).
+AmqpParameters: TypeAlias = pika.URLParameters
+
+
+def amqp_parameters(url: str) -> AmqpParameters:
+    """The connection parameters of ``amqp_url`` (:class:`ConfigError` if malformed).
+
+    pika copies them into every connection it makes, so one parsed object
+    serves every connection of a process.
+    """
+    try:
+        params = pika.URLParameters(url)
+    except Exception as exc:
+        raise ConfigError(f"amqp_url: {exc}") from exc
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    params.blocked_connection_timeout = 30
+    return params
+
+
+def close_connection(conn: pika.SelectConnection) -> None:
     """Close a ``SelectConnection`` from its I/O thread, in whatever state it is.
 
     One still connecting is not closed but its loop stopped: pika cannot abort
@@ -24,3 +65,141 @@ def close_connection(conn: Any) -> None:
         conn.close()
     except pika.exceptions.ConnectionWrongStateError:
         conn.ioloop.stop()
+
+
+class ConnectionLoop:
+    """Connect, serve, reconnect: one ``SelectConnection`` at a time.
+
+    ``on_open(conn)`` runs on the I/O thread once a connection is open (the
+    owner opens its channels); ``on_reset()`` runs on the owner's thread after
+    each connection ended, before the next one is made (the owner drops what
+    belonged to that connection). ``prefix`` starts the owner's log lines
+    (``""`` for none), written to the owner's ``logger``.
+    """
+
+    __slots__ = (
+        "_closed_msg",
+        "_conn",
+        "_log",
+        "_on_open",
+        "_on_reset",
+        "_open_error_msg",
+        "_owner",
+        "_params",
+        "_what",
+    )
+
+    def __init__(
+        self,
+        params: AmqpParameters,
+        owner: Worker,
+        what: str,
+        on_open: Callable[[pika.SelectConnection], None],
+        on_reset: Callable[[], None],
+        logger: logging.Logger,
+        prefix: str = "",
+    ) -> None:
+        self._params = params
+        self._owner = owner
+        self._what = what  # names the back-off's log lines: "<what> failed (attempt n) ..."
+        self._on_open = on_open
+        self._on_reset = on_reset
+        self._log = logger
+        self._open_error_msg = f"{prefix} cannot connect" if prefix else "cannot connect"
+        self._open_error_msg += " to RabbitMQ: %s"
+        self._closed_msg = f"{prefix}: RabbitMQ" if prefix else "RabbitMQ"
+        self._closed_msg += " connection closed: %s"
+        # Written by the owner's thread only; read by any (a reference read is atomic).
+        self._conn: pika.SelectConnection | None = None
+
+    @property
+    def connection(self) -> pika.SelectConnection | None:
+        """The current connection (open or not), None between connections."""
+        return self._conn
+
+    # -- the owner's thread ---------------------------------------------------
+
+    def run(self, done: Callable[[], bool]) -> None:
+        """Serve connections until ``done()`` is true after one ended (or after
+        the back-off before the next)."""
+        while True:
+            self.serve()
+            if done():
+                return
+            self._owner.back_off(BrokerUnavailable("connection to RabbitMQ lost"), self._what)
+            if done():  # a stop came during the wait
+                return
+
+    def serve(self) -> None:
+        """Make one connection and serve its I/O loop until it stops."""
+        conn = pika.SelectConnection(
+            self._params,
+            on_open_callback=self._on_open,
+            on_open_error_callback=self._on_open_error,
+            on_close_callback=self._on_closed,
+        )
+        self._conn = conn
+        try:
+            conn.ioloop.start()
+        finally:
+            self._conn = None
+            self._on_reset()
+            conn.ioloop.close()
+
+    # -- any thread -----------------------------------------------------------
+
+    def call_soon(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` on the I/O thread; False when there is no connection."""
+        conn = self._conn
+        if conn is None:
+            return False
+        try:
+            conn.ioloop.add_callback_threadsafe(callback)
+        except Exception:  # the loop is closing: nothing left to do on it
+            return False
+        return True
+
+    # -- the I/O thread -------------------------------------------------------
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> None:
+        conn = self._conn
+        if conn is not None:
+            conn.ioloop.call_later(delay_s, callback)
+
+    def close(self) -> None:
+        """Close the current connection, whatever its state (see :func:`close_connection`)."""
+        conn = self._conn
+        if conn is not None:
+            close_connection(conn)
+
+    def _on_open_error(self, conn: pika.SelectConnection, error: BaseException | str) -> None:
+        self._log.warning(self._open_error_msg, error)
+        conn.ioloop.stop()
+
+    def _on_closed(self, conn: pika.SelectConnection, reason: BaseException) -> None:
+        if not self._owner.stopping:
+            self._log.warning(self._closed_msg, reason)
+        conn.ioloop.stop()
+
+
+# -- pika's private API: one adapter each (checked against pika 1.4.4) --------------
+
+
+def body_frame_max(conn: pika.SelectConnection) -> int:
+    """Largest body frame payload negotiated on this connection.
+
+    pika 1.4.4: ``Connection._body_max_length``, set from the tuned frame_max
+    when the connection opens (pika has no public accessor).
+    """
+    return int(getattr(conn, "_body_max_length", 131072 - 8))
+
+
+def write_frames(conn: pika.SelectConnection, frames: Sequence[bytes]) -> None:
+    """Queue pre-encoded frames on pika's transport, as pika's own
+    ``basic_publish`` does after marshalling.
+
+    pika 1.4.4: ``Connection._output_marshaled_frames`` (called by
+    ``Connection._send_message``); the public path would re-marshal every
+    message (:mod:`triggerhook.amqp.frames` explains why not).
+    """
+    conn._output_marshaled_frames(frames)

@@ -1,7 +1,8 @@
 """The publisher thread: sends fired tasks to RabbitMQ with pipelined confirms.
 
-It owns a pika ``SelectConnection`` and its I/O loop; other threads reach it
-only through :meth:`AmqpPublisher.wake` (thread-safe callback). Messages are
+It serves its connections on the shared :class:`ConnectionLoop` (connect,
+serve, reconnect after the worker's back-off); other threads reach it only
+through :meth:`AmqpPublisher.wake` (thread-safe callback). Messages are
 persistent and ``mandatory``; up to ``max_unconfirmed`` are in flight at once.
 
 * Ack: the task is handed to the confirmer, which deletes its row.
@@ -27,15 +28,18 @@ from typing import Any
 
 import pika
 import pika.channel
-import pika.exceptions
 import pika.frame
 import pika.spec
 
-from triggerhook.amqp.connection import close_connection
+from triggerhook.amqp.connection import (
+    AmqpParameters,
+    ConnectionLoop,
+    body_frame_max,
+    write_frames,
+)
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
 from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy
 from triggerhook.domain.task import Task
-from triggerhook.errors import BrokerUnavailable, ConfigError
 from triggerhook.interfaces import ConfirmSink, FiredSource, RetryHandler
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.runtime.counters import Samples
@@ -48,32 +52,10 @@ _FINISH_CHECK_S = 0.02
 _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
 
 
-def _body_frame_max(conn: pika.SelectConnection) -> int:
-    """Largest body frame payload negotiated on this connection."""
-    return int(getattr(conn, "_body_max_length", 131072 - 8))
-
-
-def _write_frames(conn: pika.SelectConnection, data: bytes) -> None:
-    """Queue pre-encoded frames on pika's transport, as pika's own
-    ``basic_publish`` does after marshalling (``Connection._send_message``)."""
-    conn._output_marshaled_frames([data])
-
-
-def amqp_parameters(url: str) -> pika.URLParameters:
-    try:
-        params = pika.URLParameters(url)
-    except Exception as exc:
-        raise ConfigError(f"amqp_url: {exc}") from exc
-    params.connection_attempts = 1
-    params.socket_timeout = 5
-    params.blocked_connection_timeout = 30
-    return params
-
-
 class AmqpPublisher(Worker):
     def __init__(
         self,
-        url: str,
+        params: AmqpParameters,
         exchange: str,
         buffer: FiredSource,
         confirms: ConfirmSink,
@@ -85,7 +67,7 @@ class AmqpPublisher(Worker):
         dead_letter_queue: str = "",
     ) -> None:
         super().__init__("th-publisher", on_failure)
-        self._params = amqp_parameters(url)
+        self._loop = ConnectionLoop(params, self, "publishing", self._on_open, self._reset, log)
         self._exchange = exchange
         self._policy = policy
         self._dead_key = dead_letter_routing_key
@@ -100,7 +82,6 @@ class AmqpPublisher(Worker):
         self._retry = retry
         self._max_unconfirmed = max_unconfirmed
         self._lock = threading.Lock()
-        self._conn: pika.SelectConnection | None = None
         self._channel: pika.channel.Channel | None = None
         self._drain_pending = False
         self._finish_checking = False
@@ -122,13 +103,10 @@ class AmqpPublisher(Worker):
     def wake(self) -> None:
         """Ask the I/O loop to publish what is in the buffer (thread-safe)."""
         with self._lock:
-            if self._drain_pending or self._conn is None:
+            if self._drain_pending:
                 return
             self._drain_pending = True
-            conn = self._conn
-        try:
-            conn.ioloop.add_callback_threadsafe(self._drain)
-        except Exception:  # loop closing: the reconnect drains the buffer anyway
+        if not self._loop.call_soon(self._drain):  # no connection: the next one drains
             with self._lock:
                 self._drain_pending = False
 
@@ -158,35 +136,19 @@ class AmqpPublisher(Worker):
     # -- the thread -----------------------------------------------------------
 
     def run(self) -> None:
-        while True:
-            self._connect_and_serve()
-            if self._finished() or self.past_deadline():
-                return
-            self.back_off(BrokerUnavailable("connection to RabbitMQ lost"), "publishing")
+        self._loop.run(lambda: self._finished() or self.past_deadline())
 
     def _finished(self) -> bool:
         return self.stopping and not self._buffer and not self._unconfirmed and not self._dead
 
-    def _connect_and_serve(self) -> None:
-        conn = pika.SelectConnection(
-            self._params,
-            on_open_callback=self._on_open,
-            on_open_error_callback=self._on_open_error,
-            on_close_callback=self._on_closed,
-        )
+    def _reset(self) -> None:
+        """A connection ended: what was in flight on it goes back to be sent again."""
         with self._lock:
-            self._conn = conn
-        try:
-            conn.ioloop.start()
-        finally:
-            with self._lock:
-                self._conn = None
-                self._drain_pending = False
-                self._finish_checking = False
-            self._channel = None
-            self.connected.clear()
-            self._requeue_unconfirmed()
-            conn.ioloop.close()
+            self._drain_pending = False
+            self._finish_checking = False
+        self._channel = None
+        self.connected.clear()
+        self._requeue_unconfirmed()
 
     def _requeue_unconfirmed(self) -> None:
         if self._unconfirmed:
@@ -205,15 +167,6 @@ class AmqpPublisher(Worker):
 
     def _on_open(self, conn: pika.SelectConnection) -> None:
         conn.channel(on_open_callback=self._on_channel_open)
-
-    def _on_open_error(self, conn: pika.SelectConnection, error: BaseException | str) -> None:
-        log.warning("cannot connect to RabbitMQ: %s", error)
-        conn.ioloop.stop()
-
-    def _on_closed(self, conn: pika.SelectConnection, reason: BaseException) -> None:
-        if not self.stopping:
-            log.warning("RabbitMQ connection closed: %s", reason)
-        conn.ioloop.stop()
 
     def _on_channel_open(self, channel: pika.channel.Channel) -> None:
         self._channel = channel
@@ -249,8 +202,9 @@ class AmqpPublisher(Worker):
             return
         # e.g. the exchange exists with another type: log loudly, reconnect later.
         log.error("RabbitMQ channel closed: %s", reason)
-        if self._conn is not None and self._conn.is_open:
-            self._conn.close()
+        conn = self._loop.connection
+        if conn is not None and conn.is_open:
+            conn.close()
 
     def _on_ready(self, _frame: Any) -> None:
         if self._backoff.attempt:
@@ -262,13 +216,12 @@ class AmqpPublisher(Worker):
 
     def _check_finish(self) -> None:
         """While stopping: close once everything is confirmed or time is up."""
-        conn = self._conn
-        if conn is None:
+        if self._loop.connection is None:
             return
         if self._finished() or self.past_deadline():
-            close_connection(conn)
+            self._loop.close()
             return
-        conn.ioloop.call_later(_FINISH_CHECK_S, self._check_finish)
+        self._loop.call_later(_FINISH_CHECK_S, self._check_finish)
 
     def _drain(self) -> None:
         with self._lock:
@@ -293,13 +246,13 @@ class AmqpPublisher(Worker):
             self.wake()
 
     def _publish(self, channel: pika.channel.Channel, tasks: list[Task]) -> None:
-        conn = self._conn
+        conn = self._loop.connection
         if conn is None or not channel.is_open:
             self._buffer.requeue_front(tasks)
             return
         number = channel.channel_number
         exchange = self._exchange
-        max_body = _body_frame_max(conn)
+        max_body = body_frame_max(conn)
         tags = self._tags
         unconfirmed = self._unconfirmed
         tag = self._next_tag
@@ -329,15 +282,15 @@ class AmqpPublisher(Worker):
         self._next_tag = tag
         self.published += len(frames)
         if frames:  # all of them may have gone to the dead letters
-            _write_frames(conn, b"".join(frames))
+            write_frames(conn, [b"".join(frames)])
 
     def _publish_dead(self, channel: pika.channel.Channel, limit: int) -> int:
         """Publish up to ``limit`` dead letters (the rare path); returns how many."""
-        conn = self._conn
+        conn = self._loop.connection
         if conn is None or not channel.is_open:
             return 0
         frames: list[bytes] = []
-        max_body = _body_frame_max(conn)
+        max_body = body_frame_max(conn)
         while self._dead and len(frames) < limit:
             task, reason = self._dead.popleft()
             fired_ms = int(time.time() * 1000)
@@ -361,7 +314,7 @@ class AmqpPublisher(Worker):
             self._dead_unconfirmed[task.id] = reason
         self.published += len(frames)
         if frames:
-            _write_frames(conn, b"".join(frames))
+            write_frames(conn, [b"".join(frames)])
         return len(frames)
 
     def _on_return(

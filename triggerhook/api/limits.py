@@ -237,10 +237,20 @@ class ConnectionGuard:
                 log.exception("http connection sweep failed")
 
 
+def attach_server(site: web.BaseSite, server: asyncio.AbstractServer) -> None:
+    """Make ``server`` the one ``site`` listens with, so that aiohttp's
+    ``BaseSite.stop`` and ``BaseRunner.cleanup`` close it as their own.
+
+    aiohttp 3.14.5: ``BaseSite._server`` (a slot, set by ``TCPSite.start``;
+    aiohttp has no public way to start a site on a server of one's own).
+    """
+    site._server = server
+
+
 class GuardedSite(web.BaseSite):
     """A TCP site whose connections go through a :class:`ConnectionGuard`."""
 
-    __slots__ = ("_factory", "_host", "_port")
+    __slots__ = ("_factory", "_host", "_listening", "_port")
 
     def __init__(
         self,
@@ -254,6 +264,7 @@ class GuardedSite(web.BaseSite):
         self._host = host
         self._port = port
         self._factory = factory
+        self._listening: asyncio.Server | None = None
 
     @property
     def name(self) -> str:
@@ -262,15 +273,16 @@ class GuardedSite(web.BaseSite):
     @property
     def port(self) -> int:
         """The bound port (the requested one until started)."""
-        sockets = getattr(self._server, "sockets", None) or []
+        sockets = self._listening.sockets if self._listening is not None else ()
         return int(sockets[0].getsockname()[1]) if sockets else self._port
 
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
+        self._listening = await loop.create_server(
             self._factory, self._host, self._port, backlog=self._backlog
         )
+        attach_server(self, self._listening)
 
 
 async def read_body(request: web.BaseRequest, limit_bytes: int, timeout_s: float) -> bytes:

@@ -1,0 +1,403 @@
+"""A consumer of one durable queue with a dead-letter queue beside it.
+
+What the command channel needs of RabbitMQ, and nothing of what commands
+mean (that is :mod:`triggerhook.api.commands`): its I/O thread (the
+:class:`QueueConsumer` worker, on the shared :class:`ConnectionLoop`) declares
+``dead_queue`` and ``queue`` (durable, shared: several daemons consume one
+queue), turns on publisher confirms, takes up to ``prefetch`` messages at a
+time and hands each to ``on_message`` as a :class:`Delivery` (plain values;
+the pika objects stay here), on the I/O thread.
+
+A delivery is settled with a :class:`Settlement`, by :meth:`QueueConsumer.settle`
+on the I/O thread or :meth:`QueueConsumer.post` from any thread (one wake-up
+for many results): the reply (if any) is published to its ``reply_to``
+(default exchange, same ``correlation_id``), then the message is acked (ACK),
+or published unchanged to ``dead_queue`` with the error header and acked once
+that publish is confirmed (DEAD), or left unacked (LEAVE: the broker delivers
+it again). A delivery whose channel is gone is not settled: the broker
+delivers it again. A dead letter returned or nacked reconnects, which
+declares the queues again.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.channel
+import pika.frame
+import pika.spec
+
+from triggerhook.amqp.connection import AmqpParameters, ConnectionLoop
+from triggerhook.runtime.worker import FailureHandler, Worker
+
+log = logging.getLogger(__name__)
+
+_STOP_CHECK_S = 0.02
+# Properties a dead letter keeps (all but headers, expiration and user_id).
+_COPIED_PROPERTIES = (
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "message_id",
+    "timestamp",
+    "type",
+    "app_id",
+    "cluster_id",
+)
+
+
+class Settle(enum.Enum):
+    ACK = "ack"  # applied (or answered): ack
+    DEAD = "dead"  # malformed: dead-letter, ack once the dead letter is confirmed
+    LEAVE = "leave"  # stopping or connection gone: the broker delivers it again
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How to settle a delivery: ack, dead-letter or leave it; the reply first."""
+
+    settle: Settle
+    reply: bytes | None = None  # the body published to reply_to, if one is asked for
+    reason: str = ""  # a dead letter's error header
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message taken from the queue, on the channel that must settle it."""
+
+    channel: Any  # opaque to the user: the channel that took it (and must settle it)
+    delivery_tag: int
+    redelivered: bool
+    type: str | None
+    message_id: str | None
+    correlation_id: str | None
+    reply_to: str | None
+    user_id: str | None
+    headers: Mapping[str, Any] | None
+    body: bytes
+    properties: object  # the broker client's own, copied into a dead letter
+
+    def context(self) -> dict[str, object]:
+        """Logging ``extra``: type, message_id and (when known) task_id."""
+        found = _peek_id(self.body) or (self.type == "create" and self.message_id)
+        extra: dict[str, object] = {"type": self.type, "message_id": self.message_id}
+        if found:
+            extra["task_id"] = found
+        return extra
+
+
+class QueueConsumer(Worker):
+    """Consumes ``queue`` on its own thread until :meth:`finish`.
+
+    ``on_message`` runs on the I/O thread for each delivery; ``on_end`` on the
+    same thread when it ends (also if it dies of a bug, after which
+    ``on_failure`` is called). ``error_header`` is the header a dead letter
+    says why in; ``private_headers`` are not copied into it.
+    """
+
+    def __init__(
+        self,
+        params: AmqpParameters,
+        queue: str,
+        dead_queue: str,
+        prefetch: int,
+        on_message: Callable[[Delivery], None],
+        on_end: Callable[[], None],
+        on_failure: FailureHandler,
+        error_header: str,
+        private_headers: Collection[str] = (),
+        name: str = "th-commands",
+    ) -> None:
+        super().__init__(name, on_failure)
+        self.queue = queue
+        self.dead_queue = dead_queue
+        self._prefetch = prefetch
+        self._on_message_cb = on_message
+        self._on_end = on_end
+        self._error_header = error_header
+        self._private_headers = frozenset(private_headers)
+        self._loop = ConnectionLoop(
+            params, self, "command consumer", self._on_open, self._reset, log, "command consumer"
+        )
+        self._drain_deadline_s = math.inf  # settling in-flight deliveries, once stopping
+        self._connected = threading.Event()
+        self._lock = threading.Lock()  # guards _results, _drain_pending
+        self._results: deque[tuple[Delivery, Settlement]] = deque()
+        self._drain_pending = False
+        # I/O thread only:
+        self._channel: pika.channel.Channel | None = None
+        self._consumer_tag: str | None = None
+        self._pending = 0  # deliveries of the current channel not yet settled
+        self._publish_seq = 0
+        self._dead_letters: dict[int, Delivery] = {}  # publish tag -> original
+        self._ever_consumed = False
+        self.received = 0
+        self.applied = 0
+        self.dead_lettered = 0
+        self.replied = 0
+        self.reconnects = 0
+
+    # -- other threads ----------------------------------------------------------
+
+    def finish(self, timeout_s: float) -> None:
+        """Stop consuming; settle what is in flight for up to ``timeout_s``, then close."""
+        self._drain_deadline_s = time.monotonic() + timeout_s
+        self.stop()  # interrupts a reconnect back-off at once; wake() begins the stop
+
+    def wake(self) -> None:
+        self._loop.call_soon(self._begin_stop)
+
+    def is_connected(self) -> bool:
+        return self._connected.is_set()
+
+    def is_current(self, delivery: Delivery) -> bool:
+        """Whether ``delivery`` can still be settled (its channel is open)."""
+        channel = self._channel
+        return channel is delivery.channel and channel is not None and bool(channel.is_open)
+
+    def post(self, delivery: Delivery, outcome: Settlement) -> None:
+        """Settle ``delivery`` on the I/O thread (thread-safe)."""
+        with self._lock:
+            self._results.append((delivery, outcome))
+            if self._drain_pending:
+                return
+            self._drain_pending = True
+        if not self._loop.call_soon(self._drain_results):
+            with self._lock:
+                self._drain_pending = False
+
+    # -- the I/O thread ------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            if not self.stopping:
+                self._loop.run(lambda: self.stopping)
+        finally:
+            self._on_end()
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._drain_pending = False
+            self._results.clear()
+        self._connected.clear()
+        self._channel = None
+        self._consumer_tag = None
+        self._pending = 0
+        self._dead_letters.clear()
+
+    def _on_open(self, conn: pika.SelectConnection) -> None:
+        if self.stopping:
+            self._loop.close()
+            return
+        conn.channel(on_open_callback=self._on_channel_open)
+
+    def _on_channel_open(self, channel: pika.channel.Channel) -> None:
+        self._channel = channel
+        self._publish_seq = 0
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.add_on_return_callback(self._on_return)
+        channel.add_on_cancel_callback(self._on_cancelled)
+        # Durable, shared (never exclusive): several daemons consume one queue.
+        channel.queue_declare(
+            queue=self.dead_queue,
+            durable=True,
+            callback=lambda _frame: channel.queue_declare(
+                queue=self.queue, durable=True, callback=lambda _f: self._on_declared(channel)
+            ),
+        )
+
+    def _on_declared(self, channel: pika.channel.Channel) -> None:
+        channel.confirm_delivery(
+            ack_nack_callback=self._on_confirm,
+            callback=lambda _frame: channel.basic_qos(
+                prefetch_count=self._prefetch, callback=lambda _f: self._consume(channel)
+            ),
+        )
+
+    def _consume(self, channel: pika.channel.Channel) -> None:
+        if self.stopping:
+            self._loop.close()
+            return
+        self._consumer_tag = channel.basic_consume(
+            queue=self.queue,
+            on_message_callback=self._on_message,
+            auto_ack=False,
+            callback=self._on_consuming,
+        )
+
+    def _on_consuming(self, _frame: Any) -> None:
+        if self._ever_consumed:
+            self.reconnects += 1
+        self._ever_consumed = True
+        self.succeeded("command consumer")
+        self._connected.set()
+        log.info("consuming commands from queue %r", self.queue)
+
+    def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
+        self._channel = None
+        self._connected.clear()
+        if not self.stopping:
+            # e.g. a queue exists with other arguments: log loudly, retry later.
+            log.error("command consumer: RabbitMQ channel closed: %s", reason)
+        self._loop.close()
+
+    def _on_cancelled(self, _frame: Any) -> None:
+        # The broker cancels our consumer when the queue is deleted: reconnect,
+        # which declares it again.
+        log.warning("command consumer cancelled by the broker (queue %r deleted?)", self.queue)
+        self._loop.close()
+
+    def _on_message(
+        self,
+        channel: pika.channel.Channel,
+        method: pika.spec.Basic.Deliver,
+        properties: pika.spec.BasicProperties,
+        body: bytes,
+    ) -> None:
+        if self.stopping:
+            return  # left unacked: delivered again after the connection closes
+        self.received += 1
+        self._pending += 1
+        self._on_message_cb(
+            Delivery(
+                channel,
+                method.delivery_tag,
+                bool(method.redelivered),
+                properties.type,
+                properties.message_id,
+                properties.correlation_id,
+                properties.reply_to,
+                properties.user_id,
+                properties.headers,
+                body,
+                properties,
+            )
+        )
+
+    def _drain_results(self) -> None:
+        with self._lock:
+            self._drain_pending = False
+            results = list(self._results)
+            self._results.clear()
+        for delivery, outcome in results:
+            self.settle(delivery, outcome)
+
+    def settle(self, delivery: Delivery, outcome: Settlement) -> None:
+        """Reply, then ack, dead-letter or leave ``delivery`` (I/O thread only)."""
+        channel = self._channel
+        if channel is None or channel is not delivery.channel or not channel.is_open:
+            return  # its channel is gone: the broker delivers it again
+        if outcome.reply is not None and delivery.reply_to:
+            self._publish_reply(channel, delivery, outcome.reply)
+        if outcome.settle is Settle.DEAD:
+            self._publish_dead_letter(channel, delivery, outcome.reason)
+            return  # acked once the dead letter is confirmed
+        self._pending -= 1
+        if outcome.settle is Settle.ACK:
+            channel.basic_ack(delivery.delivery_tag)
+            self.applied += 1
+        elif not self.stopping:  # not expected: LEAVE comes from stopping
+            channel.basic_nack(delivery.delivery_tag, requeue=True)
+
+    def _publish_reply(
+        self, channel: pika.channel.Channel, delivery: Delivery, body: bytes
+    ) -> None:
+        channel.basic_publish(
+            exchange="",
+            routing_key=delivery.reply_to or "",
+            body=body,
+            properties=pika.BasicProperties(
+                content_type="application/json", correlation_id=delivery.correlation_id
+            ),
+        )
+        self._publish_seq += 1
+        self.replied += 1
+
+    def _publish_dead_letter(
+        self, channel: pika.channel.Channel, delivery: Delivery, reason: str
+    ) -> None:
+        # Private headers (the token) stay out of the dead-letter queue, whoever may read it.
+        private = self._private_headers
+        kept = {k: v for k, v in (delivery.headers or {}).items() if k not in private}
+        headers = {**kept, self._error_header: reason}
+        channel.basic_publish(
+            exchange="",
+            routing_key=self.dead_queue,
+            body=delivery.body,
+            properties=_with_headers(delivery.properties, headers),
+            mandatory=True,
+        )
+        self._publish_seq += 1
+        self._dead_letters[self._publish_seq] = delivery
+
+    def _on_return(self, _channel: Any, method: Any, _props: Any, _body: bytes) -> None:
+        # Only dead letters are mandatory: their queue is gone. Reconnecting
+        # declares it again, and the unacked originals are delivered again.
+        log.error(
+            "dead letter returned (%s %s); reconnecting", method.reply_code, method.reply_text
+        )
+        self._loop.close()
+
+    def _on_confirm(self, frame: pika.frame.Method) -> None:
+        method = frame.method
+        acked = isinstance(method, pika.spec.Basic.Ack)
+        tags = [
+            tag
+            for tag in self._dead_letters
+            if tag == method.delivery_tag or (method.multiple and tag < method.delivery_tag)
+        ]
+        channel = self._channel
+        for tag in tags:
+            original = self._dead_letters.pop(tag)
+            if not acked or channel is None:
+                log.error("dead letter not confirmed; reconnecting", extra=original.context())
+                self._loop.close()
+                return
+            channel.basic_ack(original.delivery_tag)
+            self._pending -= 1
+            self.dead_lettered += 1
+
+    def _begin_stop(self) -> None:
+        channel = self._channel
+        if channel is not None and channel.is_open and self._consumer_tag is not None:
+            channel.basic_cancel(self._consumer_tag)
+        self._check_stopped()
+
+    def _check_stopped(self) -> None:
+        if self._loop.connection is None:
+            return
+        if self._pending <= 0 or time.monotonic() >= self._drain_deadline_s:
+            self._loop.close()
+            return
+        self._loop.call_later(_STOP_CHECK_S, self._check_stopped)
+
+
+def _peek_id(body: bytes) -> str | None:
+    """The ``"id"`` of a JSON body, if it has one (for log lines only)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    task_id = document.get("id") if isinstance(document, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
+def _with_headers(props: Any, headers: Mapping[str, object]) -> pika.BasicProperties:
+    """A copy of ``props`` with ``headers`` replaced, without ``expiration`` (a
+    dead letter is kept until someone looks at it) and ``user_id`` (the broker
+    accepts only the publishing connection's own user)."""
+    fields = {name: getattr(props, name) for name in _COPIED_PROPERTIES}
+    return pika.BasicProperties(headers=dict(headers), **fields)
