@@ -22,6 +22,7 @@ import hmac
 from collections.abc import Mapping
 
 from triggerhook.api.command_messages import Rejected
+from triggerhook.domain.outcomes import Outcome
 from triggerhook.settings import Settings
 
 AUTH_HEADER = "authorization"
@@ -40,7 +41,7 @@ class Unauthorized(Rejected):
     """
 
     def __init__(self, message: str) -> None:
-        super().__init__("unauthorized", message)
+        super().__init__(Outcome.UNAUTHORIZED.code, message)
 
     @property
     def reason(self) -> str:
@@ -88,19 +89,22 @@ class CommandGuard:
         if reply_to is None or reply_to == "":
             return  # no reply asked for
         if not isinstance(reply_to, str):
-            raise Rejected("forbidden_reply_to", "reply_to is not text")
+            raise _forbidden("reply_to is not text")
         if reply_to == DIRECT_REPLY_TO or reply_to.startswith(_DIRECT_REPLY_TO_PREFIX):
             return
         if reply_to in self._own_queues:
-            raise Rejected("forbidden_reply_to", f"reply_to {reply_to!r} is a command queue")
+            raise _forbidden(f"reply_to {reply_to!r} is a command queue")
         prefix = self._reply_prefix
         if prefix and reply_to.startswith(prefix):
             return
         allowed = f"or a queue starting with {prefix!r}" if prefix else "(the only one allowed)"
-        raise Rejected(
-            "forbidden_reply_to",
-            f"reply_to {reply_to!r} is not direct reply-to ({DIRECT_REPLY_TO}) {allowed}",
+        raise _forbidden(
+            f"reply_to {reply_to!r} is not direct reply-to ({DIRECT_REPLY_TO}) {allowed}"
         )
+
+
+def _forbidden(detail: str) -> Rejected:
+    return Rejected.of(Outcome.FORBIDDEN_REPLY_TO, detail=detail)
 
 
 def _without_token(user_id: object) -> str:

@@ -8,6 +8,7 @@ exactly as the HTTP API parses them.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from dataclasses import dataclass
 
@@ -19,7 +20,13 @@ from triggerhook.api.bodies import (
     rename_field,
 )
 from triggerhook.app import TaskSpec, TriggerHook
-from triggerhook.domain.task import ID_PATTERN, CancelResult, RescheduleResult, Task, TaskInfo
+from triggerhook.domain.outcomes import (
+    CANCEL_OUTCOMES,
+    RESCHEDULE_OUTCOMES,
+    Outcome,
+    scheduled_outcome,
+)
+from triggerhook.domain.task import ID_PATTERN, RescheduleResult, Task, TaskInfo
 from triggerhook.errors import ConflictError, ValidationError
 from triggerhook.settings import Settings
 
@@ -27,6 +34,90 @@ COMMAND_TYPES = ("create", "cancel", "reschedule")
 _ID_FIELD = frozenset({"id"})
 
 Reply = dict[str, object]
+
+
+class Disposition(enum.Enum):
+    """What becomes of a command message with a given outcome."""
+
+    ANSWERED = "answered"  # replied (if reply_to) and acked
+    DEAD_LETTERED = "dead_lettered"  # replied (if reply_to) and dead-lettered: never retried
+    REFUSED = "refused"  # dead-lettered before it was read, without a reply
+    RETRIED = "retried"  # not answered: retried with back-off, or left to redeliver
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpRendering:
+    """An outcome on the command channel: the reply's ``ok``, its ``error.code``
+    (``code``, else the outcome's) and message (``message``: this channel's
+    template where it words the outcome its own way), and the message's fate."""
+
+    ok: bool
+    disposition: Disposition
+    code: str | None = None
+    message: str | None = None
+
+
+_ANSWERED = AmqpRendering(True, Disposition.ANSWERED)
+_DEAD = AmqpRendering(False, Disposition.DEAD_LETTERED)
+_REFUSED = AmqpRendering(False, Disposition.REFUSED)
+_RETRIED = AmqpRendering(False, Disposition.RETRIED)
+
+# Every outcome as the command channel answers it; None: it never gives it.
+AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
+    Outcome.CREATED: _ANSWERED,
+    Outcome.EXISTS: _ANSWERED,
+    Outcome.RESCHEDULED: _ANSWERED,
+    Outcome.CANCELLED: _ANSWERED,
+    Outcome.FOUND: None,  # no lookup command
+    Outcome.CONFLICT: AmqpRendering(False, Disposition.ANSWERED),
+    Outcome.NOT_FOUND: AmqpRendering(
+        False, Disposition.ANSWERED, message="task {id!r} not found (unknown, or fired already)"
+    ),
+    Outcome.TOO_LATE: AmqpRendering(
+        False, Disposition.ANSWERED, message="task {id!r} is being fired; too late to {action}"
+    ),
+    Outcome.INVALID: _DEAD,  # an oversized body too: field "body"
+    Outcome.MALFORMED_JSON: _DEAD,
+    Outcome.UNSUPPORTED_MEDIA_TYPE: None,  # HTTP's
+    Outcome.TOO_LARGE: None,  # HTTP's; here an oversized body is INVALID
+    Outcome.REQUEST_TIMEOUT: None,  # HTTP's
+    Outcome.UNKNOWN_TYPE: _DEAD,
+    Outcome.UNAUTHORIZED: _REFUSED,
+    Outcome.FORBIDDEN_REPLY_TO: _REFUSED,
+    Outcome.UNAVAILABLE: _RETRIED,
+    Outcome.OVERLOADED: _RETRIED,
+    Outcome.STOPPING: _RETRIED,
+    # After three failures in a row (triggerhook.api.commands).
+    Outcome.INTERNAL: AmqpRendering(False, Disposition.DEAD_LETTERED, code="internal_error"),
+}
+
+
+def _rendering(outcome: Outcome) -> AmqpRendering:
+    rendering = AMQP_RENDERING[outcome]
+    assert rendering is not None, f"{outcome} is not a command channel outcome"
+    return rendering
+
+
+def code_of(outcome: Outcome) -> str:
+    """The ``error.code`` of ``outcome``'s reply (and dead letter)."""
+    return _rendering(outcome).code or outcome.code
+
+
+def message_of(outcome: Outcome, **values: object) -> str:
+    """``outcome``'s message as this channel words it."""
+    template = _rendering(outcome).message or outcome.template
+    return template.format(**values)
+
+
+def answer(outcome: Outcome, field: str | None = None, **values: object) -> Reply:
+    """The reply of an outcome that is not a success."""
+    assert not _rendering(outcome).ok, f"{outcome} is a success"
+    return _error(code_of(outcome), message_of(outcome, **values), field)
+
+
+def _success(outcome: Outcome, **fields: object) -> Reply:
+    assert _rendering(outcome).ok, f"{outcome} is not a success"
+    return {"ok": True, **fields}
 
 
 def max_body_bytes(settings: Settings) -> int:
@@ -64,6 +155,12 @@ class Rejected(Exception):
     def reply(self) -> Reply:
         return _error(self.code, self.message, self.field)
 
+    @classmethod
+    def of(cls, outcome: Outcome, field: str | None = None, **values: object) -> Rejected:
+        """A rejection for ``outcome``, its message filled with ``values``."""
+        assert _rendering(outcome).disposition is not Disposition.ANSWERED, outcome
+        return cls(code_of(outcome), message_of(outcome, **values), field)
+
 
 def _error(code: str, message: str, field: str | None = None) -> Reply:
     error: dict[str, object] = {"code": code, "message": message}
@@ -74,7 +171,7 @@ def _error(code: str, message: str, field: str | None = None) -> Reply:
 
 def _invalid(exc: ValidationError) -> Rejected:
     renamed = rename_field(exc)
-    return Rejected("invalid", renamed.message, renamed.field)
+    return Rejected.of(Outcome.INVALID, renamed.field, detail=renamed.message)
 
 
 def _seconds(due_ms: int) -> float:
@@ -89,7 +186,7 @@ def execute(hook: TriggerHook, command: Command, body_limit: int) -> Reply:
     """
     if command.type not in COMMAND_TYPES:
         given = "no type property" if command.type is None else f"type {command.type!r}"
-        raise Rejected("unknown_type", f"{given}; expected one of {', '.join(COMMAND_TYPES)}")
+        raise Rejected.of(Outcome.UNKNOWN_TYPE, given=given, expected=", ".join(COMMAND_TYPES))
     document = decode(command.body, body_limit)
     if command.type == "create":
         return _create(hook, document, command)
@@ -101,13 +198,14 @@ def execute(hook: TriggerHook, command: Command, body_limit: int) -> Reply:
 def decode(body: bytes, body_limit: int) -> object:
     """The JSON document of a command body (UTF-8; NaN and Infinity refused)."""
     if len(body) > body_limit:
-        raise Rejected("invalid", f"is {len(body)} bytes, over the limit of {body_limit}", "body")
+        detail = f"is {len(body)} bytes, over the limit of {body_limit}"
+        raise Rejected.of(Outcome.INVALID, "body", detail=detail)
     try:
         return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
     except UnicodeDecodeError as exc:
-        raise Rejected("malformed_json", f"body is not UTF-8: {exc.reason}") from None
+        raise Rejected.of(Outcome.MALFORMED_JSON, what="UTF-8", detail=exc.reason) from None
     except (ValueError, RecursionError) as exc:
-        raise Rejected("malformed_json", f"body is not valid JSON: {exc}") from None
+        raise Rejected.of(Outcome.MALFORMED_JSON, what="valid JSON", detail=exc) from None
 
 
 def _refuse_constant(name: str) -> object:
@@ -129,14 +227,14 @@ def _create(hook: TriggerHook, document: object, command: Command) -> Reply:
     except ConflictError as exc:
         stored = _redelivered_delay(hook, command, spec, task)
         if stored is None:
-            return _error("conflict", str(exc))
-        return {"ok": True, "id": task.id, "at": _seconds(stored.due_ms), "created": False}
-    return {
-        "ok": True,
-        "id": task.id,
-        "at": _seconds(scheduled.task.due_ms),
-        "created": scheduled.created,
-    }
+            return answer(Outcome.CONFLICT, id=exc.task_id)
+        return _success(Outcome.EXISTS, id=task.id, at=_seconds(stored.due_ms), created=False)
+    return _success(
+        scheduled_outcome(scheduled.created),
+        id=task.id,
+        at=_seconds(scheduled.task.due_ms),
+        created=scheduled.created,
+    )
 
 
 def _redelivered_delay(
@@ -162,11 +260,10 @@ def _cancel(hook: TriggerHook, document: object) -> Reply:
         result = hook.cancel(task_id)
     except ValidationError as exc:
         raise _invalid(exc) from None
-    if result is CancelResult.CANCELLED:
-        return {"ok": True, "id": task_id}
-    if result is CancelResult.NOT_FOUND:
-        return _error("not_found", f"task {task_id!r} not found (unknown, or fired already)")
-    return _error("too_late", f"task {task_id!r} is being fired; too late to cancel")
+    outcome = CANCEL_OUTCOMES[result]
+    if outcome.ok:
+        return _success(outcome, id=task_id)
+    return answer(outcome, id=task_id, action="cancel")
 
 
 def _reschedule(hook: TriggerHook, document: object) -> Reply:
@@ -177,7 +274,8 @@ def _reschedule(hook: TriggerHook, document: object) -> Reply:
     except ValidationError as exc:
         raise _invalid(exc) from None
     if moved.result is RescheduleResult.RESCHEDULED and moved.task is not None:
-        return {"ok": True, "id": task_id, "at": _seconds(moved.task.due_ms)}
-    if moved.result is RescheduleResult.TOO_LATE:
-        return _error("too_late", f"task {task_id!r} is being fired; too late to reschedule")
-    return _error("not_found", f"task {task_id!r} not found (unknown, or fired already)")
+        return _success(Outcome.RESCHEDULED, id=task_id, at=_seconds(moved.task.due_ms))
+    outcome = RESCHEDULE_OUTCOMES[moved.result]
+    if outcome.ok:  # rescheduled, and yet no task: it is gone
+        outcome = Outcome.NOT_FOUND
+    return answer(outcome, id=task_id, action="reschedule")

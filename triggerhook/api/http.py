@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from aiohttp import web
@@ -45,12 +46,18 @@ from triggerhook.api.limits import (
     read_body,
 )
 from triggerhook.app import Scheduled, TaskSpec, TriggerHook
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, validate_id
+from triggerhook.domain.outcomes import (
+    CANCEL_OUTCOMES,
+    RESCHEDULE_OUTCOMES,
+    Outcome,
+    error_outcome,
+    scheduled_outcome,
+    unavailable_what,
+)
+from triggerhook.domain.task import CancelResult, Task, TaskInfo, validate_id
 from triggerhook.engine.groupcommit import Ticket
 from triggerhook.errors import (
-    BrokerUnavailable,
     ConflictError,
-    NotRunningError,
     StoreUnavailable,
     TransientError,
     TriggerHookError,
@@ -91,42 +98,116 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         super().log(level, msg, *args, **kwargs)
 
 
+@dataclass(frozen=True, slots=True)
+class HttpRendering:
+    """An outcome over HTTP: the status, and for an error the outcome whose code
+    the body carries (``{"error": {"code", ...}}``) and extra headers."""
+
+    status: int
+    reported_as: Outcome | None = None  # None: a success, no error body
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def code(self) -> str | None:
+        return None if self.reported_as is None else self.reported_as.code
+
+
+_RETRY_AFTER = (("Retry-After", "1"),)
+
+# Every outcome as the HTTP API answers it; None: the HTTP API never gives it.
+HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
+    Outcome.CREATED: HttpRendering(201),
+    Outcome.EXISTS: HttpRendering(200),
+    Outcome.RESCHEDULED: HttpRendering(200),
+    Outcome.CANCELLED: HttpRendering(204),
+    Outcome.FOUND: HttpRendering(200),
+    Outcome.CONFLICT: HttpRendering(409, Outcome.CONFLICT),
+    Outcome.NOT_FOUND: HttpRendering(404, Outcome.NOT_FOUND),
+    Outcome.TOO_LATE: HttpRendering(409, Outcome.TOO_LATE),
+    Outcome.INVALID: HttpRendering(422, Outcome.INVALID),
+    Outcome.MALFORMED_JSON: HttpRendering(400, Outcome.MALFORMED_JSON),
+    Outcome.UNSUPPORTED_MEDIA_TYPE: HttpRendering(415, Outcome.UNSUPPORTED_MEDIA_TYPE),
+    Outcome.TOO_LARGE: HttpRendering(413, Outcome.TOO_LARGE),
+    Outcome.REQUEST_TIMEOUT: HttpRendering(408, Outcome.REQUEST_TIMEOUT),
+    Outcome.UNKNOWN_TYPE: None,  # a command channel's
+    Outcome.UNAUTHORIZED: HttpRendering(
+        401, Outcome.UNAUTHORIZED, (("WWW-Authenticate", "Bearer"),)
+    ),
+    Outcome.FORBIDDEN_REPLY_TO: None,  # a command channel's
+    Outcome.UNAVAILABLE: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
+    # Told apart from a dependency being down only in the daemon's log.
+    Outcome.OVERLOADED: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
+    Outcome.STOPPING: HttpRendering(503, Outcome.STOPPING),
+    Outcome.INTERNAL: HttpRendering(500, Outcome.INTERNAL),
+}
+
+
+def _rendering(outcome: Outcome) -> HttpRendering:
+    rendering = HTTP_RENDERING[outcome]
+    assert rendering is not None, f"{outcome} is not an HTTP answer"
+    return rendering
+
+
+def status_of(outcome: Outcome) -> int:
+    return _rendering(outcome).status
+
+
 class ApiError(Exception):
-    """An error answer with its HTTP status."""
+    """An error answer: an outcome (its status and code), message, field."""
 
     def __init__(
         self,
-        status: int,
-        code: str,
-        message: str,
+        outcome: Outcome,
+        message: str | None = None,
         field: str | None = None,
         *,
         close: bool = False,
+        **values: object,
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+        """``message``, or else the outcome's template filled with ``values``."""
+        rendering = _rendering(outcome)
+        assert rendering.code is not None, f"{outcome} is not an error"
+        text = outcome.message(**values) if message is None else message
+        super().__init__(text)
+        self.status = rendering.status
+        self.code = rendering.code
+        self.message = text
         self.field = field
+        self.headers = dict(rendering.headers)
         self.close = close  # answer with Connection: close (the body was not read)
+
+    def response(self) -> web.Response:
+        error: dict[str, str] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        response = _response(self.status, {"error": error}, self.headers)
+        if self.close:
+            response.force_close()
+        return response
 
 
 def error_response(
     status: int, code: str, message: str, field: str | None = None, **headers: str
 ) -> web.Response:
+    """An error answer outside the outcome table (aiohttp's own: 404 route, 405)."""
     error: dict[str, str] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
     return _response(status, {"error": error}, headers)
 
 
-def _transient_message(exc: TransientError) -> str:
-    """A transient failure as a client may see it: which dependency, no detail."""
-    if isinstance(exc, StoreUnavailable):
-        return "database unavailable; retry"
-    if isinstance(exc, BrokerUnavailable):
-        return "message broker unavailable; retry"
-    return "temporarily unavailable; retry"
+def _library_error(exc: TriggerHookError) -> ApiError:
+    """A library error as its outcome's answer; a dependency's failure names
+    the dependency, never its error text."""
+    outcome = error_outcome(exc)
+    if isinstance(exc, ValidationError):
+        return ApiError(outcome, exc.message, exc.field)
+    if isinstance(exc, ConflictError):
+        return ApiError(outcome, field="id", id=exc.task_id)
+    if outcome is Outcome.UNAVAILABLE:
+        assert isinstance(exc, TransientError)
+        return ApiError(outcome, what=unavailable_what(exc))
+    return ApiError(outcome)
 
 
 def _response(status: int, data: object, headers: dict[str, str] | None = None) -> web.Response:
@@ -286,41 +367,26 @@ class HttpApi:
         try:
             return await handler(request)
         except ApiError as exc:
-            response = error_response(exc.status, exc.code, exc.message, exc.field)
-            if exc.close:
-                response.force_close()
-            return response
-        except ValidationError as exc:
-            return error_response(422, "invalid", exc.message, exc.field)
-        except ConflictError as exc:
-            return error_response(409, "conflict", str(exc), "id")
-        except NotRunningError:
-            return error_response(503, "stopping", "the daemon is stopping; retry on another")
-        except TransientError as exc:
-            # The detail (driver message, host name) is for the operator only.
-            self._unavailable_log.event(exc)
-            message = _transient_message(exc)
-            return error_response(503, "unavailable", message, **{"Retry-After": "1"})
+            return exc.response()
         except web.HTTPException as exc:
             # aiohttp's own answers: unknown route (404), method (405), body too big (413).
             headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
             code = exc.reason.lower().replace(" ", "_")
             return error_response(exc.status, code, exc.reason, **headers)
         except TriggerHookError as exc:
-            log.error("request failed: %s", exc, extra={"path": request.path})
-            return error_response(500, "internal", "internal error; see the daemon's log")
+            if isinstance(exc, TransientError):
+                # The detail (driver message, host name) is for the operator only.
+                self._unavailable_log.event(exc)
+            elif error_outcome(exc) is Outcome.INTERNAL:
+                log.error("request failed: %s", exc, extra={"path": request.path})
+            return _library_error(exc).response()
 
     @web.middleware
     async def _auth(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if self._protected(request.path) and not self._authorized(request):
-            return error_response(
-                401,
-                "unauthorized",
-                "missing or wrong bearer token",
-                **{"WWW-Authenticate": "Bearer"},
-            )
+            return ApiError(Outcome.UNAUTHORIZED).response()
         return await handler(request)
 
     def _protected(self, path: str) -> bool:
@@ -340,22 +406,20 @@ class HttpApi:
 
     async def _body(self, request: web.Request) -> object:
         if request.content_type != _JSON:
-            raise ApiError(415, "unsupported_media_type", "Content-Type must be application/json")
+            raise ApiError(Outcome.UNSUPPORTED_MEDIA_TYPE)
         limit = self._settings.http_max_body_bytes
         timeout_s = self._settings.http_body_timeout_s
         try:
             raw = await read_body(request, limit, timeout_s)
         except BodyTooLarge:
-            message = f"body is over the limit of {limit} bytes"
-            raise ApiError(413, "too_large", message, close=True) from None
+            raise ApiError(Outcome.TOO_LARGE, close=True, limit=limit) from None
         except BodyTimeout:
             self.guard.body_timeouts_total += 1
-            message = f"body did not arrive within {timeout_s}s"
-            raise ApiError(408, "request_timeout", message, close=True) from None
+            raise ApiError(Outcome.REQUEST_TIMEOUT, close=True, timeout_s=timeout_s) from None
         try:
             return decode_json(raw)
         except MalformedJson as exc:
-            raise ApiError(400, "malformed_json", f"body is not valid JSON: {exc}") from None
+            raise ApiError(Outcome.MALFORMED_JSON, what="valid JSON", detail=exc) from None
 
     def _task(self, spec: TaskSpec) -> Task:
         try:
@@ -377,13 +441,13 @@ class HttpApi:
         commit: Commit[Scheduled] = Commit()
         commit.hold(self._hook.schedule_nowait(task, commit.done))
         scheduled = await commit.wait()
-        status = 201 if scheduled.created else 200
+        status = status_of(scheduled_outcome(scheduled.created))
         return _response(status, {"id": task.id, "at": _at(task.due_ms)})
 
     async def create_batch(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         ids = await self._blocking(lambda: self._schedule_batch(body))
-        return _response(201, {"ids": ids})
+        return _response(status_of(Outcome.CREATED), {"ids": ids})
 
     def _schedule_batch(self, body: object) -> list[str]:
         """On a pool thread: validating 10,000 tasks takes a while."""
@@ -394,15 +458,15 @@ class HttpApi:
             raise rename_field(exc) from None
         except ConflictError as exc:
             index = next(i for i, spec in enumerate(specs) if spec.id == exc.task_id)
-            raise ApiError(409, "conflict", str(exc), f"tasks[{index}].id") from None
+            raise ApiError(Outcome.CONFLICT, field=f"tasks[{index}].id", id=exc.task_id) from None
         return [s.task.id for s in scheduled]
 
     async def get(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
         info = await self._blocking(lambda: self._hook.get(task_id))
         if info is None:
-            raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
-        return _response(200, _info(info))
+            raise ApiError(Outcome.NOT_FOUND, id=task_id)
+        return _response(status_of(Outcome.FOUND), _info(info))
 
     async def reschedule(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
@@ -417,22 +481,21 @@ class HttpApi:
         except ValidationError as exc:
             raise rename_field(exc) from None
         moved = await commit.wait()
-        if moved.result is RescheduleResult.TOO_LATE:
-            raise ApiError(409, "too_late", f"task {task_id!r} is being published")
-        if moved.task is None:
-            raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
-        return _response(200, {"id": task_id, "at": _at(moved.task.due_ms)})
+        outcome = RESCHEDULE_OUTCOMES[moved.result]
+        if outcome is Outcome.RESCHEDULED and moved.task is None:
+            outcome = Outcome.NOT_FOUND
+        if moved.task is None or not outcome.ok:
+            raise ApiError(outcome, id=task_id)
+        return _response(status_of(outcome), {"id": task_id, "at": _at(moved.task.due_ms)})
 
     async def cancel(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
         commit: Commit[CancelResult] = Commit()
         commit.hold(self._hook.cancel_nowait(task_id, commit.done))
-        result = await commit.wait()
-        if result is CancelResult.NOT_FOUND:
-            raise ApiError(404, "not_found", f"task {task_id!r} is unknown or has fired")
-        if result is CancelResult.TOO_LATE:
-            raise ApiError(409, "too_late", f"task {task_id!r} is being published")
-        return web.Response(status=204)
+        outcome = CANCEL_OUTCOMES[await commit.wait()]
+        if not outcome.ok:
+            raise ApiError(outcome, id=task_id)
+        return web.Response(status=status_of(outcome))
 
     async def healthz(self, _request: web.Request) -> web.Response:
         return _response(200, {"status": "ok"})

@@ -1,0 +1,300 @@
+"""The ``triggerhook`` command line.
+
+Exit codes: 0 success; 1 runtime failure (database, engine, or daemon
+unreachable); 2 bad input or configuration; 3 task not found; 4 too late to
+cancel or reschedule.
+
+With ``--url`` (or ``TRIGGERHOOK_URL``), the task commands (schedule,
+reschedule, cancel, get) go to a running daemon's HTTP API through
+:mod:`triggerhook.client` (token: the ``api_token`` setting) instead of the
+database, with the same output and exit codes: each command is written once
+against :class:`triggerhook.cli.backends.Backend`, which the library and the
+HTTP client implement, and every outcome's exit code is in ``CLI_RENDERING``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from triggerhook import logs
+from triggerhook.cli.backends import Backend, BackendError, HttpBackend, LibraryBackend
+from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
+from triggerhook.domain.timeparse import parse_duration_ms
+from triggerhook.errors import ConfigError, SchemaError, TriggerHookError
+from triggerhook.settings import (
+    FIELDS,
+    Settings,
+    env_var,
+    load_settings,
+    parse_bool,
+    render_reference,
+    render_toml,
+)
+from triggerhook.status import render as status_text
+from triggerhook.store.mysql import init_schema
+from triggerhook.wiring import build
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True, slots=True)
+class CliRendering:
+    """An outcome on the command line: the exit code; ``result``: printed on
+    stdout as ``{"id", "result": <the outcome's code>}`` (else a success prints
+    the task, a failure one error line on stderr, followed by ``hint``)."""
+
+    exit: int
+    result: bool = False
+    hint: str = ""
+
+
+# Every outcome as the CLI reports it (over either backend).
+CLI_RENDERING: dict[Outcome, CliRendering] = {
+    Outcome.CREATED: CliRendering(EXIT_OK),
+    Outcome.EXISTS: CliRendering(EXIT_OK),
+    Outcome.RESCHEDULED: CliRendering(EXIT_OK, result=True),
+    Outcome.CANCELLED: CliRendering(EXIT_OK, result=True),
+    Outcome.FOUND: CliRendering(EXIT_OK),
+    Outcome.CONFLICT: CliRendering(EXIT_USAGE),
+    Outcome.NOT_FOUND: CliRendering(EXIT_NOT_FOUND, result=True),
+    Outcome.TOO_LATE: CliRendering(EXIT_TOO_LATE, result=True),
+    Outcome.INVALID: CliRendering(EXIT_USAGE),
+    Outcome.MALFORMED_JSON: CliRendering(EXIT_USAGE),
+    Outcome.UNSUPPORTED_MEDIA_TYPE: CliRendering(EXIT_USAGE),
+    Outcome.TOO_LARGE: CliRendering(EXIT_USAGE),
+    Outcome.REQUEST_TIMEOUT: CliRendering(EXIT_FAILURE),
+    Outcome.UNKNOWN_TYPE: CliRendering(EXIT_USAGE),
+    Outcome.UNAUTHORIZED: CliRendering(
+        EXIT_USAGE, hint=" (the daemon's api_token: --api-token or TRIGGERHOOK_API_TOKEN)"
+    ),
+    Outcome.FORBIDDEN_REPLY_TO: CliRendering(EXIT_USAGE),
+    Outcome.UNAVAILABLE: CliRendering(EXIT_FAILURE),
+    Outcome.OVERLOADED: CliRendering(EXIT_FAILURE),
+    Outcome.STOPPING: CliRendering(EXIT_FAILURE),
+    Outcome.INTERNAL: CliRendering(EXIT_FAILURE),
+}
+
+
+def _flag_bool(text: str) -> bool:
+    try:
+        return parse_bool(text, "flag")
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}") from None
+
+
+# Settings' annotations (strings, see `from __future__ import annotations`) ->
+# the flag's converter and metavar.
+_FLAG_TYPES: dict[str, tuple[Callable[[str], object], str]] = {
+    "int": (int, "N"),
+    "bool": (_flag_bool, "true|false"),
+    "str": (str, "VALUE"),
+}
+
+
+def _literal(text: str) -> str:
+    """``text`` as an argparse help string: argparse %-formats help (for
+    ``%(default)s``), so a literal ``%`` (the ``%2F`` vhost of the default
+    amqp_url) must be doubled or ``--help`` crashes."""
+    return text.replace("%", "%%")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="triggerhook", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=os.environ.get("TRIGGERHOOK_CONFIG"),
+        help="TOML config file (env TRIGGERHOOK_CONFIG); settings: file < env < flags",
+    )
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("TRIGGERHOOK_URL") or None,
+        help="a running daemon's HTTP API (env TRIGGERHOOK_URL), e.g. http://127.0.0.1:8080: "
+        "schedule, reschedule, cancel and get go through it instead of the database",
+    )
+    group = parser.add_argument_group("settings (each also TRIGGERHOOK_<NAME> in the environment)")
+    for name, spec in FIELDS.items():
+        convert, metavar = _FLAG_TYPES[str(spec.type)]
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=f"setting_{name}",
+            type=convert,
+            metavar=metavar,
+            help=_literal(f"{spec.metadata['help']} [{env_var(name)}, default {spec.default!r}]"),
+        )
+    sub = parser.add_subparsers(dest="command", required=True)
+    db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command")
+    db.required = True
+    db.add_parser("init", help="create the database and apply schema.sql (idempotent)")
+    config = sub.add_parser("config", help="print the documented default config file (TOML)")
+    config.add_argument(
+        "--format",
+        choices=("toml", "markdown"),
+        default="toml",
+        help="toml: the config file; markdown: the reference (docs/configuration.md)",
+    )
+    run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
+    run.add_argument("--init-db", action="store_true", help="apply the schema before starting")
+    sched = sub.add_parser("schedule", help="schedule one task")
+    sched.add_argument("--id", help="task id (default: a new UUIDv4)")
+    _due_time_arguments(sched)
+    sched.add_argument("--routing-key", help="routing key (default: default_routing_key)")
+    sched.add_argument("--payload", help="payload text (UTF-8)")
+    move = sub.add_parser("reschedule", help="move a task not yet firing to a new due time")
+    move.add_argument("id")
+    _due_time_arguments(move)
+    for name in ("cancel", "get"):
+        cmd = sub.add_parser(name, help=f"{name} a task by id")
+        cmd.add_argument("id")
+    status = sub.add_parser(
+        "status", help="a running daemon's live figures (from --url, default its http_port)"
+    )
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    return parser
+
+
+def _due_time_arguments(parser: argparse.ArgumentParser) -> None:
+    when = parser.add_mutually_exclusive_group(required=True)
+    when.add_argument("--at", help="due time: ISO-8601 (e.g. 2026-01-01T12:00:00.250Z) or epoch s")
+    when.add_argument("--in", dest="delay", help="due after a delay: 250ms, 5s, 2h, 1h30m")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {name: getattr(args, f"setting_{name}") for name in FIELDS}
+    return load_settings(args.config, os.environ, overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+        logs.configure(settings.log_level)
+        return _dispatch(args, settings)
+    except (ConfigError, SchemaError) as exc:  # set-up, not an outcome of a call
+        _error(str(exc))
+        return EXIT_USAGE
+    except TriggerHookError as exc:
+        outcome = exc.outcome if isinstance(exc, BackendError) else error_outcome(exc)
+        rendering = CLI_RENDERING[outcome]
+        _error(f"{exc}{rendering.hint}")
+        return rendering.exit
+
+
+def _error(message: str) -> None:
+    """The one error line; a URL in it (a setting's, a server's) without its password."""
+    print(f"triggerhook: error: {logs.redact(message)}", file=sys.stderr)
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "config":
+        print(render_toml() if args.format == "toml" else render_reference(), end="")
+        return EXIT_OK
+    if args.command == "db":
+        version = init_schema(settings.database_url)
+        print(f"schema version {version} ready")
+        return EXIT_OK
+    if args.command == "run":
+        if args.init_db:
+            init_schema(settings.database_url)
+        # Imported here: the daemon's HTTP stack is not needed by other commands.
+        from triggerhook.service import Service  # noqa: PLC0415
+
+        return Service(build(settings), settings).run()
+    if args.command == "status":
+        with HttpBackend(args.url or _local_url(settings), settings) as remote:
+            figures = remote.status()
+        print(json.dumps(figures) if args.json else status_text(figures))
+        return EXIT_OK
+    # The task commands: through a daemon's HTTP API with --url, else the database.
+    backend: HttpBackend | LibraryBackend
+    backend = HttpBackend(args.url, settings) if args.url else LibraryBackend(build(settings))
+    with backend:
+        return TASK_COMMANDS[args.command](backend, args)
+
+
+def _local_url(settings: Settings) -> str:
+    """This machine's daemon, as configured: its http_host (any-address binds
+    are reached on loopback) and http_port."""
+    host = settings.http_host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return (
+        f"http://[{host}]:{settings.http_port}"
+        if ":" in host
+        else f"http://{host}:{settings.http_port}"
+    )
+
+
+# -- the task commands, over either backend ---------------------------------------------------
+
+
+def _delay_ms(args: argparse.Namespace) -> int | None:
+    return None if args.delay is None else parse_duration_ms(args.delay)
+
+
+def _schedule(backend: Backend, args: argparse.Namespace) -> int:
+    delay_ms = _delay_ms(args)
+    stored = backend.schedule(
+        args.id, at=args.at, delay_ms=delay_ms, routing_key=args.routing_key, payload=args.payload
+    )
+    _print_json({"id": stored.id, "due_ms": stored.due_ms, "created": stored.created})
+    return CLI_RENDERING[scheduled_outcome(stored.created)].exit
+
+
+def _reschedule(backend: Backend, args: argparse.Namespace) -> int:
+    moved = backend.reschedule(args.id, at=args.at, delay_ms=_delay_ms(args))
+    if moved.due_ms is None:
+        return _outcome(args.id, moved.outcome)
+    _print_json({"id": args.id, "due_ms": moved.due_ms, "result": moved.outcome.code})
+    return CLI_RENDERING[moved.outcome].exit
+
+
+def _cancel(backend: Backend, args: argparse.Namespace) -> int:
+    return _outcome(args.id, backend.cancel(args.id))
+
+
+def _get(backend: Backend, args: argparse.Namespace) -> int:
+    found = backend.get(args.id)
+    if found is None:
+        return _outcome(args.id, Outcome.NOT_FOUND)
+    try:
+        payload: object = found.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        payload = {"base64": base64.b64encode(found.payload).decode()}
+    _print_json(
+        {
+            "id": found.id,
+            "due_ms": found.due_ms,
+            "routing_key": found.routing_key,
+            "payload": payload,
+            "state": found.state.value,
+        }
+    )
+    return CLI_RENDERING[Outcome.FOUND].exit
+
+
+# The commands that act on tasks: through the HTTP API when --url is given.
+TASK_COMMANDS: dict[str, Callable[[Backend, argparse.Namespace], int]] = {
+    "schedule": _schedule,
+    "reschedule": _reschedule,
+    "cancel": _cancel,
+    "get": _get,
+}
+
+
+def _outcome(task_id: str, outcome: Outcome) -> int:
+    """Print ``{"id", "result"}``; the exit code the outcome means."""
+    rendering = CLI_RENDERING[outcome]
+    assert rendering.result, f"{outcome} is not a result"
+    _print_json({"id": task_id, "result": outcome.code})
+    return rendering.exit
+
+
+def _print_json(data: dict[str, object]) -> None:
+    print(json.dumps(data))

@@ -1,0 +1,5 @@
+import sys
+
+from triggerhook.cli import main
+
+sys.exit(main())

@@ -1,0 +1,148 @@
+"""Every outcome a caller can get, in one vocabulary: pure, no I/O.
+
+Each :class:`Outcome` has a stable code (its value: the ``error.code`` of an
+HTTP answer or an AMQP reply, the ``result`` word the CLI prints) and a
+message template. The interfaces render an outcome each in one table of their
+own: HTTP (``triggerhook.api.http.HTTP_RENDERING``: status and code), the AMQP
+command channel (``triggerhook.api.command_messages.AMQP_RENDERING``: ``ok``,
+``error.code``, what becomes of the message) and the CLI
+(``triggerhook.cli.CLI_RENDERING``: exit code, and the ``result``
+word printed for cancel and reschedule: the outcome's code). Every table names
+every outcome, so a new outcome is a decision in each interface.
+
+Outcomes come from the library's results (:class:`CancelResult`,
+:class:`RescheduleResult`, ``Scheduled.created``) and from its errors
+(:func:`error_outcome`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from triggerhook.domain.task import CancelResult, RescheduleResult
+from triggerhook.errors import (
+    BrokerUnavailable,
+    ConflictError,
+    NotRunningError,
+    Overloaded,
+    StoreUnavailable,
+    TransientError,
+    ValidationError,
+)
+
+
+class Outcome(enum.Enum):
+    """What became of a call; the value is the outcome's stable code."""
+
+    # success
+    CREATED = "created"  # a new task is stored
+    EXISTS = "exists"  # the same task (same content) existed: a safe retry, nothing written
+    RESCHEDULED = "rescheduled"  # it fires at the new time, and only then
+    CANCELLED = "cancelled"  # it will never fire
+    FOUND = "found"  # a lookup found the task
+    # the task's state says no
+    CONFLICT = "conflict"  # same id, other content: nothing written
+    NOT_FOUND = "not_found"  # unknown, or fired already
+    TOO_LATE = "too_late"  # being published: too late to cancel or move
+    # bad input: nothing written, never worth retrying as is
+    INVALID = "invalid"  # a field's value (``field`` names it)
+    MALFORMED_JSON = "malformed_json"  # the body is not (UTF-8) JSON
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"  # HTTP: not application/json
+    TOO_LARGE = "too_large"  # HTTP: the body is over the limit
+    REQUEST_TIMEOUT = "request_timeout"  # HTTP: the body did not arrive in time
+    UNKNOWN_TYPE = "unknown_type"  # AMQP: no such command
+    UNAUTHORIZED = "unauthorized"  # missing or wrong bearer token
+    FORBIDDEN_REPLY_TO = "forbidden_reply_to"  # AMQP: a reply_to not allowed
+    # not now: retry (nothing, or the same thing, was written)
+    UNAVAILABLE = "unavailable"  # a dependency (database, broker) is down
+    OVERLOADED = "overloaded"  # too many calls already wait
+    STOPPING = "stopping"  # the daemon is stopping
+    # a bug or an unexpected failure
+    INTERNAL = "internal"
+
+    @property
+    def code(self) -> str:
+        return self.value
+
+    @property
+    def ok(self) -> bool:
+        return self in SUCCESSES
+
+    @property
+    def template(self) -> str:
+        return MESSAGES[self]
+
+    def message(self, **values: Any) -> str:
+        """The message, the template filled with ``values`` (``id``, ``detail``, ...)."""
+        return MESSAGES[self].format(**values)
+
+
+SUCCESSES = frozenset(
+    {Outcome.CREATED, Outcome.EXISTS, Outcome.RESCHEDULED, Outcome.CANCELLED, Outcome.FOUND}
+)
+
+# The message templates (str.format; ``{id!r}`` is the task id quoted).
+MESSAGES: dict[Outcome, str] = {
+    Outcome.CREATED: "task {id!r} created",
+    Outcome.EXISTS: "task {id!r} exists with the same content; nothing written",
+    Outcome.RESCHEDULED: "task {id!r} rescheduled",
+    Outcome.CANCELLED: "task {id!r} cancelled: it will never fire",
+    Outcome.FOUND: "task {id!r} found",
+    Outcome.CONFLICT: "task {id!r} already exists with different content",
+    Outcome.NOT_FOUND: "task {id!r} is unknown or has fired",
+    Outcome.TOO_LATE: "task {id!r} is being published",
+    Outcome.INVALID: "{detail}",  # the field's rule; the field is given apart
+    Outcome.MALFORMED_JSON: "body is not {what}: {detail}",
+    Outcome.UNSUPPORTED_MEDIA_TYPE: "Content-Type must be application/json",
+    Outcome.TOO_LARGE: "body is over the limit of {limit} bytes",
+    Outcome.REQUEST_TIMEOUT: "body did not arrive within {timeout_s}s",
+    Outcome.UNKNOWN_TYPE: "{given}; expected one of {expected}",
+    Outcome.UNAUTHORIZED: "missing or wrong bearer token",
+    Outcome.FORBIDDEN_REPLY_TO: "{detail}",
+    Outcome.UNAVAILABLE: "{what} unavailable; retry",
+    Outcome.OVERLOADED: "temporarily unavailable; retry",
+    Outcome.STOPPING: "the daemon is stopping; retry on another",
+    Outcome.INTERNAL: "internal error; see the daemon's log",
+}
+
+CANCEL_OUTCOMES: dict[CancelResult, Outcome] = {
+    CancelResult.CANCELLED: Outcome.CANCELLED,
+    CancelResult.NOT_FOUND: Outcome.NOT_FOUND,
+    CancelResult.TOO_LATE: Outcome.TOO_LATE,
+}
+
+RESCHEDULE_OUTCOMES: dict[RescheduleResult, Outcome] = {
+    RescheduleResult.RESCHEDULED: Outcome.RESCHEDULED,
+    RescheduleResult.NOT_FOUND: Outcome.NOT_FOUND,
+    RescheduleResult.TOO_LATE: Outcome.TOO_LATE,
+}
+
+
+def scheduled_outcome(created: bool) -> Outcome:
+    """A schedule that returned: CREATED, or EXISTS (a safe retry)."""
+    return Outcome.CREATED if created else Outcome.EXISTS
+
+
+def error_outcome(exc: BaseException) -> Outcome:
+    """The outcome a library error means (anything unexpected is INTERNAL)."""
+    if isinstance(exc, ValidationError):
+        return Outcome.INVALID
+    if isinstance(exc, ConflictError):
+        return Outcome.CONFLICT
+    if isinstance(exc, NotRunningError):
+        return Outcome.STOPPING
+    if isinstance(exc, Overloaded):
+        return Outcome.OVERLOADED
+    if isinstance(exc, TransientError):
+        return Outcome.UNAVAILABLE
+    return Outcome.INTERNAL
+
+
+def unavailable_what(exc: TransientError) -> str:
+    """Which dependency a transient failure names (no detail: that is for the log)."""
+    if isinstance(exc, StoreUnavailable):
+        return "database"
+    if isinstance(exc, BrokerUnavailable):
+        return "message broker"
+    return "temporarily"
