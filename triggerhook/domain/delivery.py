@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triggerhook.domain.task import Task
+from triggerhook.retry import capped_exponential
 
 _FIRST_RETRY_MS = 100
 
@@ -41,8 +42,7 @@ class DeliveryPolicy:
 
     def retry_delay_ms(self, attempt: int) -> int:
         """Back-off after the ``attempt``-th failure: 100 ms, doubling, capped."""
-        doublings = min(max(attempt, 1) - 1, 20)
-        return min(self.retry_max_ms, _FIRST_RETRY_MS << doublings)
+        return int(capped_exponential(max(attempt, 1) - 1, _FIRST_RETRY_MS, self.retry_max_ms))
 
     def after_failure(self, task: Task, reason: str, now_ms: float, was_dead: bool) -> Decision:
         """The event of ``task`` failed (``reason``); ``was_dead``: it was
