@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.interfaces import ClaimMode, InsertOutcome, NewRow
 from triggerhook.store import mysql, sql
+from triggerhook.store.migrations import MIGRATIONS
 from triggerhook.store.mysql import (
     _cancel_result,
     _first_wins,
@@ -184,3 +187,15 @@ def test_first_wins_gives_one_result_per_id_asked() -> None:
         CancelResult.NOT_FOUND,
     ]
     assert _first_wins([], {}) == []
+
+
+def test_migrations_lead_step_by_step_to_the_schema_version() -> None:
+    """Every version from 2 up to the one schema.sql creates has its migration,
+    and each migration ends by writing its own version."""
+    assert sorted(MIGRATIONS) == list(range(2, sql.SCHEMA_VERSION + 1))
+    for version, statements in MIGRATIONS.items():
+        assert statements[-1] == (
+            f"UPDATE th_meta SET value = '{version}' WHERE name = 'schema_version'"
+        )
+    schema = (Path(mysql.__file__).parent.parent / "schema.sql").read_text()
+    assert f"('schema_version', '{sql.SCHEMA_VERSION}')" in schema

@@ -30,6 +30,7 @@ from triggerhook.store.connection import (
     open_connection,
     translate,
 )
+from triggerhook.store.migrations import MIGRATIONS
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def _migrate(cur: Cursor) -> int:
     while version < sql.SCHEMA_VERSION:
         version += 1
         log.info("migrating the schema to version %d", version)
-        for statement in sql.MIGRATIONS[version]:
+        for statement in MIGRATIONS[version]:
             try:
                 cur.execute(statement)
             except pymysql.err.OperationalError as exc:

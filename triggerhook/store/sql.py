@@ -6,18 +6,8 @@ placeholder list ``%s, %s, ...`` of a computed length (see :func:`placeholders`)
 
 from __future__ import annotations
 
+# The version schema.sql creates: the last of store/migrations.py's MIGRATIONS.
 SCHEMA_VERSION = 2
-
-# Upgrades of a database made by an older version: MIGRATIONS[v] takes
-# version v - 1 to v. ``db init`` applies them in order; each ends by writing
-# its version, so an interrupted upgrade resumes where it stopped (DDL commits
-# implicitly in MySQL; a column that exists already is taken as applied).
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    2: (
-        "ALTER TABLE th_tasks ADD COLUMN attempts INT NOT NULL DEFAULT 0 AFTER rev",
-        "UPDATE th_meta SET value = '2' WHERE name = 'schema_version'",
-    ),
-}
 
 CREATE_DATABASE = "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
