@@ -208,8 +208,8 @@ class Service:
             if now_s >= warn_at_s:
                 warn_at_s = now_s + READY_WARN_EVERY_S
                 why = "; ".join(reasons)
-                log.warning("not ready after %.0f s, still waiting: %s", now_s - started_s, why)
                 self._notifier.status(f"starting, not ready: {why}")
+                log.warning("not ready after %.0f s, still waiting: %s", now_s - started_s, why)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), pause_s)
             pause_s = min(_READY_PROBE_MAX_S, pause_s * 2)

@@ -123,7 +123,9 @@ def test_no_ready_while_a_dependency_is_down_and_a_stop_is_honoured(
         assert notify.count("READY") == 0, notify.messages
         # systemd's watchdog runs only once start-up completed: no pings before READY.
         assert notify.count("WATCHDOG") == 0, notify.messages
-        # systemctl status shows why it is still starting.
+        # systemctl status shows why it is still starting (the datagram may
+        # arrive just after the log line).
+        assert notify.wait_for("STATUS", timeout_s=5), notify.messages
         assert any("rabbitmq" in m.get("STATUS", "") for m in notify.messages), notify.messages
         ready = httpx.get(f"http://127.0.0.1:{env['TRIGGERHOOK_HTTP_PORT']}/readyz")
         assert ready.status_code == 503, ready.text
