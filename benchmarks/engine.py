@@ -32,7 +32,7 @@ from benchmarks.common import (
     record_lateness,
     wait_until,
 )
-from triggerhook import CancelResult, TaskSpec, TriggerHook, build
+from triggerhook import CancelResult, TaskSpec, assemble, build
 from triggerhook.clock import SystemClock
 from triggerhook.engine.engine import Engine
 from triggerhook.engine.sendbuffer import SendBuffer
@@ -67,7 +67,7 @@ def create(rec: Recorder, n: int) -> None:
 
         def schedule(k: int) -> None:
             for i in range(k, n, THREADS):
-                hook.schedule(f"s{i}", at_ms=far_ms + i)
+                hook.schedule(TaskSpec(f"s{i}", at_ms=far_ms + i))
 
         rec.add("create.schedule_x8", rate(n, in_threads(THREADS, schedule)))
         _check_rows(place.rows(), 2 * n, "after schedule x8")
@@ -151,7 +151,7 @@ def _sending_without_broker(rec: Recorder, n: int) -> None:
         # Nothing is confirmed while sending, so memory must hold every task.
         roomy = replace(place.settings, max_tasks_in_memory=max(n, 1))
         store = MySQLStore(roomy.database_url, roomy.default_routing_key)
-        engine = TriggerHook(roomy, store, SystemClock(), factory).engine
+        engine = assemble(roomy, store, SystemClock(), factory).engine
         try:
             started = time.perf_counter()
             engine.start()
@@ -173,7 +173,7 @@ def _confirm(rec: Recorder, engine: Engine, n: int) -> None:
     started = time.perf_counter()
     engine.confirmer.confirmed([f"s{i}" for i in range(n)])
     wait_until(lambda: engine.confirmer.deleted >= n, _timeout_s(n), "every row deleted")
-    batch = engine.settings.confirm_batch_size
+    batch = engine.config.confirm_batch_size
     rec.add("confirm.delete", rate(n, time.perf_counter() - started), f"batches of {batch:,}")
 
 

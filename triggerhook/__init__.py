@@ -1,6 +1,6 @@
 """triggerhook: a high-precision trigger engine (MySQL in, RabbitMQ out)."""
 
-from triggerhook.app import Scheduled, TaskSpec, TriggerHook
+from triggerhook.app import Figures, Health, Scheduled, TaskSpec, TriggerHook
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import (
     ConfigError,
@@ -12,12 +12,14 @@ from triggerhook.errors import (
 )
 from triggerhook.interfaces import Moved
 from triggerhook.settings import Settings, load_settings
-from triggerhook.wiring import build
+from triggerhook.wiring import assemble, build
 
 __all__ = [
     "CancelResult",
     "ConfigError",
     "ConflictError",
+    "Figures",
+    "Health",
     "Moved",
     "NotRunningError",
     "RescheduleResult",
@@ -31,6 +33,7 @@ __all__ = [
     "TriggerHook",
     "TriggerHookError",
     "ValidationError",
+    "assemble",
     "build",
     "load_settings",
 ]

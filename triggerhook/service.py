@@ -124,7 +124,7 @@ class Service:
         self.commands: CommandConsumer | None = None
         self.http: HttpApi | None = None
         self._notifier = Notifier()
-        self._watchdog = Watchdog(self._notifier, hook.engine.responsive)
+        self._watchdog = Watchdog(self._notifier, hook.responsive)
 
     def run(self) -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -141,12 +141,12 @@ class Service:
         database. Each reason names a dependency and its kind of failure, never
         the raw error (logged instead, rate-limited)."""
         reasons = []
-        engine = self.hook.engine
-        if not engine.alive():
-            # Engine.failure is "thread <name> failed: <error>": the name only.
-            failure = engine.failure
+        health = self.hook.health()
+        if not health.alive:
+            # Health.failure is "thread <name> failed: <error>": the name only.
+            failure = health.failure
             reasons.append(f"engine: {failure.partition(':')[0] if failure else 'not running'}")
-        if not engine.publisher.is_connected():
+        if not health.publisher_connected:
             reasons.append("rabbitmq: publisher not connected")
         if self.commands is not None and not self.commands.is_connected():
             reasons.append("rabbitmq: command consumer not connected")
@@ -186,7 +186,7 @@ class Service:
         return await self._shutdown()
 
     def _must_stop(self, stop: asyncio.Event) -> bool:
-        return stop.is_set() or self.hook.engine.failed.is_set() or self._failed.is_set()
+        return stop.is_set() or self._failed.is_set() or self.hook.health().failure is not None
 
     async def _await_ready(self, stop: asyncio.Event) -> None:
         """Send READY once :meth:`readiness` has no reasons (probed off the
@@ -249,9 +249,9 @@ class Service:
         clean = await loop.run_in_executor(self._executor, self.hook.stop, _left(deadline_s))
         self.hook.close()
         self._executor.shutdown(wait=False)
-        engine = self.hook.engine
-        if engine.failed.is_set():
-            log.error("exiting after a fatal engine failure: %s", engine.failure)
+        failure = self.hook.health().failure
+        if failure is not None:
+            log.error("exiting after a fatal engine failure: %s", failure)
             return EXIT_FAILURE
         if self._failed.is_set():
             log.error("exiting after a fatal failure: %s", self._failure)

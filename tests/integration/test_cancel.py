@@ -29,8 +29,8 @@ def test_cancel_scheduled_tasks_they_never_fire(
 ) -> None:
     hook = hooks()  # preload window 1000 ms, arm 200 ms ahead
     start = now_ms()
-    hook.schedule("far", at_ms=start + FAR_MS)
-    hook.schedule("near", at_ms=start + 800)  # claimed into this instance's memory
+    hook.schedule(TaskSpec("far", at_ms=start + FAR_MS))
+    hook.schedule(TaskSpec("near", at_ms=start + 800))  # claimed into this instance's memory
     near = rows.row("near")
     assert near is not None and (near.claimed_by, near.firing) == (hook.instance_id, 0)
     assert "near" in hook.engine.inventory.snapshot()
@@ -40,7 +40,7 @@ def test_cancel_scheduled_tasks_they_never_fire(
 
     assert rows.row("far") is None and rows.row("near") is None
     assert hook.get("near") is None
-    hook.schedule("sentinel", at_ms=start + 1100)
+    hook.schedule(TaskSpec("sentinel", at_ms=start + 1100))
     received = collect_until(event_consumer, "sentinel", timeout_s=15)
     assert [r.message_id for r in received] == ["sentinel"]
     # The engine noticed at arm time and let go of it.
@@ -52,7 +52,7 @@ def test_cancel_scheduled_tasks_they_never_fire(
 
 def test_cancel_unknown_id_is_not_found(hooks: HookFactory, rows: RowReader) -> None:
     hook = hooks(start=False)
-    hook.schedule("other", delay_ms=FAR_MS)
+    hook.schedule(TaskSpec("other", delay_ms=FAR_MS))
 
     assert hook.cancel("no-such-task") is CancelResult.NOT_FOUND
     assert hook.cancel("OTHER") is CancelResult.NOT_FOUND  # ids are case-sensitive
@@ -71,7 +71,7 @@ def test_cancel_after_fired_and_deleted_is_not_found(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
     hook = hooks()
-    hook.schedule("done", delay_ms=0)
+    hook.schedule(TaskSpec("done", delay_ms=0))
     assert [e.message_id for e in event_consumer.collect(1, 10)] == ["done"]
     assert wait_until(lambda: rows.row("done") is None, 10)
 
@@ -82,7 +82,7 @@ def test_cancel_task_armed_on_insert_is_too_late_and_it_fires(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
     hook = hooks(arm_ahead_ms=500)
-    scheduled = hook.schedule("armed", delay_ms=400)  # due within arm_ahead_ms
+    scheduled = hook.schedule(TaskSpec("armed", delay_ms=400))  # due within arm_ahead_ms
 
     result = hook.cancel("armed")
 
@@ -99,7 +99,7 @@ def test_cancel_task_armed_by_the_armer_is_too_late_and_it_fires(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
     hook = hooks(arm_ahead_ms=500)
-    scheduled = hook.schedule("later", delay_ms=900)  # claimed, armed 500 ms before due
+    scheduled = hook.schedule(TaskSpec("later", delay_ms=900))  # claimed, armed 500 ms before due
     row = rows.row("later")
     assert row is not None and row.firing == 0
 
@@ -150,7 +150,7 @@ def test_cancel_task_held_by_another_instance(
     engine_a = hooks(instance_id="a", **knobs)
     client = hooks(start=False, instance_id="c", **knobs)
     due = now_ms() + 1500
-    client.schedule("held", at_ms=due, payload="must not fire")
+    client.schedule(TaskSpec("held", at_ms=due, payload="must not fire"))
 
     def claimed_by_a() -> bool:
         row = rows.row("held")
@@ -163,7 +163,7 @@ def test_cancel_task_held_by_another_instance(
     assert other.cancel("held") is CancelResult.CANCELLED
 
     assert rows.row("held") is None
-    other.schedule("sentinel", at_ms=due + 300)
+    other.schedule(TaskSpec("sentinel", at_ms=due + 300))
     received = collect_until(event_consumer, "sentinel", timeout_s=15)
     assert [r.message_id for r in received] == ["sentinel"]
     assert wait_until(lambda: "held" not in engine_a.engine.inventory.snapshot(), 5)
@@ -177,13 +177,15 @@ def test_cancel_then_reschedule_same_id_fires_the_new_task(
 ) -> None:
     hook = hooks()  # preload window 1000 ms, arm 200 ms ahead, lease 2000 ms
     due = now_ms() + 800
-    hook.schedule("re", at_ms=due, payload="old")  # claimed into memory on insert
+    hook.schedule(TaskSpec("re", at_ms=due, payload="old"))  # claimed into memory on insert
     assert hook.cancel("re") is CancelResult.CANCELLED
 
-    new = hook.schedule("re", at_ms=due + new_due_delta, routing_key="new.key", payload="new")
+    new = hook.schedule(
+        TaskSpec("re", at_ms=due + new_due_delta, routing_key="new.key", payload="new")
+    )
 
     assert new.created is True
-    hook.schedule("sentinel", at_ms=due + 1000)
+    hook.schedule(TaskSpec("sentinel", at_ms=due + 1000))
     received = collect_until(event_consumer, "sentinel", timeout_s=15)
     fired = [(r.message_id, r.routing_key, r.body) for r in received if r.message_id == "re"]
     assert fired == [("re", "new.key", b"new")]
@@ -219,7 +221,7 @@ def test_cancels_racing_the_armer_each_have_exactly_one_outcome(
         thread.start()
     for thread in threads:
         thread.join(30)
-    hook.schedule("sentinel", at_ms=max(now_ms(), start + 400 + 3 * count) + 300)
+    hook.schedule(TaskSpec("sentinel", at_ms=max(now_ms(), start + 400 + 3 * count) + 300))
     received = collect_until(event_consumer, "sentinel", timeout_s=20)
 
     assert len(results) == count

@@ -33,6 +33,7 @@ from support.waiting import wait_for
 
 from triggerhook.api.command_auth import LOG_INTERVAL_S
 from triggerhook.api.commands import ERROR_HEADER
+from triggerhook.domain.spec import TaskSpec
 
 TOKEN = "s3cret-token"
 REPLY_TIMEOUT_S = 15.0
@@ -78,7 +79,7 @@ def test_commands_without_the_right_token_are_dead_lettered_unauthorized(
     command_queue: str,
 ) -> None:
     hook = hooks()
-    hook.schedule("victim", delay_ms=60_000)
+    hook.schedule(TaskSpec("victim", delay_ms=60_000))
     consumer = consumers.start(hook, command_queue, api_token=TOKEN)
     commands = [
         ("create", {"id": "intruder", "delay": 60, "routing_key": "evil.key"}),

@@ -24,6 +24,7 @@ from support.tcpproxy import TcpProxy, proxied
 from support.waiting import now_ms, wait_for, wait_until
 
 from triggerhook.api.commands import ERROR_HEADER, CommandConsumer
+from triggerhook.domain.spec import TaskSpec
 
 REPLY_TIMEOUT_S = 15.0
 
@@ -159,7 +160,7 @@ def test_cancel_with_and_without_reply(
     hook = hooks()
     consumers.start(hook, command_queue)
     for task_id in ("c1", "c2", "c3"):
-        hook.schedule(task_id, delay_ms=60_000)
+        hook.schedule(TaskSpec(task_id, delay_ms=60_000))
 
     assert client.call("cancel", {"id": "c1"}) == {"ok": True, "id": "c1"}
     assert rows.row("c1") is None
@@ -179,8 +180,8 @@ def test_cancel_prevents_firing(
     hook = hooks()
     consumers.start(hook, command_queue)
     start = now_ms()
-    hook.schedule("doomed", at_ms=start + 1500)
-    hook.schedule("sentinel", at_ms=start + 1800)
+    hook.schedule(TaskSpec("doomed", at_ms=start + 1500))
+    hook.schedule(TaskSpec("sentinel", at_ms=start + 1800))
 
     assert client.call("cancel", {"id": "doomed"})["ok"] is True
     assert now_ms() < start + 1300, "cancel too slow for this test (armed already)"
@@ -200,8 +201,8 @@ def test_reschedule_moves_the_fire_time(
     hook = hooks()
     consumers.start(hook, command_queue)
     start = now_ms()
-    hook.schedule("moved", at_ms=start + 60_000)
-    hook.schedule("moved-quietly", at_ms=start + 60_000)
+    hook.schedule(TaskSpec("moved", at_ms=start + 60_000))
+    hook.schedule(TaskSpec("moved-quietly", at_ms=start + 60_000))
     new_due = start + 500
 
     reply = client.call("reschedule", {"id": "moved", "at": new_due / 1000})
@@ -228,7 +229,7 @@ def test_too_late_is_an_answer(
     # so both commands come too late.
     hook = hooks()
     consumer = consumers.start(hook, command_queue)
-    hook.schedule("stuck", at_ms=now_ms() + 3_600_000)
+    hook.schedule(TaskSpec("stuck", at_ms=now_ms() + 3_600_000))
     rows.mark_firing("stuck")
 
     cancel = client.call("cancel", {"id": "stuck"})

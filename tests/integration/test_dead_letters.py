@@ -21,6 +21,7 @@ from support.mysql import connect
 from support.waiting import now_ms, wait_until
 
 from triggerhook import CancelResult
+from triggerhook.domain.spec import TaskSpec
 from triggerhook.errors import SchemaError
 from triggerhook.store.mysql import MySQLStore, init_schema
 
@@ -99,11 +100,11 @@ def test_unroutable_events_do_not_stop_routable_ones_and_can_be_cancelled(
     queues.bind(amqp_names.queue, "bound.#")
     hook = hooks(max_tasks_in_memory=5, publish_retry_max_ms=300, publish_max_attempts=1000)
     for n in range(5):
-        hook.schedule(f"lost-{n}", delay_ms=0, routing_key="nobody.home")
+        hook.schedule(TaskSpec(f"lost-{n}", delay_ms=0, routing_key="nobody.home"))
     publisher = publisher_of(hook)
     assert wait_until(lambda: publisher.returned >= 5, 10), publisher.returned
 
-    hook.schedule("found", delay_ms=1000, routing_key="bound.y")
+    hook.schedule(TaskSpec("found", delay_ms=1000, routing_key="bound.y"))
 
     assert [m.message_id for m in queues.wait_for(amqp_names.queue, "found", 15)] == ["found"]
     assert wait_until(lambda: rows.row("found") is None, 10)
@@ -129,8 +130,8 @@ def test_after_its_attempts_an_event_is_dead_lettered_with_why_then_deleted(
     dead_queue = amqp_names.dead_letters  # declared and bound by the engine
     hook = hooks(publish_retry_max_ms=200, publish_max_attempts=3)
     due_ms = now_ms()
-    hook.schedule("lost", at_ms=due_ms, routing_key="nobody.home", payload=b"keep me")
-    hook.schedule("later", at_ms=due_ms + 60_000, routing_key="nobody.home")
+    hook.schedule(TaskSpec("lost", at_ms=due_ms, routing_key="nobody.home", payload=b"keep me"))
+    hook.schedule(TaskSpec("later", at_ms=due_ms + 60_000, routing_key="nobody.home"))
 
     [dead] = queues.wait_for(dead_queue, "lost", 20)
 
@@ -152,7 +153,7 @@ def test_an_event_past_its_age_limit_is_dead_lettered_at_its_first_failure(
     hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
 ) -> None:
     hook = hooks(publish_max_attempts=1000, publish_max_age_ms=1)
-    hook.schedule("old", at_ms=now_ms() - 5000, routing_key="nobody.home")
+    hook.schedule(TaskSpec("old", at_ms=now_ms() - 5000, routing_key="nobody.home"))
 
     [dead] = queues.wait_for(amqp_names.dead_letters, "old", 15)
 
@@ -166,7 +167,7 @@ def test_a_dead_letter_nobody_takes_keeps_its_row_until_a_queue_is_bound(
 ) -> None:
     late_queue = f"{amqp_names.queue}_dead"
     hook = hooks(publish_retry_max_ms=200, publish_max_attempts=2, dead_letter_queue="")
-    hook.schedule("stuck", delay_ms=0, routing_key="nobody.home", payload=b"p")
+    hook.schedule(TaskSpec("stuck", delay_ms=0, routing_key="nobody.home", payload=b"p"))
     publisher = publisher_of(hook)
 
     # Its dead letter is returned too (nothing bound to the dead-letter key)...
@@ -188,7 +189,7 @@ def test_stop_with_an_undeliverable_event_keeps_its_row_for_later(
     late_queue = f"{amqp_names.queue}_late"
     hook = hooks(publish_retry_max_ms=300)
     publisher = publisher_of(hook)
-    hook.schedule("stuck", delay_ms=0, routing_key="unbound.x", payload="p")
+    hook.schedule(TaskSpec("stuck", delay_ms=0, routing_key="unbound.x", payload="p"))
     assert wait_until(lambda: publisher.returned >= 1, 10)
 
     clean = hook.stop(timeout_s=2)
@@ -209,7 +210,7 @@ def test_an_event_delivered_on_a_later_try_is_deleted_and_not_sent_again(
     late_queue = f"{amqp_names.queue}_late"
     hook = hooks(publish_retry_max_ms=300, publish_max_attempts=1000)
     publisher = publisher_of(hook)
-    hook.schedule("lost", delay_ms=0, routing_key="unbound.x", payload=b"keep me")
+    hook.schedule(TaskSpec("lost", delay_ms=0, routing_key="unbound.x", payload=b"keep me"))
     assert wait_until(lambda: publisher.returned >= 3, 15), publisher.returned
 
     queues.bind(late_queue, "unbound.#")
@@ -219,7 +220,7 @@ def test_an_event_delivered_on_a_later_try_is_deleted_and_not_sent_again(
     assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
     returned = publisher.returned
     # Sentinel: any further retry of "lost" would have arrived before this one.
-    hook.schedule("after", delay_ms=500, routing_key="unbound.after")
+    hook.schedule(TaskSpec("after", delay_ms=500, routing_key="unbound.after"))
     assert [m.message_id for m in queues.wait_for(late_queue, "after", 15)] == ["after"]
     assert publisher.returned == returned
     assert publisher.dead_lettered == 0

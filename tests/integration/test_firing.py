@@ -25,9 +25,9 @@ from support.hook import (
 )
 from support.waiting import now_ms, wait_until
 
-from triggerhook import Task, TaskSpec
+from triggerhook import TaskSpec
 from triggerhook.engine.inventory import Inventory
-from triggerhook.interfaces import Claim, NewRow
+from triggerhook.interfaces import Claim, ClaimMode
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,16 @@ def test_wire_format(hooks: HookFactory, rows: RowReader, event_consumer: EventC
     hook = hooks()
     due = now_ms() + 300
     tasks = {
-        "wire-default": hook.schedule("wire-default", at_ms=due).task,
+        "wire-default": hook.schedule(TaskSpec("wire-default", at_ms=due)).task,
         "wire-custom": hook.schedule(
-            "wire-custom", at_ms=due + 1, routing_key="orders.created.eu", payload=b"\x00\x01\xff"
+            TaskSpec(
+                "wire-custom",
+                at_ms=due + 1,
+                routing_key="orders.created.eu",
+                payload=b"\x00\x01\xff",
+            )
         ).task,
-        "wire-text": hook.schedule("wire-text", at_ms=due + 2, payload="héllo ✓").task,
+        "wire-text": hook.schedule(TaskSpec("wire-text", at_ms=due + 2, payload="héllo ✓")).task,
     }
 
     events = {e.message_id: e for e in event_consumer.collect(3, 15)}
@@ -92,7 +97,7 @@ def test_custom_default_routing_key(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
     hook = hooks(default_routing_key="custom.default")
-    scheduled = hook.schedule("dflt", delay_ms=0)
+    scheduled = hook.schedule(TaskSpec("dflt", delay_ms=0))
 
     events = event_consumer.collect(1, 15)
 
@@ -109,8 +114,8 @@ def test_large_payload_and_long_names_are_delivered_intact(
     big = bytes(range(256)) * 1200  # 307200 bytes
     long_id = "i" * 64
     long_key = ".".join(["k" * 50] * 5)[:255]
-    hook.schedule("big", delay_ms=0, payload=big)
-    hook.schedule(long_id, delay_ms=0, routing_key=long_key, payload=b"")
+    hook.schedule(TaskSpec("big", delay_ms=0, payload=big))
+    hook.schedule(TaskSpec(long_id, delay_ms=0, routing_key=long_key, payload=b""))
 
     events = {e.message_id: e for e in event_consumer.collect(2, 15)}
 
@@ -142,7 +147,7 @@ def test_never_early_spread_and_simultaneous(
     def writer(n: int) -> None:
         try:
             for i in range(25):
-                hook.schedule(f"i-{n}-{i}", at_ms=instant)
+                hook.schedule(TaskSpec(f"i-{n}-{i}", at_ms=instant))
         except BaseException as exc:
             errors.append(exc)
 
@@ -179,7 +184,7 @@ def test_overdue_task_fires_at_once(
     hook = hooks()
     due = now_ms() - 5000
 
-    hook.schedule("overdue", at_ms=due)
+    hook.schedule(TaskSpec("overdue", at_ms=due))
     returned_ms = now_ms()
     events = event_consumer.collect(1, 10)
 
@@ -202,7 +207,7 @@ def test_task_due_50ms_ahead_fires(
     hook = hooks()
     lateness: list[int] = []
     for n in range(5):
-        scheduled = hook.schedule(f"soon-{n}", delay_ms=50)
+        scheduled = hook.schedule(TaskSpec(f"soon-{n}", delay_ms=50))
         events = event_consumer.collect(1, 10)
         assert [e.message_id for e in events] == [f"soon-{n}"]
         _assert_not_early(events)
@@ -282,24 +287,24 @@ def test_memory_stays_bounded_under_concurrent_schedule_calls(
     engine = hook.engine
     inventory = engine.inventory
     sizes = _record_sizes(monkeypatch, inventory)
-    original_plan = engine.plan
+    original_plan = engine.writes._claim_modes  # where a plan reserves its room
     callers = 8
     barrier = threading.Barrier(callers)
 
-    def plan(tasks: Sequence[Task], now: float) -> list[NewRow]:
-        planned = original_plan(tasks, now)
+    def plan(dues_ms: Sequence[int], claim: bool) -> list[ClaimMode]:
+        planned = original_plan(dues_ms, claim)
         if threading.current_thread().name.startswith("caller-"):
             with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait(timeout=2)
         return planned
 
-    monkeypatch.setattr(engine, "plan", plan)
+    monkeypatch.setattr(engine.writes, "_claim_modes", plan)
     hook.start()
     assert publisher_of(hook).connected.wait(20)
     due = now_ms() + 15_000  # inside the window, after the test: held, not fired
     if api == "schedule":
         for i in range(45):  # memory nearly full: room for 5 more
-            hook.schedule(f"fill-{i}", at_ms=due)
+            hook.schedule(TaskSpec(f"fill-{i}", at_ms=due))
         # A fill task planned while the preloader held a reservation for its
         # claim query found no room and was inserted unclaimed: the preloader
         # claims it on its next round.
@@ -310,7 +315,7 @@ def test_memory_stays_bounded_under_concurrent_schedule_calls(
         specs = [TaskSpec(id=f"c-{n}-{i}", at_ms=due) for i in range(10)]
         try:
             if api == "schedule":
-                hook.schedule(f"c-{n}", at_ms=due)
+                hook.schedule(TaskSpec(f"c-{n}", at_ms=due))
             else:
                 hook.schedule_many(specs)
         except BaseException as exc:

@@ -33,7 +33,7 @@ def test_schedule_without_engine_commits_before_return(hooks: HookFactory, rows:
     hook = hooks(start=False)
     due = now_ms() + FAR_MS
 
-    result = hook.schedule("direct-1", at_ms=due, routing_key="a.b", payload=b"\x00p")
+    result = hook.schedule(TaskSpec("direct-1", at_ms=due, routing_key="a.b", payload=b"\x00p"))
 
     row = rows.row("direct-1")
     assert row is not None, "row not visible to another connection after schedule returned"
@@ -61,7 +61,7 @@ def test_schedule_on_running_engine_commits_before_return(
                 # Alternate: beyond the window (left for preloaders) and inside it
                 # (claimed by this instance in the same transaction).
                 due = start + (FAR_MS if i % 2 else 20_000)
-                hook.schedule(task_id, at_ms=due, payload=task_id)
+                hook.schedule(TaskSpec(task_id, at_ms=due, payload=task_id))
                 if reader.row(task_id) is None:
                     missing.append(task_id)
         except BaseException as exc:
@@ -88,7 +88,7 @@ def test_schedule_on_running_engine_commits_before_return(
             assert row.claimed_by is None, row
 
     # Due within arm_ahead_ms: committed armed (firing = 1) before schedule returns.
-    hook.schedule("gc-armed", delay_ms=800)
+    hook.schedule(TaskSpec("gc-armed", delay_ms=800))
     armed = rows.row("gc-armed")
     assert armed is not None
     assert (armed.claimed_by, armed.firing) == (hook.instance_id, 1)
@@ -99,7 +99,7 @@ def test_schedule_many_commits_before_return(
     hooks: HookFactory, rows: RowReader, started: bool
 ) -> None:
     hook = hooks(start=started)
-    hook.schedule("existing", at_ms=now_ms() + FAR_MS, payload="same")
+    hook.schedule(TaskSpec("existing", at_ms=now_ms() + FAR_MS, payload="same"))
     existing = rows.row("existing")
     assert existing is not None
     specs = [TaskSpec(id=f"many-{i}", delay_ms=FAR_MS + i, payload=f"p{i}") for i in range(50)]
@@ -126,10 +126,10 @@ def test_same_content_is_idempotent_and_fires_once(
     scheduler = engine if scheduler_started else hooks(start=False)
     due = now_ms() + 400
 
-    first = scheduler.schedule("once", at_ms=due, routing_key="r.k", payload=b"x")
-    again = scheduler.schedule("once", at_ms=due, routing_key="r.k", payload=b"x")
-    third = engine.schedule("once", at_ms=due, routing_key="r.k", payload=b"x")
-    scheduler.schedule("sentinel", at_ms=due + 300)
+    first = scheduler.schedule(TaskSpec("once", at_ms=due, routing_key="r.k", payload=b"x"))
+    again = scheduler.schedule(TaskSpec("once", at_ms=due, routing_key="r.k", payload=b"x"))
+    third = engine.schedule(TaskSpec("once", at_ms=due, routing_key="r.k", payload=b"x"))
+    scheduler.schedule(TaskSpec("sentinel", at_ms=due + 300))
 
     assert (first.created, again.created, third.created) == (True, False, False)
     assert first.task == again.task == third.task
@@ -161,12 +161,14 @@ def test_different_content_conflicts_and_leaves_row_unchanged(
 ) -> None:
     hook = hooks(start=started)
     due = now_ms() + FAR_MS
-    hook.schedule("c1", at_ms=due, routing_key="orig.key", payload=b"orig")
+    hook.schedule(TaskSpec("c1", at_ms=due, routing_key="orig.key", payload=b"orig"))
     before = rows.row("c1")
     assert before is not None
 
     with pytest.raises(ConflictError) as info:
-        hook.schedule("c1", at_ms=due + due_delta, routing_key=routing_key, payload=payload)
+        hook.schedule(
+            TaskSpec("c1", at_ms=due + due_delta, routing_key=routing_key, payload=payload)
+        )
 
     assert info.value.task_id == "c1"
     assert rows.row("c1") == before
@@ -179,7 +181,7 @@ def test_schedule_many_with_a_conflict_writes_nothing(
 ) -> None:
     hook = hooks(start=started)
     soon = now_ms() + 300  # inside the preload window: a running engine plans to claim
-    hook.schedule("taken", at_ms=soon + FAR_MS, payload="v1")
+    hook.schedule(TaskSpec("taken", at_ms=soon + FAR_MS, payload="v1"))
     before = rows.row("taken")
     specs = [
         TaskSpec(id="new-1", at_ms=soon),
@@ -196,7 +198,7 @@ def test_schedule_many_with_a_conflict_writes_nothing(
     assert rows.row("taken") == before
     if started:
         assert len(hook.engine.inventory) == 0  # nothing adopted into memory
-        hook.schedule("sentinel", at_ms=soon + 300)
+        hook.schedule(TaskSpec("sentinel", at_ms=soon + 300))
         received = collect_until(event_consumer, "sentinel", timeout_s=15)
         assert [r.message_id for r in received] == ["sentinel"]
 
@@ -264,7 +266,7 @@ def test_schedule_validation_error_names_the_field_and_writes_nothing(
     hook = hooks(start=started, max_payload_bytes=16)
 
     with pytest.raises(ValidationError) as info:
-        hook.schedule(**kwargs)
+        hook.schedule(TaskSpec(**kwargs))
 
     assert info.value.field == field
     assert rows.count() == 0
@@ -278,8 +280,8 @@ def test_get_reports_scheduled_firing_and_gone(
 ) -> None:
     hook = hooks(arm_ahead_ms=1000, preload_window_ms=2000, claim_lease_ms=4000)
     far = now_ms() + FAR_MS
-    hook.schedule("future", at_ms=far, routing_key="g.k", payload=b"pl")
-    armed = hook.schedule("armed", delay_ms=800)  # within arm_ahead_ms: armed on insert
+    hook.schedule(TaskSpec("future", at_ms=far, routing_key="g.k", payload=b"pl"))
+    armed = hook.schedule(TaskSpec("armed", delay_ms=800))  # within arm_ahead_ms: armed on insert
 
     future_info = hook.get("future")
     armed_info = hook.get("armed")
@@ -319,7 +321,7 @@ def test_graceful_stop_releases_claims_of_tasks_not_yet_due(
     client.schedule_many([TaskSpec(id=f"pre-{i}", at_ms=start + 8000 + i) for i in range(10)])
     hook = hooks(**knobs)
     for i in range(10):
-        hook.schedule(f"ins-{i}", at_ms=start + 8000 + i)  # claimed on insert
+        hook.schedule(TaskSpec(f"ins-{i}", at_ms=start + 8000 + i))  # claimed on insert
     ids = {f"pre-{i}" for i in range(10)} | {f"ins-{i}" for i in range(10)}
 
     def all_claimed() -> bool:

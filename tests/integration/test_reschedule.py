@@ -11,6 +11,7 @@ from support.hook import HookFactory, RowReader, collect_until, header_int
 from support.waiting import now_ms, wait_until
 
 from triggerhook import RescheduleResult, ValidationError
+from triggerhook.domain.spec import TaskSpec
 
 FAR_MS = 3_600_000
 
@@ -20,7 +21,7 @@ def test_reschedule_a_far_task_to_soon_fires_it_at_the_new_time_only(
 ) -> None:
     hook = hooks()
     start = now_ms()
-    hook.schedule("move", at_ms=start + FAR_MS, payload=b"body", routing_key="rk.move")
+    hook.schedule(TaskSpec("move", at_ms=start + FAR_MS, payload=b"body", routing_key="rk.move"))
 
     moved = hook.reschedule("move", at_ms=start + 600)
 
@@ -45,13 +46,13 @@ def test_reschedule_a_held_task_later_it_never_fires_at_the_old_time(
     holder = hooks()
     caller = holder if via_engine else hooks(start=False)  # another process, say
     start = now_ms()
-    holder.schedule("held", at_ms=start + 700)
+    holder.schedule(TaskSpec("held", at_ms=start + 700))
     assert "held" in holder.engine.inventory.snapshot()
 
     moved = caller.reschedule("held", delay_ms=FAR_MS)
     assert moved.result is RescheduleResult.RESCHEDULED
 
-    holder.schedule("sentinel", at_ms=start + 1000)
+    holder.schedule(TaskSpec("sentinel", at_ms=start + 1000))
     received = collect_until(event_consumer, "sentinel", timeout_s=15)
     assert [r.message_id for r in received] == ["sentinel"]
     row = rows.row("held")
@@ -64,7 +65,7 @@ def test_reschedule_results_for_unknown_armed_and_invalid(
 ) -> None:
     hook = hooks(arm_ahead_ms=500)
     assert hook.reschedule("nobody", delay_ms=5).result is RescheduleResult.NOT_FOUND
-    hook.schedule("armed", delay_ms=300)  # armed on insert
+    hook.schedule(TaskSpec("armed", delay_ms=300))  # armed on insert
     late = hook.reschedule("armed", delay_ms=FAR_MS)
     assert late.result is RescheduleResult.TOO_LATE and late.task is None
     assert [e.message_id for e in event_consumer.collect(1, 10)] == ["armed"]
@@ -72,7 +73,7 @@ def test_reschedule_results_for_unknown_armed_and_invalid(
     with pytest.raises(ValidationError) as bad_id:
         hook.reschedule("no good", delay_ms=5)
     assert bad_id.value.field == "id"
-    hook.schedule("kept", delay_ms=FAR_MS)
+    hook.schedule(TaskSpec("kept", delay_ms=FAR_MS))
     with pytest.raises(ValidationError) as two_times:
         hook.reschedule("kept", at_ms=now_ms(), delay_ms=5)
     assert two_times.value.field == "at"

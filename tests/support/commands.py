@@ -33,6 +33,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from support.hook import settings_of
 from support.waiting import wait_for
 from triggerhook import TriggerHook
 from triggerhook.api.commands import CommandConsumer
@@ -217,7 +218,7 @@ class Consumers:
         self._started: list[CommandConsumer] = []
 
     def start(self, hook: TriggerHook, queue: str, **overrides: Any) -> CommandConsumer:
-        settings = dataclasses.replace(hook.settings, command_queue=queue, **overrides)
+        settings = dataclasses.replace(settings_of(hook), command_queue=queue, **overrides)
         consumer = CommandConsumer(hook, settings, self._failed)
         self._started.append(consumer)
         consumer.start()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,15 @@ def make_settings(database_url: str, amqp_url: str, exchange: str, **overrides: 
     return Settings(database_url=database_url, amqp_url=amqp_url, exchange=exchange, **knobs)
 
 
+# The settings each hook of open_hook was built with (the library keeps none).
+_SETTINGS: weakref.WeakKeyDictionary[TriggerHook, Settings] = weakref.WeakKeyDictionary()
+
+
+def settings_of(hook: TriggerHook) -> Settings:
+    """The settings ``hook`` was built with by :func:`open_hook`."""
+    return _SETTINGS[hook]
+
+
 def publisher_of(hook: TriggerHook) -> AmqpPublisher:
     """The engine's publisher as the concrete AMQP class (for its counters)."""
     publisher = hook.engine.publisher
@@ -62,6 +72,7 @@ def open_hook(
     init_schema(settings.database_url)
     switch_interval = sys.getswitchinterval()  # a running engine changes it
     hook = build(settings)
+    _SETTINGS[hook] = settings
     try:
         if start:
             hook.start()

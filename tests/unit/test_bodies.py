@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from triggerhook.api.bodies import (
+    MAX_DELAY_S,
     MalformedJson,
     When,
     decode_json,
@@ -12,9 +13,10 @@ from triggerhook.api.bodies import (
     parse_create,
     parse_id,
     parse_reschedule,
-    rename_field,
 )
 from triggerhook.app import TaskSpec
+from triggerhook.domain.spec import TaskRules, resolve
+from triggerhook.domain.task import MAX_DUE_MS
 from triggerhook.errors import ValidationError
 
 
@@ -90,12 +92,23 @@ def test_reschedule_and_id() -> None:
         assert bad.value.field == field
 
 
-def test_library_field_names_become_interface_names() -> None:
-    assert rename_field(ValidationError("delay_ms", "m")).field == "delay"
-    assert rename_field(ValidationError("at_ms", "m")).field == "at"
-    assert rename_field(ValidationError("tasks[2].due", "m")).field == "tasks[2].at"
-    assert rename_field(ValidationError("routing_key", "m")).field == "routing_key"
-    assert rename_field(ValidationError("id", "m"), "tasks[0]").field == "tasks[0].id"
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"at": 0},
+        {"at": -1e9},  # a past time means now; before 1970, the epoch
+        {"at": "9999-12-31T23:59:59.999Z"},
+        {"at": 253_402_300_799.999},
+        {"delay": MAX_DELAY_S},
+        {"delay": 0},
+    ],
+)
+def test_every_due_time_a_body_accepts_the_library_accepts(body: dict[str, object]) -> None:
+    # So the interfaces never see an error under the library's own names
+    # (at_ms, delay_ms): the body is the whole check of its due time.
+    now_ms = 4_102_444_800_000  # 2100-01-01, later than any test runs
+    task = resolve(parse_create(body), now_ms, TaskRules("rk", 64))
+    assert 0 <= task.due_ms <= MAX_DUE_MS
 
 
 def test_decode_json_reads_what_json_loads_read() -> None:

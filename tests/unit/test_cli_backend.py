@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import pytest
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher
 
-from triggerhook.app import TriggerHook
 from triggerhook.cli import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -25,6 +24,7 @@ from triggerhook.domain.outcomes import Outcome
 from triggerhook.domain.task import TaskState
 from triggerhook.settings import Settings
 from triggerhook.store.memory import MemoryStore
+from triggerhook.wiring import assemble
 
 NOW_MS = int(DEFAULT_NOW_MS)
 AT = "2030-01-01T00:00:00.250Z"
@@ -39,9 +39,7 @@ def store() -> MemoryStore:
 @pytest.fixture
 def backend(store: MemoryStore) -> Iterator[LibraryBackend]:
     settings = Settings(instance_id="unit", max_payload_bytes=64, default_routing_key="rk")
-    hook = TriggerHook(
-        settings, store, FakeClock(), lambda buffer, sink, retry, fail: FakePublisher()
-    )
+    hook = assemble(settings, store, FakeClock(), lambda buffer, sink, retry, fail: FakePublisher())
     with LibraryBackend(hook) as library:
         yield library
 

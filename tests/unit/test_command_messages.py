@@ -16,6 +16,7 @@ from triggerhook.app import TriggerHook
 from triggerhook.domain.task import Task
 from triggerhook.errors import StoreUnavailable
 from triggerhook.settings import Settings
+from triggerhook.wiring import assemble
 
 NOW_MS = int(DEFAULT_NOW_MS)
 LIMIT = 4096
@@ -34,7 +35,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def hook(store: FakeStore, clock: FakeClock) -> Iterator[TriggerHook]:
     settings = Settings(instance_id="unit", max_payload_bytes=64)
-    yield TriggerHook(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
+    yield assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
 
 
 def run(

@@ -19,8 +19,9 @@ from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.errors import ConflictError, StoreError, StoreUnavailable
-from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, Move, Moved, NewRow
+from triggerhook.interfaces import Claim, ClaimMode, InsertOutcome, NewRow
 from triggerhook.settings import Settings
+from triggerhook.wiring import engine_config
 
 NOW = 1_700_000_000_000
 ME = "me"
@@ -552,7 +553,7 @@ def test_inventory_room_never_negative() -> None:
     assert inventory.reserve(3) == 0
 
 
-# -- Engine.plan / adopt / unplan: room for rows claimed on insert ----------------------
+# -- Writes.plan / adopt / unplan: room for rows claimed on insert ----------------------
 
 
 def make_engine(store: FakeStore, capacity: int, clock: FakeClock | None = None) -> Engine:
@@ -565,21 +566,11 @@ def make_engine(store: FakeStore, capacity: int, clock: FakeClock | None = None)
         switch_interval_us=0,  # leave the interpreter's switch interval alone
         shutdown_timeout_s=1,
     )
-
-    def write_batch(rows: Sequence[NewRow]) -> list[InsertOutcome]:
-        raise AssertionError("the tests below insert into the store themselves")
-
-    def write_moves(moves: Sequence[Move]) -> list[Moved]:
-        raise AssertionError("the tests below reschedule in the store themselves")
-
     return Engine(
-        settings,
+        engine_config(settings),
         store,
         clock or FakeClock(NOW),
-        ME,
         lambda buffer, sink, retry, fail: FakePublisher(),
-        write_batch,
-        write_moves,
     )
 
 
@@ -618,7 +609,7 @@ def _modes(rows: list[NewRow]) -> list[ClaimMode]:
 
 def test_engine_plan_before_start_claims_nothing_and_reserves_nothing() -> None:
     eng = make_engine(FakeStore(), capacity=5)
-    rows = eng.plan([task("a", NOW + 100), task("b", NOW + 500)], NOW)
+    rows = eng.writes.plan_inserts([task("a", NOW + 100), task("b", NOW + 500)])
     assert _modes(rows) == [ClaimMode.NONE, ClaimMode.NONE]
     assert eng.inventory.room() == 5
 
@@ -627,21 +618,21 @@ def test_engine_plan_reserves_room_so_concurrent_callers_cannot_overshoot(
     running: Running,
 ) -> None:
     engine, store = running.engine, running.store
-    first = engine.plan(
-        [task("s0", NOW + 500), task("far", NOW + WINDOW + 1), task("s1", NOW + 100)], NOW
+    first = engine.writes.plan_inserts(
+        [task("s0", NOW + 500), task("far", NOW + WINDOW + 1), task("s1", NOW + 100)]
     )
     assert _modes(first) == [ClaimMode.CLAIM, ClaimMode.NONE, ClaimMode.ARM]
     assert engine.inventory.room() == 3  # reserved, though nothing is held yet
     assert len(engine.inventory) == 0
     # Another caller planning before the first one committed gets what is left.
-    second = engine.plan([task(f"o{i}", NOW + 300) for i in range(5)], NOW)
+    second = engine.writes.plan_inserts([task(f"o{i}", NOW + 300) for i in range(5)])
     assert _modes(second) == [ClaimMode.CLAIM] * 3 + [ClaimMode.NONE] * 2
     assert engine.inventory.room() == 0
-    assert _modes(engine.plan([task("late", NOW + 300)], NOW)) == [ClaimMode.NONE]
+    assert _modes(engine.writes.plan_inserts([task("late", NOW + 300)])) == [ClaimMode.NONE]
 
     for rows in (first, second):
         outcomes = store.insert(rows, ME, NOW + LEASE, atomic=False)
-        engine.adopt(rows, outcomes)
+        engine.writes.adopt_inserts(rows, outcomes)
 
     assert len(engine.inventory) == 5  # exactly the capacity, not more
     assert engine.inventory.room() == 0
@@ -652,9 +643,9 @@ def test_engine_plan_reserves_room_so_concurrent_callers_cannot_overshoot(
 
 def test_engine_unplan_releases_the_room_of_a_failed_insert(running: Running) -> None:
     engine = running.engine
-    rows = engine.plan([task("a", NOW + 500), task("b", NOW + 100)], NOW)
+    rows = engine.writes.plan_inserts([task("a", NOW + 500), task("b", NOW + 100)])
     assert engine.inventory.room() == 3
-    engine.unplan(rows)
+    engine.writes.unplan(rows)
     assert engine.inventory.room() == 5
     assert len(engine.inventory) == 0
     assert len(engine.armer) == 0
@@ -665,19 +656,18 @@ def test_engine_adopt_holds_only_created_rows_and_settles_the_rest(running: Runn
     engine, store = running.engine, running.store
     store.put(task("same", NOW + 500))
     store.put(task("other", NOW + 500))
-    rows = engine.plan(
+    rows = engine.writes.plan_inserts(
         [
             task("same", NOW + 500),  # exists with this content: a retry
             task("other", NOW + 500, b"changed"),  # exists with other content
             task("new", NOW + 500),
-        ],
-        NOW,
+        ]
     )
     assert engine.inventory.room() == 2
     outcomes = store.insert(rows, ME, NOW + LEASE, atomic=False)
     assert outcomes == [InsertOutcome.EXISTS, InsertOutcome.CONFLICT, InsertOutcome.CREATED]
 
-    engine.adopt(rows, outcomes)
+    engine.writes.adopt_inserts(rows, outcomes)
 
     assert engine.inventory.snapshot() == ["new"]
     assert engine.inventory.room() == 4  # the other two reservations came back
@@ -893,10 +883,10 @@ def test_engine_reschedule_holds_moved_rows_like_new_ones(running: Running) -> N
     engine, store = running.engine, running.store
     store.put(task("near", NOW + 50_000))
     store.put(task("soon", NOW + 40_000))
-    moves = engine.plan_moves([("near", NOW + 500), ("soon", NOW + 100)], NOW)
+    moves = engine.writes.plan_moves([("near", NOW + 500), ("soon", NOW + 100)])
     assert [m.claim for m in moves] == [ClaimMode.CLAIM, ClaimMode.ARM]
     assert engine.inventory.room() == 3
-    engine.adopt_moves(moves, store.reschedule(moves, ME, NOW + LEASE))
+    engine.writes.adopt_moves(moves, store.reschedule(moves, ME, NOW + LEASE))
     assert sorted(engine.inventory.snapshot()) == ["near", "soon"]
     assert len(engine.scheduler) == 1 and len(engine.armer) == 1
     row = store.row("soon")
@@ -908,11 +898,11 @@ def test_engine_reschedule_of_one_id_twice_in_a_batch_holds_only_the_last_move(
 ) -> None:
     engine, store = running.engine, running.store
     store.put(task("twice", NOW + 50_000))
-    moves = engine.plan_moves([("twice", NOW + 100), ("twice", NOW + 150)], NOW)
+    moves = engine.writes.plan_moves([("twice", NOW + 100), ("twice", NOW + 150)])
     assert [m.claim for m in moves] == [ClaimMode.ARM, ClaimMode.ARM]
     outcomes = store.reschedule(moves, ME, NOW + LEASE)
     assert [o.task.due_ms if o.task else None for o in outcomes] == [NOW + 150] * 2
-    engine.adopt_moves(moves, outcomes)
+    engine.writes.adopt_moves(moves, outcomes)
     # One copy, at the revision the row has: it fires once, at the last time.
     assert len(engine.scheduler) == 1
     assert engine.inventory.room() == 4  # both reservations settled
@@ -925,8 +915,8 @@ def test_engine_reschedule_refused_rows_take_no_room(running: Running) -> None:
     store.put(
         task("armed", NOW + 1000), claimed_by="other", claim_until_ms=NOW + LEASE, firing=True
     )
-    moves = engine.plan_moves([("armed", NOW + 300), ("gone", NOW + 300)], NOW)
+    moves = engine.writes.plan_moves([("armed", NOW + 300), ("gone", NOW + 300)])
     outcomes = store.reschedule(moves, ME, NOW + LEASE)
     assert [o.result for o in outcomes] == [RescheduleResult.TOO_LATE, RescheduleResult.NOT_FOUND]
-    engine.adopt_moves(moves, outcomes)
+    engine.writes.adopt_moves(moves, outcomes)
     assert len(engine.inventory) == 0 and engine.inventory.room() == 5

@@ -30,6 +30,7 @@ from triggerhook.api.command_messages import (
 )
 from triggerhook.app import TriggerHook
 from triggerhook.settings import Settings
+from triggerhook.wiring import assemble
 
 LIMIT = 4096
 TOKEN = "s3cret"
@@ -94,7 +95,7 @@ _reply_tos = _wire_scalars | st.sampled_from(
 
 def _hook() -> TriggerHook:
     settings_ = Settings(instance_id="fuzz", max_payload_bytes=64)
-    return TriggerHook(
+    return assemble(
         settings_, FakeStore(), FakeClock(), lambda buffer, sink, retry, fail: FakePublisher()
     )
 

@@ -23,8 +23,9 @@ from support.daemon import closed_port
 from triggerhook import Settings
 from triggerhook.errors import ConfigError, MetricsRejected, MetricsUnavailable
 from triggerhook.interfaces import MetricsSink
-from triggerhook.metrics.influx import InfluxV1Sink, InfluxV2Sink, sink_from_settings
+from triggerhook.metrics.influx import InfluxV1Sink, InfluxV2Sink
 from triggerhook.runtime.points import Point
+from triggerhook.wiring import sink_from_settings
 
 _STALL_MAX_S = 10.0  # a stalled answer is released at teardown at the latest
 

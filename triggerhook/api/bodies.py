@@ -1,8 +1,10 @@
 """Request bodies of the HTTP API and the AMQP command channel, parsed from JSON.
 
-Pure functions: a decoded JSON value in, a :class:`~triggerhook.app.TaskSpec`
+Pure functions: a decoded JSON value in, a :class:`~triggerhook.domain.spec.TaskSpec`
 (or a due time) out, or a :class:`ValidationError` naming the offending field
-as the caller wrote it (``at``, ``tasks[3].payload_b64``). Both interfaces use
+as the caller wrote it (``at``, ``tasks[3].payload_b64``). The due time is
+checked here in full (``at`` in 1970-9999, ``delay`` at most ``MAX_DELAY_S``),
+so the library never refuses it under its own names (``at_ms``, ``delay_ms``). Both interfaces use
 these, so they accept exactly the same bodies. :func:`decode_json` turns the
 HTTP API's body bytes into such a value.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from triggerhook.app import TaskSpec
+from triggerhook.domain.spec import TaskSpec
 from triggerhook.domain.timeparse import parse_at, seconds_to_ms
 from triggerhook.errors import ValidationError
 
@@ -115,16 +117,6 @@ def parse_id(body: object) -> str:
     if not isinstance(value, str):
         raise ValidationError("id", "must be a string")
     return value
-
-
-def rename_field(exc: ValidationError, prefix: str = "") -> ValidationError:
-    """An error from the library's names (``at_ms``, ``delay_ms``, ``due``) in the
-    interface's names (``at``, ``delay``)."""
-    head, _, last = exc.field.rpartition(".")
-    renamed = {"at_ms": "at", "due": "at", "delay_ms": "delay"}.get(last, last)
-    if renamed == last and not prefix:
-        return exc
-    return ValidationError(_name(prefix, f"{head}.{renamed}" if head else renamed), exc.message)
 
 
 def _object(body: object, prefix: str, allowed: frozenset[str]) -> Mapping[str, object]:

@@ -17,7 +17,6 @@ from triggerhook.api.bodies import (
     parse_cancel,
     parse_create,
     parse_reschedule,
-    rename_field,
 )
 from triggerhook.app import TaskSpec, TriggerHook
 from triggerhook.domain.outcomes import (
@@ -170,8 +169,7 @@ def _error(code: str, message: str, field: str | None = None) -> Reply:
 
 
 def _invalid(exc: ValidationError) -> Rejected:
-    renamed = rename_field(exc)
-    return Rejected.of(Outcome.INVALID, renamed.field, detail=renamed.message)
+    return Rejected.of(Outcome.INVALID, exc.field, detail=exc.message)
 
 
 def _seconds(due_ms: int) -> float:
@@ -218,33 +216,29 @@ def _create(hook: TriggerHook, document: object, command: Command) -> Reply:
         if spec.id is None and command.message_id and ID_PATTERN.fullmatch(command.message_id):
             # The message id names the task, so a redelivered command is applied once.
             spec = dataclasses.replace(spec, id=command.message_id)
-        task = hook.task_from(spec)
-        scheduled = hook.schedule(
-            task.id, at_ms=task.due_ms, routing_key=task.routing_key, payload=task.payload
-        )
+        scheduled = hook.schedule(spec)
     except ValidationError as exc:
         raise _invalid(exc) from None
     except ConflictError as exc:
-        stored = _redelivered_delay(hook, command, spec, task)
+        stored = _redelivered_delay(hook, command, spec)
         if stored is None:
             return answer(Outcome.CONFLICT, id=exc.task_id)
-        return _success(Outcome.EXISTS, id=task.id, at=_seconds(stored.due_ms), created=False)
+        return _success(Outcome.EXISTS, id=stored.id, at=_seconds(stored.due_ms), created=False)
     return _success(
         scheduled_outcome(scheduled.created),
-        id=task.id,
+        id=scheduled.task.id,
         at=_seconds(scheduled.task.due_ms),
         created=scheduled.created,
     )
 
 
-def _redelivered_delay(
-    hook: TriggerHook, command: Command, spec: TaskSpec, task: Task
-) -> Task | None:
+def _redelivered_delay(hook: TriggerHook, command: Command, spec: TaskSpec) -> Task | None:
     """The stored task, if this conflict is a redelivered ``delay`` create meeting
     its own earlier application (the due time, computed from the time of
     receipt, is all that differs)."""
     if not command.redelivered or spec.delay_ms is None:
         return None
+    task = hook.resolve(spec)  # valid: the conflict came after its validation
     info: TaskInfo | None = hook.get(task.id)
     if info is None:
         return None

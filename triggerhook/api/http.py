@@ -35,7 +35,6 @@ from triggerhook.api.bodies import (
     parse_batch,
     parse_create,
     parse_reschedule,
-    rename_field,
 )
 from triggerhook.api.limits import (
     BodyTimeout,
@@ -45,7 +44,7 @@ from triggerhook.api.limits import (
     ThrottledWarning,
     read_body,
 )
-from triggerhook.app import Scheduled, TaskSpec, TriggerHook
+from triggerhook.app import Scheduled, Ticket, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     RESCHEDULE_OUTCOMES,
@@ -54,8 +53,7 @@ from triggerhook.domain.outcomes import (
     scheduled_outcome,
     unavailable_what,
 )
-from triggerhook.domain.task import CancelResult, Task, TaskInfo, validate_id
-from triggerhook.engine.groupcommit import Ticket
+from triggerhook.domain.task import CancelResult, TaskInfo, validate_id
 from triggerhook.errors import (
     ConflictError,
     StoreUnavailable,
@@ -421,12 +419,6 @@ class HttpApi:
         except MalformedJson as exc:
             raise ApiError(Outcome.MALFORMED_JSON, what="valid JSON", detail=exc) from None
 
-    def _task(self, spec: TaskSpec) -> Task:
-        try:
-            return self._hook.task_from(spec)
-        except ValidationError as exc:
-            raise rename_field(exc) from None
-
     @staticmethod
     def _path_id(request: web.Request) -> str:
         return validate_id(request.match_info["id"])
@@ -437,11 +429,12 @@ class HttpApi:
     # -- handlers -------------------------------------------------------------------
 
     async def create(self, request: web.Request) -> web.Response:
-        task = self._task(parse_create(await self._body(request)))
+        spec = parse_create(await self._body(request))
         commit: Commit[Scheduled] = Commit()
-        commit.hold(self._hook.schedule_nowait(task, commit.done))
+        commit.hold(self._hook.schedule_nowait(spec, commit.done))
         scheduled = await commit.wait()
         status = status_of(scheduled_outcome(scheduled.created))
+        task = scheduled.task
         return _response(status, {"id": task.id, "at": _at(task.due_ms)})
 
     async def create_batch(self, request: web.Request) -> web.Response:
@@ -454,8 +447,6 @@ class HttpApi:
         specs = parse_batch(body, self._settings.http_max_batch_tasks)
         try:
             scheduled = self._hook.schedule_many(specs)
-        except ValidationError as exc:
-            raise rename_field(exc) from None
         except ConflictError as exc:
             index = next(i for i, spec in enumerate(specs) if spec.id == exc.task_id)
             raise ApiError(Outcome.CONFLICT, field=f"tasks[{index}].id", id=exc.task_id) from None
@@ -472,14 +463,11 @@ class HttpApi:
         task_id = self._path_id(request)
         when = parse_reschedule(await self._body(request))
         commit: Commit[Moved] = Commit()
-        try:
-            commit.hold(
-                self._hook.reschedule_nowait(
-                    task_id, commit.done, at_ms=when.at_ms, delay_ms=when.delay_ms
-                )
+        commit.hold(
+            self._hook.reschedule_nowait(
+                task_id, commit.done, at_ms=when.at_ms, delay_ms=when.delay_ms
             )
-        except ValidationError as exc:
-            raise rename_field(exc) from None
+        )
         moved = await commit.wait()
         outcome = RESCHEDULE_OUTCOMES[moved.result]
         if outcome is Outcome.RESCHEDULED and moved.task is None:
@@ -514,26 +502,22 @@ class HttpApi:
 
     async def status(self, _request: web.Request) -> web.Response:
         """The live figures: the last metrics period, and totals since start."""
-        latest = self._hook.latest_figures()
+        figures = self._hook.figures()
         return _response(
             200,
             {
-                "instance": self._hook.instance_id,
-                "running": self._hook.engine.running,
-                "period": latest.get(points.ENGINE, {}),
-                "http": latest.get(points.HTTP, {}),
-                "totals": self._hook.engine.counters(),
+                "instance": figures.instance,
+                "running": figures.running,
+                "period": figures.latest.get(points.ENGINE, {}),
+                "http": figures.latest.get(points.HTTP, {}),
+                "totals": figures.totals,
             },
         )
 
     async def prometheus(self, _request: web.Request) -> web.Response:
-        latest = self._hook.latest_figures()
-        totals = {
-            **self._hook.engine.counters(),
-            **self.stats.counters(),
-            **self.guard.counters(),
-        }
-        text = prometheus.render({"instance": self._hook.instance_id}, totals, latest)
+        figures = self._hook.figures()
+        totals = {**figures.totals, **self.stats.counters(), **self.guard.counters()}
+        text = prometheus.render({"instance": figures.instance}, totals, figures.latest)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def openapi(self, _request: web.Request) -> web.Response:

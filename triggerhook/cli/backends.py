@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
-from triggerhook.app import TriggerHook
+from triggerhook.app import TaskSpec, TriggerHook
 from triggerhook.client import (
     ApiError,
     Client,
@@ -121,7 +121,9 @@ class LibraryBackend:
     ) -> Stored:
         with _library_errors():
             result = self._hook.schedule(
-                task_id, at=at, delay_ms=delay_ms, routing_key=routing_key, payload=payload
+                TaskSpec(
+                    task_id, at=at, delay_ms=delay_ms, routing_key=routing_key, payload=payload
+                )
             )
         return Stored(result.task.id, result.task.due_ms, result.created)
 

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import httpx
 import urllib3.exceptions
 
-from triggerhook.errors import ConfigError, MetricsRejected, MetricsUnavailable
+from triggerhook.errors import MetricsRejected, MetricsUnavailable
 from triggerhook.logs import redact
 from triggerhook.metrics.lineprotocol import InvalidPoint, encode_point
 from triggerhook.runtime.points import Point
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from influxdb_client.client.influxdb_client import InfluxDBClient
     from influxdb_client.client.write_api import WriteApi
 
-    from triggerhook.interfaces import MetricsSink
-    from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -259,30 +257,3 @@ class InfluxV2Sink:
     def close(self) -> None:
         self._write_api.close()  # type: ignore[no-untyped-call]
         self._client.close()  # type: ignore[no-untyped-call]
-
-
-def sink_from_settings(settings: Settings) -> MetricsSink | None:
-    """The sink ``settings`` ask for, or None when ``metrics_url`` is empty (off)."""
-    if not settings.metrics_url:
-        return None
-    try:
-        url = check_url(settings.metrics_url)
-    except ValueError as exc:
-        raise ConfigError(f"metrics_url: {exc}") from None
-    timeout_s = settings.metrics_timeout_ms / 1000
-    if settings.metrics_influx_version == 1:
-        if not settings.metrics_database:
-            raise ConfigError("metrics_database: must not be empty (metrics_influx_version = 1)")
-        return InfluxV1Sink(
-            url,
-            settings.metrics_database,
-            settings.metrics_retention_policy,
-            settings.metrics_username,
-            settings.metrics_password,
-            timeout_s,
-        )
-    if not settings.metrics_bucket:
-        raise ConfigError("metrics_bucket: must not be empty (metrics_influx_version = 2)")
-    return InfluxV2Sink(
-        url, settings.metrics_org, settings.metrics_bucket, settings.metrics_token, timeout_s
-    )

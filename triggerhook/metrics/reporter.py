@@ -37,6 +37,7 @@ class MetricsReporter(Worker):
         sink: MetricsSink | None,
         interval_ms: int,
         buffer_points: int,
+        join_timeout_s: float = 1.0,
     ) -> None:
         # A failure here must not stop the engine: run() handles every error.
         super().__init__("th-metrics", on_failure=lambda _name, _exc: None)
@@ -54,6 +55,8 @@ class MetricsReporter(Worker):
         self.dropped = 0
         self.written = 0
         self.collect_errors = 0
+        # How long stopping waits for the final write (the sink's timeout and a second).
+        self.join_timeout_s = join_timeout_s
 
     def wake(self) -> None:
         self._wakeup.set()

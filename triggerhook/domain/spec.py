@@ -1,0 +1,65 @@
+"""What a caller asks for (:class:`TaskSpec`), and the rules that make it a task.
+
+Every interface (library, HTTP, AMQP commands, CLI) hands the library a
+``TaskSpec``; :func:`resolve` is the one place that validates it, once, into a
+:class:`~triggerhook.domain.task.Task`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from triggerhook.domain.task import Task, make_task
+from triggerhook.domain.timeparse import due_from
+from triggerhook.errors import ValidationError
+
+Due = datetime | int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """One task to schedule. Exactly one of ``at``, ``at_ms`` and ``delay_ms``.
+
+    ``at``: a datetime (naive = UTC), epoch seconds, or an ISO-8601 string;
+    ``at_ms``: epoch milliseconds; ``delay_ms``: milliseconds from now.
+    ``id``: None for a new UUIDv4; ``routing_key``: None for the configured
+    default; ``payload``: text is sent as UTF-8.
+    """
+
+    id: str | None = None
+    at: Due | None = None
+    at_ms: int | None = None
+    delay_ms: int | None = None
+    routing_key: str | None = None
+    payload: bytes | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRules:
+    """The configured defaults and limits a spec is resolved with."""
+
+    default_routing_key: str
+    max_payload_bytes: int
+
+
+def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") -> Task:
+    """The validated task ``spec`` asks for (``delay_ms`` counts from ``now_ms``).
+
+    Raises :class:`ValidationError` naming the field, prefixed with ``field``
+    when given (``tasks[3].routing_key``).
+    """
+    try:
+        return make_task(
+            task_id=spec.id,
+            due_ms=due_from(spec.at, spec.at_ms, spec.delay_ms, now_ms),
+            routing_key=(
+                rules.default_routing_key if spec.routing_key is None else spec.routing_key
+            ),
+            payload=spec.payload,
+            max_payload_bytes=rules.max_payload_bytes,
+        )
+    except ValidationError as exc:
+        if not field:
+            raise
+        raise ValidationError(f"{field}.{exc.field}", exc.message) from None
