@@ -10,7 +10,7 @@ It builds nothing: :mod:`triggerhook.wiring` assembles it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,20 @@ class Figures:
     running: bool
     totals: dict[str, int]  # since start
     latest: dict[str, dict[str, Field]]  # measurement -> the last period's fields
+
+
+def _conflicting(tasks: Sequence[Task], task_id: str) -> int:
+    """Which of ``tasks`` conflicts: the first that differs from an earlier task
+    of the batch with its id, else (it differs from the stored one) the first."""
+    first: Task | None = None
+    for index, task in enumerate(tasks):
+        if task.id != task_id:
+            continue
+        if first is None:
+            first = task
+        elif task != first:
+            return index
+    return next(index for index, task in enumerate(tasks) if task.id == task_id)
 
 
 def _scheduled(task: Task, outcome: InsertOutcome) -> Scheduled:
@@ -113,13 +127,17 @@ class TriggerHook:
     def schedule_many(self, specs: Iterable[TaskSpec]) -> list[Scheduled]:
         """Store many tasks in one transaction: all of them or, on any error, none.
 
-        A validation error names the index: ``tasks[3].routing_key``.
+        A validation error names the index: ``tasks[3].routing_key``; a
+        :class:`ConflictError` has the ``index`` of the task that conflicts.
         """
         now_ms = self._clock.now_ms()
         tasks = [resolve(s, now_ms, self._rules, f"tasks[{i}]") for i, s in enumerate(specs)]
         if not tasks:
             return []
-        outcomes = self._writes.insert_many(tasks)
+        try:
+            outcomes = self._writes.insert_many(tasks)
+        except ConflictError as exc:
+            raise ConflictError(exc.task_id, _conflicting(tasks, exc.task_id)) from None
         return [
             Scheduled(task, outcome is InsertOutcome.CREATED)
             for task, outcome in zip(tasks, outcomes, strict=True)

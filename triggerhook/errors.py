@@ -22,11 +22,13 @@ class ValidationError(TriggerHookError, ValueError):
 
 
 class ConflictError(TriggerHookError):
-    """A task with this id exists with different content."""
+    """A task with this id exists with different content. ``index``: in a
+    batch, the position of the task that conflicts (None for a single task)."""
 
-    def __init__(self, task_id: str) -> None:
+    def __init__(self, task_id: str, index: int | None = None) -> None:
         super().__init__(f"task {task_id!r} already exists with different content")
         self.task_id = task_id
+        self.index = index
 
 
 class ConfigError(TriggerHookError):

@@ -43,7 +43,6 @@ from triggerhook.errors import SchemaError, StoreError, StoreUnavailable
 from triggerhook.logs import redact
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.sdnotify import Notifier
-from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +108,17 @@ def _store_reason(exc: Exception) -> str:
 
 
 class Service:
-    """Owns the daemon's parts for one run; :meth:`run` returns the exit code."""
+    """Runs the daemon's parts for one run; :meth:`run` returns the exit code.
 
-    def __init__(self, hook: TriggerHook, settings: Settings) -> None:
+    Built by :func:`triggerhook.wiring.build_daemon`: the library façade first,
+    then the interfaces (:meth:`attach`), which report to :meth:`readiness`
+    and :meth:`fail` and block on :attr:`executor`.
+    """
+
+    def __init__(self, hook: TriggerHook, shutdown_timeout_s: float) -> None:
         self.hook = hook
-        self.settings = settings
-        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="th-pool")
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="th-pool")
         self._failure: str | None = None  # the detail, for the log
         self._failure_reason: str | None = None  # the readiness reason: no detail
         self._failed = threading.Event()
@@ -130,7 +134,13 @@ class Service:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(self._main())
 
-    def _fail(self, name: str, exc: BaseException) -> None:
+    def attach(self, http: HttpApi | None, commands: CommandConsumer | None) -> None:
+        """The interfaces to serve (None: that interface is off)."""
+        self.http = http
+        self.commands = commands
+
+    def fail(self, name: str, exc: BaseException) -> None:
+        """A fatal failure of ``name`` (a thread of an interface): stop, exit 1."""
         if self._failure is None:
             self._failure = f"thread {name} failed: {exc!r}"
             self._failure_reason = f"{name}: failed"
@@ -169,13 +179,9 @@ class Service:
         try:
             await self._start_interfaces()
         except OSError as exc:
-            log.error(
-                "cannot listen on %s:%s: %s",
-                self.settings.http_host,
-                self.settings.http_port,
-                exc.strerror or exc,
-            )
-            self._fail("http", exc)
+            assert self.http is not None  # the only interface that binds
+            log.error("cannot listen on %s: %s", self.http.address, exc.strerror or exc)
+            self.fail("http", exc)
         log.info("triggerhook running", extra={"instance": self.hook.instance_id})
         await self._await_ready(stop)
         while not self._must_stop(stop):
@@ -218,7 +224,7 @@ class Service:
         """:meth:`readiness` on a pool thread; None if a stop came first (a
         probe blocked on an unanswering database must not delay the stop)."""
         loop = asyncio.get_running_loop()
-        probe = loop.run_in_executor(self._executor, self.readiness)
+        probe = loop.run_in_executor(self.executor, self.readiness)
         stopped = asyncio.ensure_future(stop.wait())
         either: set[asyncio.Future[Any]] = {probe, stopped}
         try:
@@ -228,11 +234,9 @@ class Service:
         return probe.result() if probe.done() else None
 
     async def _start_interfaces(self) -> None:
-        if self.settings.commands_enabled:
-            self.commands = CommandConsumer(self.hook, self.settings, self._fail)
+        if self.commands is not None:
             self.commands.start()
-        if self.settings.http_enabled:
-            self.http = HttpApi(self.hook, self.settings, self.readiness, self._executor)
+        if self.http is not None:
             self.hook.observe_http(self.http.stats)
             await self.http.start()
 
@@ -240,15 +244,15 @@ class Service:
         """Within one ``shutdown_timeout_s`` for the whole stop (plus the HTTP
         runner's and the metrics' own few seconds): interfaces, then engine."""
         loop = asyncio.get_running_loop()
-        deadline_s = time.monotonic() + self.settings.shutdown_timeout_s
+        deadline_s = time.monotonic() + self._shutdown_timeout_s
         if self.http is not None:
             await self.http.stop()
         if self.commands is not None:
             consumer = self.commands
-            await loop.run_in_executor(self._executor, consumer.stop, _left(deadline_s))
-        clean = await loop.run_in_executor(self._executor, self.hook.stop, _left(deadline_s))
+            await loop.run_in_executor(self.executor, consumer.stop, _left(deadline_s))
+        clean = await loop.run_in_executor(self.executor, self.hook.stop, _left(deadline_s))
         self.hook.close()
-        self._executor.shutdown(wait=False)
+        self.executor.shutdown(wait=False)
         failure = self.hook.health().failure
         if failure is not None:
             log.error("exiting after a fatal engine failure: %s", failure)

@@ -1,19 +1,23 @@
 """The composition root: the one place that reads :class:`Settings` and builds
 the parts, handing each only the values it needs.
 
-:func:`build` wires the real adapters (MySQL store, AMQP publisher, system
-clock, InfluxDB sink when ``metrics_url`` is set); :func:`assemble` wires the
-engine and the façade around whatever store, clock and publisher it is given
-(unit tests pass the memory store and fakes).
+:func:`build` wires the library: the real adapters (MySQL store, AMQP
+publisher, system clock, InfluxDB sink when ``metrics_url`` is set) around the
+engine and the façade; :func:`assemble` does the same around whatever store,
+clock and publisher it is given (unit tests pass the memory store and fakes).
+:func:`build_daemon` adds the daemon's interfaces (HTTP API, AMQP commands) and
+the :class:`~triggerhook.service.Service` that runs them all.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+from typing import TYPE_CHECKING
 
-from triggerhook.amqp.connection import amqp_parameters
+from triggerhook.amqp.connection import AmqpParameters, amqp_parameters
 from triggerhook.amqp.publisher import AmqpPublisher
+from triggerhook.api.config import CommandConfig, HttpConfig
 from triggerhook.app import TriggerHook
 from triggerhook.clock import SystemClock
 from triggerhook.domain.delivery import DeliveryPolicy
@@ -30,13 +34,69 @@ from triggerhook.runtime.worker import FailureHandler
 from triggerhook.settings import Settings
 from triggerhook.store.mysql import MySQLStore
 
+if TYPE_CHECKING:
+    from triggerhook.service import Service
+
 log = logging.getLogger(__name__)
 
 
 def build(settings: Settings) -> TriggerHook:
     """Wire the MySQL store, the AMQP publisher, the system clock and, when
     ``metrics_url`` is set, the InfluxDB metrics sink."""
-    publisher = publisher_factory(settings)  # parses the URL first: fails fast if malformed
+    return _build(settings, amqp_parameters(settings.amqp_url))  # fails fast if malformed
+
+
+def build_daemon(settings: Settings) -> Service:
+    """Everything ``triggerhook run`` runs: the library, the HTTP API and the
+    AMQP command consumer (each when enabled), and the service over them."""
+    # Here, not at the top: the library (``import triggerhook``) does not load
+    # the daemon's event loop and web server.
+    from triggerhook.api.commands import CommandConsumer  # noqa: PLC0415
+    from triggerhook.api.http import HttpApi  # noqa: PLC0415
+    from triggerhook.service import Service  # noqa: PLC0415
+
+    params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumer
+    hook = _build(settings, params)
+    service = Service(hook, settings.shutdown_timeout_s)
+    commands = None
+    if settings.commands_enabled:
+        commands = CommandConsumer(hook, command_config(settings), params, service.fail)
+    http = None
+    if settings.http_enabled:
+        http = HttpApi(hook, http_config(settings), service.readiness, service.executor)
+    service.attach(http, commands)
+    return service
+
+
+def http_config(settings: Settings) -> HttpConfig:
+    return HttpConfig(
+        host=settings.http_host,
+        port=settings.http_port,
+        api_token=settings.api_token,
+        metrics_require_token=settings.metrics_require_token,
+        keepalive_timeout_s=float(settings.http_keepalive_timeout_s),
+        max_connections=settings.http_max_connections,
+        header_timeout_s=float(settings.http_header_timeout_s),
+        body_timeout_s=float(settings.http_body_timeout_s),
+        max_body_bytes=settings.http_max_body_bytes,
+        max_batch_tasks=settings.http_max_batch_tasks,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+
+
+def command_config(settings: Settings) -> CommandConfig:
+    return CommandConfig(
+        queue=settings.command_queue,
+        prefetch=settings.command_prefetch,
+        api_token=settings.api_token,
+        allowed_users=frozenset(settings.command_users()),
+        reply_prefix=settings.command_reply_prefix,
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+
+
+def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
+    publisher = publisher_factory(settings, params)
     sink = sink_from_settings(settings)
     store = MySQLStore(settings.database_url, settings.default_routing_key)
     return assemble(settings, store, SystemClock(), publisher, sink)
@@ -95,9 +155,8 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
-def publisher_factory(settings: Settings) -> PublisherFactory:
+def publisher_factory(settings: Settings, params: AmqpParameters) -> PublisherFactory:
     """The AMQP publisher, built when the engine asks (it hands over its stages)."""
-    params = amqp_parameters(settings.amqp_url)  # parsed once
     policy = DeliveryPolicy(
         settings.publish_max_attempts, settings.publish_max_age_ms, settings.publish_retry_max_ms
     )

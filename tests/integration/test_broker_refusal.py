@@ -12,7 +12,9 @@ import pytest
 from support.hook import HookFactory, make_settings, open_hook
 
 from triggerhook import TriggerHook
+from triggerhook.amqp.connection import amqp_parameters
 from triggerhook.api.commands import CommandConsumer
+from triggerhook.wiring import command_config
 
 # From "just started" to "handshake refused and retrying"; several land
 # inside the handshake on any machine.
@@ -34,7 +36,12 @@ def test_command_consumer_stops_cleanly_during_a_refused_handshake(
     hook = hooks(start=False)
     settings = make_settings(hooks.database_url, refused_url, hooks.exchange)
     failures: list[tuple[str, BaseException]] = []
-    consumer = CommandConsumer(hook, settings, lambda name, exc: failures.append((name, exc)))
+    consumer = CommandConsumer(
+        hook,
+        command_config(settings),
+        amqp_parameters(settings.amqp_url),
+        lambda name, exc: failures.append((name, exc)),
+    )
     consumer.start()
     threading.Event().wait(stop_after_s)
     consumer.stop(1.0)

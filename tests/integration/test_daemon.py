@@ -31,8 +31,8 @@ from support.mysql import connect
 from support.tcpproxy import proxied
 from support.waiting import now_ms, wait_for
 
-from triggerhook import Settings, build
-from triggerhook.service import Service
+from triggerhook import Settings
+from triggerhook.wiring import build_daemon
 
 SIGTERM_EXIT = 128 + 15  # the CLI's os._exit(128 + signum) on a second signal
 
@@ -358,8 +358,8 @@ def test_readiness_reasons_name_the_dependency_and_its_kind_of_failure(
         "no-schema": "mysql: schema missing or not current (run `triggerhook db init`)",
     }[case]
     settings = Settings(database_url=url, instance_id="probe", http_enabled=False)
-    hook = build(settings)
-    service = Service(hook, settings)
+    service = build_daemon(settings)
+    hook = service.hook
     try:
         with caplog.at_level(logging.WARNING, logger="triggerhook.service"):
             answers = [service.readiness() for _ in range(3)]

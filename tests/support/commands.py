@@ -36,7 +36,9 @@ import pika.exceptions
 from support.hook import settings_of
 from support.waiting import wait_for
 from triggerhook import TriggerHook
+from triggerhook.amqp.connection import amqp_parameters
 from triggerhook.api.commands import CommandConsumer
+from triggerhook.wiring import command_config
 
 CONNECT_TIMEOUT_S = 20.0
 _RABBITMQCTL_TIMEOUT_S = 60.0
@@ -219,7 +221,8 @@ class Consumers:
 
     def start(self, hook: TriggerHook, queue: str, **overrides: Any) -> CommandConsumer:
         settings = dataclasses.replace(settings_of(hook), command_queue=queue, **overrides)
-        consumer = CommandConsumer(hook, settings, self._failed)
+        params = amqp_parameters(settings.amqp_url)
+        consumer = CommandConsumer(hook, command_config(settings), params, self._failed)
         self._started.append(consumer)
         consumer.start()
         wait_for(consumer.is_connected, CONNECT_TIMEOUT_S, "command consumer not connected")

@@ -9,6 +9,7 @@ import pytest
 from triggerhook.api.command_auth import CommandGuard, Unauthorized
 from triggerhook.api.command_messages import Rejected
 from triggerhook.settings import Settings
+from triggerhook.wiring import command_config
 
 TOKEN = "s3cret"
 GOOD = {"authorization": f"Bearer {TOKEN}"}
@@ -19,11 +20,13 @@ def guard(
     users: str = "", reply_prefix: str = "triggerhook.reply.", queue: str = "triggerhook.commands"
 ) -> CommandGuard:
     return CommandGuard(
-        Settings(
-            api_token=TOKEN,
-            command_allowed_users=users,
-            command_reply_prefix=reply_prefix,
-            command_queue=queue,
+        command_config(
+            Settings(
+                api_token=TOKEN,
+                command_allowed_users=users,
+                command_reply_prefix=reply_prefix,
+                command_queue=queue,
+            )
         )
     )
 
@@ -82,7 +85,7 @@ def test_an_allowed_user_id_needs_no_token() -> None:
 
 
 def test_without_a_token_the_channel_is_open() -> None:
-    check = CommandGuard(Settings(api_token="", command_allowed_users="svc-a"))
+    check = CommandGuard(command_config(Settings(api_token="", command_allowed_users="svc-a")))
     assert not check.authenticates
     check.check(None, None, None)
     check.check({"authorization": "Bearer anything"}, "guest", DIRECT)
@@ -98,7 +101,7 @@ def test_without_a_token_the_channel_is_open() -> None:
 )
 def test_allowed_reply_to(reply_to: str | None) -> None:
     guard().check(GOOD, None, reply_to)
-    CommandGuard(Settings()).check_reply_to(reply_to)  # also without a token
+    CommandGuard(command_config(Settings())).check_reply_to(reply_to)  # also without a token
 
 
 @pytest.mark.parametrize(

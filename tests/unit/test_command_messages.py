@@ -222,7 +222,7 @@ def test_malformed_commands_are_rejected_and_write_nothing(
 def test_body_size_limit(hook: TriggerHook) -> None:
     error = rejected(hook, "create", b" " * (LIMIT + 1))
     assert (error.code, error.field) == ("invalid", "body")
-    assert max_body_bytes(Settings(max_payload_bytes=65536)) > 6 * 65536
+    assert max_body_bytes(65536) > 6 * 65536
 
 
 def test_transient_errors_pass_through(hook: TriggerHook, store: FakeStore) -> None:

@@ -30,7 +30,7 @@ from triggerhook.api.command_messages import (
 )
 from triggerhook.app import TriggerHook
 from triggerhook.settings import Settings
-from triggerhook.wiring import assemble
+from triggerhook.wiring import assemble, command_config
 
 LIMIT = 4096
 TOKEN = "s3cret"
@@ -132,7 +132,7 @@ def test_execute_answers_or_rejects(
 def test_guard_accepts_only_the_token_or_an_allowed_user(
     headers: object, user_id: object, reply_to: object
 ) -> None:
-    guard = CommandGuard(Settings(api_token=TOKEN, command_allowed_users=USERS))
+    guard = CommandGuard(command_config(Settings(api_token=TOKEN, command_allowed_users=USERS)))
     try:
         guard.authorize(headers, user_id)
     except Unauthorized as exc:

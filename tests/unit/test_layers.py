@@ -9,19 +9,20 @@
     3  engine/                 the core: threads and bounded stages
        store/, amqp/, metrics/ the adapters (MySQL, RabbitMQ, metrics thread and sinks)
        client/                 the HTTP client, a separate package (its own rule, below)
-    4  app                     the library API: engine + metrics
+    4  app                     the library API: the façade over the engine and metrics
     5  api/                    HTTP and AMQP commands, over the app
-    6  service, wiring         the daemon; everything built from Settings
-    7  cli, triggerhook        the command; the package's public names (__init__)
-    8  __main__                ``python -m triggerhook``
+    6  service                 the daemon: runs the app and the interfaces
+    7  wiring                  the composition root: everything built from Settings
+    8  cli, triggerhook        the command; the package's public names (__init__)
+    9  __main__                ``python -m triggerhook``
 
 The order is what the code needs: retry sits below runtime because Worker backs
 off with it; runtime and domain need nothing of each other; interfaces carries
 domain Tasks and runtime Points, settings checks ids with domain patterns; the
 engine and adapters meet only through interfaces; app drives the engine and
-metrics; api drives the app (and takes Ticket from engine.groupcommit and the
-broker side of the command queue from amqp, both below it); wiring and service put it all
-together; cli runs the daemon and the client.
+metrics; api drives the app (and takes the broker side of the command queue
+from amqp, below it); service runs the daemon's parts, and wiring builds them
+all; cli runs the daemon and the client.
 
 The rules, checked over every ``import`` and ``from ... import`` of
 ``triggerhook.*`` anywhere in a module (inside functions and under
@@ -64,7 +65,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "engine store amqp metrics client",
         "app",
         "api",
-        "service wiring",
+        "service",
+        "wiring",
         "cli triggerhook",
         "__main__",
     )
@@ -273,7 +275,7 @@ def later():
         "triggerhook.engine.bad:8 imports triggerhook.service: points up "
         "(engine is layer 3, service layer 6)",
         "triggerhook.engine.bad:9 imports triggerhook.wiring: points up "
-        "(engine is layer 3, wiring layer 6)",
+        "(engine is layer 3, wiring layer 7)",
     ]
 
 

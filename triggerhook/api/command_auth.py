@@ -22,8 +22,8 @@ import hmac
 from collections.abc import Mapping
 
 from triggerhook.api.command_messages import Rejected
+from triggerhook.api.config import CommandConfig
 from triggerhook.domain.outcomes import Outcome
-from triggerhook.settings import Settings
 
 AUTH_HEADER = "authorization"
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
@@ -49,16 +49,16 @@ class Unauthorized(Rejected):
 
 
 class CommandGuard:
-    """The checks of one command channel, built from its settings."""
+    """The checks of one command channel, built from its configuration."""
 
-    def __init__(self, settings: Settings) -> None:
-        token = settings.api_token
+    def __init__(self, config: CommandConfig) -> None:
+        token = config.api_token
         # None: no token configured, the channel is open (vhost permissions only).
         self._expected = f"Bearer {token}".encode() if token else None
-        self._users = frozenset(settings.command_users())
-        self._reply_prefix = settings.command_reply_prefix
+        self._users = config.allowed_users
+        self._reply_prefix = config.reply_prefix
         # A reply must never land in a queue the daemon consumes itself.
-        self._own_queues = frozenset({settings.command_queue, f"{settings.command_queue}.dead"})
+        self._own_queues = frozenset({config.queue, f"{config.queue}.dead"})
 
     @property
     def authenticates(self) -> bool:

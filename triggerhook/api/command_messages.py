@@ -27,7 +27,6 @@ from triggerhook.domain.outcomes import (
 )
 from triggerhook.domain.task import ID_PATTERN, RescheduleResult, Task, TaskInfo
 from triggerhook.errors import ConflictError, ValidationError
-from triggerhook.settings import Settings
 
 COMMAND_TYPES = ("create", "cancel", "reschedule")
 _ID_FIELD = frozenset({"id"})
@@ -87,7 +86,13 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.OVERLOADED: _RETRIED,
     Outcome.STOPPING: _RETRIED,
     # After three failures in a row (triggerhook.api.commands).
-    Outcome.INTERNAL: AmqpRendering(False, Disposition.DEAD_LETTERED, code="internal_error"),
+    # The error itself goes with it: the sender (an operator's tool) gets no log.
+    Outcome.INTERNAL: AmqpRendering(
+        False,
+        Disposition.DEAD_LETTERED,
+        code="internal_error",
+        message="unexpected error: {detail}",
+    ),
 }
 
 
@@ -119,10 +124,10 @@ def _success(outcome: Outcome, **fields: object) -> Reply:
     return {"ok": True, **fields}
 
 
-def max_body_bytes(settings: Settings) -> int:
+def max_body_bytes(max_payload_bytes: int) -> int:
     """Largest command body accepted: room for the largest payload JSON-escaped
     (up to 6 bytes per byte) plus the other fields."""
-    return 8 * settings.max_payload_bytes + 65536
+    return 8 * max_payload_bytes + 65536
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,11 +51,13 @@ import queue
 import threading
 import time
 
-from triggerhook.amqp.connection import AmqpParameters, amqp_parameters
+from triggerhook.amqp.connection import AmqpParameters
 from triggerhook.amqp.consumer import Delivery, QueueConsumer, Settle, Settlement
 from triggerhook.api.command_auth import AUTH_HEADER, LOG_INTERVAL_S, CommandGuard, Unauthorized
 from triggerhook.api.command_messages import Command, Rejected, Reply, execute, max_body_bytes
+from triggerhook.api.config import CommandConfig
 from triggerhook.app import TriggerHook
+from triggerhook.domain.outcomes import Outcome
 from triggerhook.errors import (
     EngineFailure,
     NotRunningError,
@@ -65,7 +67,6 @@ from triggerhook.errors import (
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.retry import Backoff
 from triggerhook.runtime.worker import FailureHandler
-from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -92,40 +93,40 @@ def _outcome(
 
 
 class CommandConsumer:
-    """Consumes ``settings.command_queue`` and applies the commands to ``hook``.
+    """Consumes ``config.queue`` and applies the commands to ``hook``.
 
     ``stop(timeout_s)`` stops taking messages, lets those being applied commit
     and be acked (until the timeout; the rest stay unacked, so the broker
     delivers them again), closes the connection and returns. ``on_failure``
     is called only if a thread of the consumer dies of a bug. ``params``: the
-    broker's connection parameters, parsed where the process is wired (parsed
-    from ``settings.amqp_url`` when not given).
+    broker's connection parameters, parsed once where the process is wired
+    (the publisher uses the same).
     """
 
     def __init__(
         self,
         hook: TriggerHook,
-        settings: Settings,
+        config: CommandConfig,
+        params: AmqpParameters,
         on_failure: FailureHandler,
-        params: AmqpParameters | None = None,
     ) -> None:
         self._hook = hook
         self._on_failure = on_failure
-        self.queue = settings.command_queue
-        self.dead_queue = f"{settings.command_queue}.dead"
-        self._prefetch = settings.command_prefetch
-        self._body_limit = max_body_bytes(settings)
-        self._guard = CommandGuard(settings)
+        self.queue = config.queue
+        self.dead_queue = f"{config.queue}.dead"
+        self._prefetch = config.prefetch
+        self._body_limit = max_body_bytes(config.max_payload_bytes)
+        self._guard = CommandGuard(config)
         self._refusals_log = RateLimitedLog(log, LOG_INTERVAL_S)  # one line per kind
         self._rejections_log = RateLimitedLog(log, LOG_INTERVAL_S)
-        if not self._guard.authenticates and settings.command_users():
+        if not self._guard.authenticates and config.allowed_users:
             log.warning(
                 "command_allowed_users is ignored: api_token is empty, so commands are "
                 "not authenticated (the vhost's permissions are the only guard)"
             )
         self._stopping = threading.Event()
         self._broker = QueueConsumer(
-            params if params is not None else amqp_parameters(settings.amqp_url),
+            params,
             self.queue,
             self.dead_queue,
             self._prefetch,
@@ -229,7 +230,7 @@ class CommandConsumer:
                 unexpected += 1
                 if unexpected >= UNEXPECTED_ATTEMPTS:
                     log.error("command failed", exc_info=True, extra=delivery.context())
-                    rejected = Rejected("internal_error", f"unexpected error: {exc!r}")
+                    rejected = Rejected.of(Outcome.INTERNAL, detail=repr(exc))
                     return _outcome(delivery, Settle.DEAD, rejected.reply(), rejected.reason)
                 failure = exc
             backoff = backoff or Backoff()

@@ -36,6 +36,7 @@ from triggerhook.api.bodies import (
     parse_create,
     parse_reschedule,
 )
+from triggerhook.api.config import HttpConfig
 from triggerhook.api.limits import (
     BodyTimeout,
     BodyTooLarge,
@@ -65,7 +66,6 @@ from triggerhook.interfaces import Moved
 from triggerhook.metrics import prometheus
 from triggerhook.runtime import points
 from triggerhook.runtime.counters import RequestStats
-from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -262,27 +262,27 @@ class HttpApi:
     def __init__(
         self,
         hook: TriggerHook,
-        settings: Settings,
+        config: HttpConfig,
         readiness: Readiness,
         executor: ThreadPoolExecutor,
     ) -> None:
         self._hook = hook
-        self._settings = settings
+        self._config = config
         self._readiness = readiness
         self._executor = executor
-        self._token = f"Bearer {settings.api_token}".encode() if settings.api_token else None
-        self._metrics_protected = self._token is not None and settings.metrics_require_token
+        self._token = f"Bearer {config.api_token}".encode() if config.api_token else None
+        self._metrics_protected = self._token is not None and config.metrics_require_token
         self._runner: web.AppRunner | None = None
         # Keyword arguments of every connection's aiohttp RequestHandler.
         self._handler_args: dict[str, Any] = {
             "access_log": None,
-            "keepalive_timeout": float(settings.http_keepalive_timeout_s),
+            "keepalive_timeout": config.keepalive_timeout_s,
             "lingering_time": _LINGER_S,
             "logger": _ServerLog(logging.getLogger(f"{__name__}.server")),
         }
         self.guard = ConnectionGuard(
-            settings.http_max_connections,
-            float(settings.http_header_timeout_s),
+            config.max_connections,
+            config.header_timeout_s,
             self._handler_args,
         )
         self._unavailable_log = ThrottledWarning(
@@ -291,12 +291,12 @@ class HttpApi:
         self._last_unready: list[str] = []
         self.port: int | None = None
         self.stats = RequestStats()  # read by the metrics thread
-        self._openapi = openapi.document(settings.max_payload_bytes, settings.http_max_batch_tasks)
+        self._openapi = openapi.document(config.max_payload_bytes, config.max_batch_tasks)
         self.app = self._build()
 
     def _build(self) -> web.Application:
         app = web.Application(
-            client_max_size=self._settings.http_max_body_bytes,
+            client_max_size=self._config.max_body_bytes,
             middlewares=[self.guard.middleware, self._observe, self._errors, self._auth],
         )
         app.router.add_post("/v1/tasks", self.create)
@@ -315,6 +315,11 @@ class HttpApi:
 
     # -- lifecycle --------------------------------------------------------------
 
+    @property
+    def address(self) -> str:
+        """``host:port`` as configured (the port is 0 for any free one)."""
+        return f"{self._config.host}:{self._config.port}"
+
     async def start(self) -> None:
         """Bind and serve; raises OSError when the address is taken."""
         self._runner = web.AppRunner(self.app, shutdown_timeout=5.0, **self._handler_args)
@@ -322,8 +327,8 @@ class HttpApi:
         assert self._runner.server is not None  # set by setup()
         site = GuardedSite(
             self._runner,
-            self._settings.http_host,
-            self._settings.http_port,
+            self._config.host,
+            self._config.port,
             self.guard.factory(self._runner.server),
         )
         await site.start()
@@ -331,7 +336,7 @@ class HttpApi:
         self.guard.start()
         log.info(
             "http api listening on %s:%s",
-            self._settings.http_host,
+            self._config.host,
             self.port,
             extra={"auth": self._token is not None},
         )
@@ -405,8 +410,8 @@ class HttpApi:
     async def _body(self, request: web.Request) -> object:
         if request.content_type != _JSON:
             raise ApiError(Outcome.UNSUPPORTED_MEDIA_TYPE)
-        limit = self._settings.http_max_body_bytes
-        timeout_s = self._settings.http_body_timeout_s
+        limit = self._config.max_body_bytes
+        timeout_s = self._config.body_timeout_s
         try:
             raw = await read_body(request, limit, timeout_s)
         except BodyTooLarge:
@@ -444,12 +449,14 @@ class HttpApi:
 
     def _schedule_batch(self, body: object) -> list[str]:
         """On a pool thread: validating 10,000 tasks takes a while."""
-        specs = parse_batch(body, self._settings.http_max_batch_tasks)
+        specs = parse_batch(body, self._config.max_batch_tasks)
         try:
             scheduled = self._hook.schedule_many(specs)
         except ConflictError as exc:
-            index = next(i for i, spec in enumerate(specs) if spec.id == exc.task_id)
-            raise ApiError(Outcome.CONFLICT, field=f"tasks[{index}].id", id=exc.task_id) from None
+            assert exc.index is not None  # schedule_many names the task
+            raise ApiError(
+                Outcome.CONFLICT, field=f"tasks[{exc.index}].id", id=exc.task_id
+            ) from None
         return [s.task.id for s in scheduled]
 
     async def get(self, request: web.Request) -> web.Response:

@@ -39,7 +39,7 @@ from triggerhook.settings import (
 )
 from triggerhook.status import render as status_text
 from triggerhook.store.mysql import init_schema
-from triggerhook.wiring import build
+from triggerhook.wiring import build, build_daemon
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
 
@@ -203,10 +203,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "run":
         if args.init_db:
             init_schema(settings.database_url)
-        # Imported here: the daemon's HTTP stack is not needed by other commands.
-        from triggerhook.service import Service  # noqa: PLC0415
-
-        return Service(build(settings), settings).run()
+        return build_daemon(settings).run()
     if args.command == "status":
         with HttpBackend(args.url or _local_url(settings), settings) as remote:
             figures = remote.status()

@@ -36,9 +36,9 @@ class ApiError(TriggerHookError):
 
 
 class InvalidRequest(ApiError):
-    """Bad input (400 malformed JSON, 413 too large, 415 media type, 422 invalid):
-    ``field`` names it, as the caller passed it (``delay_s``, ``tasks[3].id``).
-    Nothing was written."""
+    """Bad input (400 malformed JSON, 408 body not sent in time, 413 too large,
+    415 media type, 422 invalid): ``field`` names it, as the caller passed it
+    (``delay_s``, ``tasks[3].id``). Nothing was written."""
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}" if self.field else self.message
@@ -83,7 +83,7 @@ def error_from(response: httpx.Response, rename: Mapping[str, str]) -> ApiError:
 
 
 def _error_class(status: int, code: str) -> type[ApiError]:
-    if status in (400, 413, 415, 422):
+    if status in (400, 408, 413, 415, 422):
         return InvalidRequest
     if status == 409:
         return TooLate if code == "too_late" else Conflict

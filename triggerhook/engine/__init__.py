@@ -1,7 +1,14 @@
 """The engine: one thread per job, joined by bounded in-memory stages.
 
-    preloader --claims--> Armer.pending --arms--> Scheduler.armed --fires-->
+    Writes: plan --group commit--> store --adopt--+  (rows claimed on write)
+                                                  v
+    preloader --claims--> hold: Armer.pending or Scheduler.armed (due soon)
+    Armer.pending --arms--> Scheduler.armed --fires--> SendBuffer
     SendBuffer --publisher--> broker --confirms--> Confirmer --deletes rows
+
+:class:`~triggerhook.engine.writes.Writes` is the write path: every insert,
+reschedule and cancel the façade is asked for (one group committer per kind);
+rows it claims on insert enter memory through the preloader's ``hold``.
 
 Ownership: each heap belongs to the thread named with it and is touched by
 other threads only through its locked ``push_*`` methods; the
@@ -10,12 +17,12 @@ memory, from claim until its row is deleted or released.
 
 Where it sits (imports point down; tests/unit/test_layers.py checks it):
 
-    app, wiring            drive the engine, plug the adapters in
+    app                    the façade over the engine (wiring builds both, from Settings)
     engine/                store/  amqp/  metrics/    one layer: none imports another
     interfaces.py          the ports between them: TaskStore, EventPublisher,
                            FiredSink / FiredSource (the send buffer, both ends),
                            ConfirmSink, RetryHandler, EngineStats
-    settings.py, domain/
+    domain/                (settings.py beside it: only wiring.py and the CLI read it)
     runtime/               Worker (every thread's base), counters, metric points
     errors.py, retry.py
 

@@ -42,6 +42,7 @@ from triggerhook.runtime.worker import FailureHandler
 Asked = TypeVar("Asked")
 Planned = TypeVar("Planned")
 Result = TypeVar("Result")
+Row = TypeVar("Row", NewRow, Move)
 
 # Plans what was asked; the flag says whether soon-due rows may claim.
 Plan = Callable[[Sequence[Asked], bool], list[Planned]]
@@ -181,14 +182,12 @@ class Writes:
         return self._write_rows(rows, atomic=False)
 
     def _write_rows(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
-        lease_until_ms = int(self._clock.now_ms()) + self._limits.claim_lease_ms
-        try:
-            outcomes = self._store.insert(rows, self._limits.instance, lease_until_ms, atomic)
-        except BaseException:
-            self.unplan(rows)
-            raise
-        self.adopt_inserts(rows, outcomes)
-        return outcomes
+        instance = self._limits.instance
+        return self._written(
+            rows,
+            lambda lease_until_ms: self._store.insert(rows, instance, lease_until_ms, atomic),
+            self.adopt_inserts,
+        )
 
     def adopt_inserts(self, rows: Sequence[NewRow], outcomes: Sequence[InsertOutcome]) -> None:
         """After the commit: hold the rows this instance claimed on insert
@@ -209,14 +208,12 @@ class Writes:
         return [Move(tid, due, mode) for (tid, due), mode in zip(moves, modes, strict=True)]
 
     def _move(self, moves: Sequence[Move]) -> list[Moved]:
-        lease_until_ms = int(self._clock.now_ms()) + self._limits.claim_lease_ms
-        try:
-            outcomes = self._store.reschedule(moves, self._limits.instance, lease_until_ms)
-        except BaseException:
-            self.unplan(moves)
-            raise
-        self.adopt_moves(moves, outcomes)
-        return outcomes
+        instance = self._limits.instance
+        return self._written(
+            moves,
+            lambda lease_until_ms: self._store.reschedule(moves, instance, lease_until_ms),
+            self.adopt_moves,
+        )
 
     def adopt_moves(self, moves: Sequence[Move], outcomes: Sequence[Moved]) -> None:
         """After the commit: hold the moved rows this instance claimed.
@@ -242,6 +239,25 @@ class Writes:
         results = self._store.cancel(task_ids)
         self.cancelled.add(sum(1 for r in results if r is CancelResult.CANCELLED))
         return results
+
+    # -- the steps every claiming write shares ------------------------------------
+
+    def _written(
+        self,
+        rows: Sequence[Row],
+        write: Callable[[int], list[Result]],
+        adopt: Callable[[Sequence[Row], Sequence[Result]], None],
+    ) -> list[Result]:
+        """``write(lease_until_ms)``, then ``adopt`` what it claimed; if it raised,
+        give back the room the rows reserved (nothing of them is held)."""
+        lease_until_ms = int(self._clock.now_ms()) + self._limits.claim_lease_ms
+        try:
+            outcomes = write(lease_until_ms)
+        except BaseException:
+            self.unplan(rows)
+            raise
+        adopt(rows, outcomes)
+        return outcomes
 
     # -- room in memory -----------------------------------------------------------
 

@@ -1,0 +1,34 @@
+"""What each interface is configured with: its share of
+:class:`~triggerhook.settings.Settings` (see there for each value's meaning),
+built by the composition root (:mod:`triggerhook.wiring`). An interface never
+sees the rest: no database URL or broker password in the HTTP layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    host: str
+    port: int  # 0: any free port
+    api_token: str  # empty: no authentication
+    metrics_require_token: bool
+    keepalive_timeout_s: float
+    max_connections: int
+    header_timeout_s: float
+    body_timeout_s: float
+    max_body_bytes: int
+    max_batch_tasks: int
+    max_payload_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommandConfig:
+    queue: str  # dead letters go to ``<queue>.dead``
+    prefetch: int
+    api_token: str  # empty: commands are not authenticated
+    allowed_users: frozenset[str]  # AMQP user ids allowed without a token
+    reply_prefix: str  # replies only to direct reply-to or queues with this prefix
+    max_payload_bytes: int
