@@ -5,6 +5,7 @@
 # if they are down. A service on another host is only probed, never started.
 # ensure_influxdb (scripts/test only): the same for InfluxDB 1.x, which the
 # metrics tests write to; installs Debian's influxdb package when missing.
+# ensure_spin (scripts/test only): installs Debian's spin (and gcc) when missing.
 #
 #   TRIGGERHOOK_MYSQL_HOST  / TRIGGERHOOK_MYSQL_PORT  default 127.0.0.1 / 3306
 #   TRIGGERHOOK_AMQP_HOST   / TRIGGERHOOK_AMQP_PORT   default 127.0.0.1 / 5672
@@ -195,29 +196,44 @@ _influx_ping() {
         [[ "$code" == 204 ]]' _ "$INFLUX_HOST" "$INFLUX_PORT" 2>/dev/null
 }
 
-_influx_install() {
+# Install a Debian package that provides the executable $2 (root and apt-get).
+_apt_install() {
+    local package=$1 binary=$2
     if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-        _svc_log "error: $INFLUXD is missing and cannot be installed here (needs root and" \
-            "apt-get); install Debian's influxdb package or point TRIGGERHOOK_INFLUX_HOST/PORT" \
-            "at a running InfluxDB 1.x"
+        _svc_log "error: $binary is missing and cannot be installed here (needs root and" \
+            "apt-get); install Debian's $package package"
         return 1
     fi
-    _svc_log "installing Debian's influxdb package (apt-get install -y influxdb)"
+    _svc_log "installing Debian's $package package (apt-get install -y $package)"
     # --reinstall: also repairs a package whose files are gone (half-removed).
     local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0)
-    local install=(install --reinstall --no-install-recommends influxdb)
+    local install=(install --reinstall --no-install-recommends "$package")
     # The package lists may be stale on a fresh machine: refresh them and retry once.
     if ! "${apt[@]}" "${install[@]}" >&2; then
         _svc_log "apt-get install failed; running apt-get update and retrying"
         "${apt[@]}" update >&2 && "${apt[@]}" "${install[@]}" >&2 || {
-            _svc_log "error: could not install the influxdb package"
+            _svc_log "error: could not install the $package package"
             return 1
         }
     fi
-    [[ -x "$INFLUXD" ]] || {
-        _svc_log "error: the influxdb package is installed but $INFLUXD is missing"
+    [[ -x "$binary" ]] || {
+        _svc_log "error: the $package package is installed but $binary is missing"
         return 1
     }
+}
+
+_influx_install() {
+    _apt_install influxdb "$INFLUXD" || {
+        _svc_log "(or point TRIGGERHOOK_INFLUX_HOST/PORT at a running InfluxDB 1.x)"
+        return 1
+    }
+}
+
+# ensure_spin (scripts/test only): the Spin model checker and the C compiler
+# it needs, for the protocol model (models/, tests/model/).
+ensure_spin() {
+    [[ -x /usr/bin/gcc ]] || _apt_install gcc /usr/bin/gcc || return 1
+    [[ -x /usr/bin/spin ]] || _apt_install spin /usr/bin/spin || return 1
 }
 
 # Start influxd the way Debian's init script does (user influxdb, its pid

@@ -326,6 +326,23 @@ def test_float_seconds_resolve_to_the_millisecond_they_name(seconds: float, expe
     assert seconds_to_ms(Decimal(repr(seconds))) == expected
 
 
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (253_402_300_799.99902, None),  # 0.02 ms past the last millisecond: out of range
+        (253_402_300_798.99902, 253_402_300_799_000),  # rounds up, not down to ...798.999
+        (1_900_000_000.0010002, 1_900_000_000_002),  # below an ulp of x * 1000: still up
+    ],
+)
+def test_float_seconds_round_up_at_every_magnitude(seconds: float, expected: int | None) -> None:
+    # Found by Schemathesis: a tolerance of a few ulps of x * 1000 rounded these down.
+    if expected is None:
+        with pytest.raises(ValidationError):
+            seconds_to_ms(seconds)
+    else:
+        assert seconds_to_ms(seconds) == expected
+
+
 @pytest.mark.parametrize("value", [1e300, 1.7976931348623157e308, 1e15, 10**400])
 def test_huge_numbers_are_rejected_not_overflowing(value: float) -> None:
     with pytest.raises(ValidationError) as info:

@@ -82,14 +82,11 @@ def _float_seconds_to_ms(seconds: float, field: str, past_ok: bool) -> int:
         raise ValidationError(field, "must be a finite number")
     if abs(seconds) >= _FLOAT_FAST_PATH_S:
         return _out_of_range(field, seconds < 0, past_ok)
-    # ``x * 1000`` carries a rounding error of a few ulps, so a product within
-    # that error of a whole millisecond is that millisecond; anything else
-    # rounds up.
-    scaled = seconds * 1000.0
-    nearest = round(scaled)
-    if abs(scaled - nearest) <= max(1e-6, 4 * math.ulp(scaled)):
-        return _checked(nearest, field, past_ok)
-    return _checked(math.ceil(scaled), field, past_ok)
+    # The shortest decimal that reads back as this float is the number the
+    # caller wrote (0.1, not 0.1000000000000000055...), and it is exact: its
+    # sub-millisecond part rounds up, at any magnitude (a tolerance of a few
+    # ulps of ``x * 1000`` would round 253402300799.99902 down to ...799.999).
+    return _decimal_seconds_to_ms(Decimal(repr(seconds)), field, past_ok)
 
 
 def _decimal_seconds_to_ms(seconds: Decimal, field: str, past_ok: bool) -> int:

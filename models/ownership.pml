@@ -1,0 +1,223 @@
+/*
+ * Ownership v2 (docs/design/ownership.md), one shard and one task id.
+ *
+ * Two instances own the shard in turn (fenced by its epoch), arm the task
+ * (rule R3), publish it (R4), delete it by revision after the confirm (R5),
+ * or get it back from the broker (R8); a client creates, reschedules and
+ * cancels it (R6, R7); leases lapse at any moment (a pause or an outage), and
+ * one instance may crash for good. Each atomic block is one transaction (or
+ * one step of one thread); a pause is any interleaving.
+ *
+ * Mutations, each a rule broken on purpose, which the checker must catch
+ * (tests/model/test_ownership_model.py): -DDELETE_BY_ID (v1's delete),
+ * -DUNARM_INHERITED (R8 unarms a row armed in an earlier epoch),
+ * -DUNFENCED_REWRITE (R8 without the epoch check), -DCANCEL_ARMED (R7
+ * ignores the armed state); and, for the liveness property,
+ * -DNO_RENEW (a lapsed lease is never renewed, though nobody took the shard).
+ */
+
+#define NI 2
+#define NONE 255
+/* The bounds (each can be given with -D): */
+#ifndef MAX_OPS
+#define MAX_OPS 4        /* client operations */
+#endif
+#ifndef MAX_RETURNS
+#define MAX_RETURNS 2    /* events the broker gives back */
+#endif
+#ifndef MAX_EXPIRE
+#define MAX_EXPIRE 2     /* lapses of a live owner's lease */
+#endif
+#ifndef MAX_RELEASE
+#define MAX_RELEASE 1    /* graceful releases */
+#endif
+#define MAXREV 8         /* revisions 1 .. 7 (0: none) */
+#define MAXINC 6         /* incarnations 1 .. 5 */
+#define MAXEPOCH 8
+
+/* th_shards, the one shard row */
+byte owner = NONE;
+byte epoch = 0;
+bool lease_valid = false;
+
+/* th_tasks, the one id: with one row, the arm watermark and generation
+   reduce to "armed", and the took frontier to the epoch that armed it */
+bool exists = false;
+byte rev = 0;
+bool armed = false;
+byte armed_epoch = 0;
+
+/* history, for the properties */
+byte nrev = 0;
+byte ninc = 0;
+byte inc_of[MAXREV];
+bool cancelled[MAXINC];   /* a cancel of the incarnation answered CANCELLED */
+bool replaced[MAXREV];    /* a reschedule of the revision answered RESCHEDULED */
+bool published[MAXREV];
+byte epoch_owner[MAXEPOCH];
+bool crashed[NI];
+byte crashes = 0;
+byte expiries = 0;
+byte returns = 0;
+byte releases = 0;
+
+inline new_rev(incarnation) {
+    nrev++;
+    inc_of[nrev] = incarnation;
+    rev = nrev
+}
+
+proctype Instance(byte me) {
+    byte my_epoch = 0;  /* the epoch it believes it owns; 0: none */
+    byte held = 0;      /* the armed copy in memory (its revision) */
+    byte checked = 0;   /* held, and the lease checked: about to publish */
+    byte sent = 0;      /* published, waiting for the broker's answer */
+end:
+    do
+    /* R2: acquire a free or expired shard; the epoch grows */
+    :: atomic { my_epoch == 0 && (owner == NONE || !lease_valid) && epoch < MAXEPOCH - 1 ->
+         owner = me; epoch++; my_epoch = epoch; lease_valid = true;
+         assert(epoch_owner[epoch] == NONE);  /* I3 */
+         epoch_owner[epoch] = me }
+
+    /* R2: renew, fenced by the epoch: works on a lapsed lease as long as
+       nobody acquired the shard meanwhile */
+#ifndef NO_RENEW
+    :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch && !lease_valid ->
+         lease_valid = true }
+#endif
+
+    /* R3: an arming pass, fenced by the epoch (under the shard row's lock).
+       Only the passes that change something are modelled: a pass that finds
+       nothing to do changes no state (and Spin's fairness is per process,
+       so an endless run of no-op passes would hide the process's other
+       steps). */
+    :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch && exists &&
+                held == 0 && (!armed || sent != rev) ->
+         if
+         :: !armed -> armed = true; armed_epoch = my_epoch
+         :: else -> skip  /* inherited, or its retry: fired (again) */
+         fi;
+         held = rev }
+    :: atomic { my_epoch != 0 && !(owner == me && epoch == my_epoch) ->
+         /* lost the shard: drop it (a publish already decided goes on) */
+         my_epoch = 0;
+         if
+         :: checked == 0 -> held = 0
+         :: else -> skip
+         fi }
+
+    /* R4: check the lease (a sound clock estimate: it reads the truth), then
+       publish; a pause can fall in between */
+    :: atomic { held != 0 && checked == 0 && my_epoch != 0 && owner == me &&
+                epoch == my_epoch && lease_valid -> checked = held }
+    :: atomic { checked != 0 && sent == 0 ->
+         assert(!cancelled[inc_of[checked]]);  /* I1: not after CANCELLED */
+         assert(!replaced[checked]);           /* I1: not after RESCHEDULED */
+         published[checked] = true;
+         sent = checked; held = 0; checked = 0 }
+
+    /* R5: confirmed; delete by revision, not fenced */
+    :: atomic { sent != 0 ->
+         if
+#ifdef DELETE_BY_ID
+         :: exists ->
+#else
+         :: exists && rev == sent ->
+#endif
+              assert(published[rev]);  /* I2 */
+              exists = false; armed = false
+         :: else -> skip
+         fi;
+         sent = 0 }
+
+    /* R8: the broker gave the event back */
+    :: atomic { sent != 0 && returns < MAX_RETURNS ->
+         returns++;
+         if
+#ifdef UNFENCED_REWRITE
+         :: exists && rev == sent && armed ->
+#else
+         :: my_epoch != 0 && owner == me && epoch == my_epoch &&
+            exists && rev == sent && armed ->
+#endif
+              if
+#ifdef UNARM_INHERITED
+              :: nrev < MAXREV - 1 ->
+#else
+              :: armed_epoch == my_epoch && nrev < MAXREV - 1 ->
+#endif
+                   /* armed in this epoch: rewritten unarmed, retried later */
+                   new_rev(inc_of[rev]); armed = false
+              :: else ->
+                   /* inherited: stays armed, retried from memory */
+                   if
+                   :: held == 0 -> held = sent
+                   :: else -> skip
+                   fi
+              fi
+         :: else -> skip  /* fenced, or the row changed: nothing */
+         fi;
+         sent = 0 }
+
+    /* R2: graceful release, after draining */
+    :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch &&
+                held == 0 && checked == 0 && sent == 0 && releases < MAX_RELEASE ->
+         releases++; owner = NONE; lease_valid = false; my_epoch = 0 }
+
+    /* one instance may crash, for good */
+    :: atomic { crashes == 0 -> crashes++; crashed[me] = true; break }
+    od
+}
+
+/* Leases lapse: a live owner's a bounded number of times (so that progress
+   is possible), a crashed owner's always */
+active proctype Time() {
+end:
+    do
+    :: atomic { lease_valid && owner != NONE && (crashed[owner] || expiries < MAX_EXPIRE) ->
+         if
+         :: !crashed[owner] -> expiries++
+         :: else -> skip
+         fi;
+         lease_valid = false }
+    od
+}
+
+/* R6, R7: a client of any instance (they lock the shard row in shared mode:
+   each is atomic with respect to arming) */
+active proctype Client() {
+    byte ops = 0;
+end:
+    do
+    :: ops < MAX_OPS ->
+         ops++;
+         if
+         :: atomic { !exists && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->  /* create */
+              ninc++; new_rev(ninc); exists = true; armed = false }
+#ifdef CANCEL_ARMED
+         :: atomic { exists ->
+#else
+         :: atomic { exists && !armed ->
+#endif
+              cancelled[inc_of[rev]] = true; exists = false; armed = false }  /* CANCELLED */
+         :: atomic { exists && nrev < MAXREV - 1 && !armed ->  /* RESCHEDULED */
+              replaced[rev] = true; new_rev(inc_of[rev]) }
+         :: else -> skip  /* too late, not found, or a conflict */
+         fi
+    :: ops == MAX_OPS -> break
+    od
+}
+
+init {
+    byte i;
+    atomic {
+        for (i : 0 .. MAXEPOCH - 1) { epoch_owner[i] = NONE }
+        run Instance(0);
+        run Instance(1)
+    }
+}
+
+/* I4: while some instance lives, the task is eventually fired and deleted,
+   or cancelled, and the row stays gone (the client stops after MAX_OPS) */
+ltl settles { <>[] !exists }
