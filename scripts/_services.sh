@@ -6,6 +6,8 @@
 # ensure_influxdb (scripts/test only): the same for InfluxDB 1.x, which the
 # metrics tests write to; installs Debian's influxdb package when missing.
 # ensure_spin (scripts/test only): installs Debian's spin (and gcc) when missing.
+# ensure_libfaketime (scripts/test only): installs Debian's libfaketime when
+# its library is missing (the clock-skew test runs a daemon under it).
 #
 #   TRIGGERHOOK_MYSQL_HOST  / TRIGGERHOOK_MYSQL_PORT  default 127.0.0.1 / 3306
 #   TRIGGERHOOK_AMQP_HOST   / TRIGGERHOOK_AMQP_PORT   default 127.0.0.1 / 5672
@@ -196,8 +198,9 @@ _influx_ping() {
         [[ "$code" == 204 ]]' _ "$INFLUX_HOST" "$INFLUX_PORT" 2>/dev/null
 }
 
-# Install a Debian package that provides the executable $2 (root and apt-get).
-_apt_install() {
+# Install the Debian package $1 (root and apt-get); $2 names the missing file
+# in messages. Checks nothing afterwards: see _apt_install.
+_apt_get_install() {
     local package=$1 binary=$2
     if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
         _svc_log "error: $binary is missing and cannot be installed here (needs root and" \
@@ -216,6 +219,12 @@ _apt_install() {
             return 1
         }
     fi
+}
+
+# Install a Debian package that provides the executable $2 (root and apt-get).
+_apt_install() {
+    local package=$1 binary=$2
+    _apt_get_install "$package" "$binary" || return 1
     [[ -x "$binary" ]] || {
         _svc_log "error: the $package package is installed but $binary is missing"
         return 1
@@ -234,6 +243,29 @@ _influx_install() {
 ensure_spin() {
     [[ -x /usr/bin/gcc ]] || _apt_install gcc /usr/bin/gcc || return 1
     [[ -x /usr/bin/spin ]] || _apt_install spin /usr/bin/spin || return 1
+}
+
+# ensure_libfaketime (scripts/test only): Debian's libfaketime, which
+# tests/integration/test_clock_skew.py preloads (LD_PRELOAD) into a daemon to
+# run it with a wrong wall clock. _libfaketime prints the library's path.
+_libfaketime() {
+    local lib
+    for lib in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do
+        [[ -f "$lib" ]] && printf '%s\n' "$lib" && return 0
+    done
+    return 1
+}
+
+ensure_libfaketime() {
+    _libfaketime >/dev/null && return 0
+    # Not _apt_install: it checks for an executable, and a shared library is
+    # installed 0644; its path (/usr/lib/<multiarch>/faketime/) is checked here.
+    _apt_get_install libfaketime /usr/lib/'*'/faketime/libfaketime.so.1 || return 1
+    _libfaketime >/dev/null || {
+        _svc_log "error: the libfaketime package is installed but" \
+            "/usr/lib/*/faketime/libfaketime.so.1 is missing (dpkg -L libfaketime)"
+        return 1
+    }
 }
 
 # Start influxd the way Debian's init script does (user influxdb, its pid

@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from triggerhook.clock import ClockSync
 from triggerhook.domain.spec import Due, TaskRules, TaskSpec, resolve
 from triggerhook.domain.task import CancelResult, Task, TaskInfo, validate_id
 from triggerhook.domain.timeparse import due_from
 from triggerhook.engine.engine import Engine
 from triggerhook.engine.groupcommit import Done, Ticket
-from triggerhook.errors import ConflictError, TriggerHookError
+from triggerhook.errors import ConflictError, TransientError, TriggerHookError
 from triggerhook.interfaces import Clock, InsertOutcome, Moved, TaskStore
 from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.runtime.counters import RequestStats
@@ -44,6 +45,7 @@ class Health:
     alive: bool  # running, and every engine thread is alive
     failure: str | None  # "thread <name> failed: <error>" once one failed
     publisher_connected: bool
+    clock_bounded: bool  # the database's time is known well enough to fire by
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class TriggerHook:
         clock: Clock,
         rules: TaskRules,
         metrics: Callable[[], MetricsReporter],
+        clock_sync: ClockSync | None = None,
     ) -> None:
         self.instance_id = engine.instance
         self._engine = engine
@@ -99,6 +102,7 @@ class TriggerHook:
         self._clock = clock
         self._rules = rules
         self._new_metrics = metrics
+        self._clock_sync = clock_sync
         self.metrics: MetricsReporter | None = None  # while started
 
     @property
@@ -223,7 +227,14 @@ class TriggerHook:
             alive=engine.alive(),
             failure=engine.failure,
             publisher_connected=engine.publisher.is_connected(),
+            clock_bounded=self._clock_bounded(),
         )
+
+    def _clock_bounded(self) -> bool:
+        try:
+            return self._clock.bounded()
+        except TransientError:  # never read yet, and the database is down
+            return False
 
     def responsive(self, max_silence_s: float) -> bool:
         """Alive, and no timed engine thread silent for ``max_silence_s`` (not wedged)."""
@@ -247,6 +258,9 @@ class TriggerHook:
     def start(self) -> None:
         """Start firing tasks (the engine threads) and collecting metrics."""
         self._store.check_schema()
+        self._clock.now_ms()  # the first read of a database clock, before any thread fires by it
+        if self._clock_sync is not None:
+            self._clock_sync.start()
         self._engine.start()
         self.metrics = self._new_metrics()
         self.metrics.start()
@@ -258,6 +272,9 @@ class TriggerHook:
             self.metrics.stop()
             self.metrics.join(self.metrics.join_timeout_s)
             self.metrics = None
+        if self._clock_sync is not None:  # after the engine, which fires by it
+            self._clock_sync.stop()
+            self._clock_sync.join(1.0)
         return clean
 
     def close(self) -> None:

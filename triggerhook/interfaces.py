@@ -24,7 +24,12 @@ from triggerhook.runtime.points import Point
 
 class Clock(Protocol):
     def now_ms(self) -> float:
-        """Wall-clock time in (fractional) milliseconds since the Unix epoch."""
+        """Wall-clock time in (fractional) milliseconds since the Unix epoch:
+        the database's, by a lower bound (see :class:`triggerhook.clock.DatabaseClock`)."""
+        ...
+
+    def bounded(self) -> bool:
+        """Its error is within the configured bound: tasks may be fired by it."""
         ...
 
 
@@ -172,6 +177,10 @@ class TaskStore(Protocol):
 
     def earliest_due_ms(self) -> int | None:
         """The due time of the earliest-due task in the database (None: empty)."""
+        ...
+
+    def database_time_us(self) -> int:
+        """The database server's clock, in microseconds since the Unix epoch."""
         ...
 
     def close(self) -> None: ...

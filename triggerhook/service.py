@@ -156,6 +156,8 @@ class Service:
             # Health.failure is "thread <name> failed: <error>": the name only.
             failure = health.failure
             reasons.append(f"engine: {failure.partition(':')[0] if failure else 'not running'}")
+        if not health.clock_bounded:
+            reasons.append("clock: the database's time is not known well enough to fire by")
         if not health.publisher_connected:
             reasons.append("rabbitmq: publisher not connected")
         if self.commands is not None and not self.commands.is_connected():

@@ -118,6 +118,25 @@ class Settings:
         "interval lets the firing thread take the GIL sooner. 0 leaves Python's default.",
         0,
     )
+    clock_sync_interval_ms: int = _setting(
+        1000,
+        "How often the engine reads the database's clock, by which it fires tasks "
+        "(the host's clock is not used).",
+        10,
+    )
+    clock_uncertainty_max_ms: int = _setting(
+        50,
+        "Past this uncertainty about the database's time (half a query's round trip, "
+        "plus drift while the database is unreachable) nothing is fired and the daemon "
+        "is not ready.",
+        1,
+    )
+    clock_drift_ppm: int = _setting(
+        500,
+        "Largest rate difference assumed between the host's and the database's clocks, "
+        "in parts per million; it widens the uncertainty between reads.",
+        0,
+    )
     shutdown_timeout_s: int = _setting(
         15, "Graceful stop waits this long for due tasks to be published and confirmed.", 0
     )

@@ -19,7 +19,7 @@ from triggerhook.amqp.connection import AmqpParameters, amqp_parameters
 from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.api.config import CommandConfig, HttpConfig
 from triggerhook.app import TriggerHook
-from triggerhook.clock import SystemClock
+from triggerhook.clock import ClockSync, DatabaseClock
 from triggerhook.domain.delivery import DeliveryPolicy
 from triggerhook.domain.spec import TaskRules
 from triggerhook.engine.engine import Engine, EngineConfig, PublisherFactory
@@ -96,10 +96,14 @@ def command_config(settings: Settings) -> CommandConfig:
 
 
 def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
-    publisher = publisher_factory(settings, params)
     sink = sink_from_settings(settings)
     store = MySQLStore(settings.database_url, settings.default_routing_key)
-    return assemble(settings, store, SystemClock(), publisher, sink)
+    clock = DatabaseClock(
+        store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
+    )
+    sync = ClockSync(clock, settings.clock_sync_interval_ms)
+    publisher = publisher_factory(settings, params, clock)
+    return assemble(settings, store, clock, publisher, sink, sync)
 
 
 def assemble(
@@ -108,14 +112,21 @@ def assemble(
     clock: Clock,
     publisher: PublisherFactory,
     metrics_sink: MetricsSink | None = None,
+    clock_sync: ClockSync | None = None,
 ) -> TriggerHook:
-    """The engine and the façade over ``store``, ``clock`` and ``publisher``."""
+    """The engine and the façade over ``store``, ``clock`` and ``publisher``
+    (and ``clock_sync``, the thread keeping a database clock current)."""
     engine = Engine(engine_config(settings), store, clock, publisher)
     tags = {"instance": engine.instance, "host": socket.gethostname()}
 
     def start_metrics() -> MetricsReporter:
         collector = Collector(
-            engine, store, tags, settings.metrics_recount_s * 1000, int(clock.now_ms())
+            engine,
+            store,
+            tags,
+            settings.metrics_recount_s * 1000,
+            int(clock.now_ms()),
+            None if clock_sync is None else clock_sync.figures,
         )
         if metrics_sink is not None:
             log.info(
@@ -133,7 +144,7 @@ def assemble(
         )
 
     rules = TaskRules(settings.default_routing_key, settings.max_payload_bytes)
-    return TriggerHook(engine, store, clock, rules, start_metrics)
+    return TriggerHook(engine, store, clock, rules, start_metrics, clock_sync)
 
 
 def engine_config(settings: Settings) -> EngineConfig:
@@ -155,7 +166,7 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
-def publisher_factory(settings: Settings, params: AmqpParameters) -> PublisherFactory:
+def publisher_factory(settings: Settings, params: AmqpParameters, clock: Clock) -> PublisherFactory:
     """The AMQP publisher, built when the engine asks (it hands over its stages)."""
     policy = DeliveryPolicy(
         settings.publish_max_attempts, settings.publish_max_age_ms, settings.publish_retry_max_ms
@@ -175,6 +186,7 @@ def publisher_factory(settings: Settings, params: AmqpParameters) -> PublisherFa
             policy,
             settings.dead_letter_routing_key,
             settings.dead_letter_queue,
+            clock,
         )
 
     return publisher

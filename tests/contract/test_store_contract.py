@@ -11,6 +11,7 @@ can arm it and who can claim it again.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -122,6 +123,17 @@ def test_count_tasks_and_earliest_due_count_every_row(store: TaskStore) -> None:
     assert store.delete_fired(["armed"]) == 1
     assert store.count_tasks() == 1
     assert store.earliest_due_ms() == NOW + 900
+
+
+def test_the_database_tells_its_time_in_microseconds(store: TaskStore) -> None:
+    # Both servers run on this machine: their clock is this machine's.
+    before_us = time.time_ns() // 1000
+    first = store.database_time_us()
+    second = store.database_time_us()
+    after_us = time.time_ns() // 1000
+    assert isinstance(first, int)
+    assert before_us - 1_000_000 <= first <= second <= after_us + 1_000_000
+    assert first % 1000 != 0 or second % 1000 != 0  # finer than milliseconds
 
 
 def test_insert_of_the_same_content_again_is_a_safe_retry(store: TaskStore) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from support.amqp import AmqpNames, EventConsumer
 from support.daemon import (
+    ClaimSampler,
     DaemonGroup,
     TaskTable,
     collect_ids,
@@ -19,29 +18,6 @@ from support.daemon import (
     spread,
 )
 from support.waiting import now_ms, wait_for
-
-
-class ClaimSampler:
-    """Records which instances held claims, polling th_tasks in a thread."""
-
-    def __init__(self, database_url: str) -> None:
-        self.seen: set[str] = set()
-        self._database_url = database_url
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="claim-sampler", daemon=True)
-
-    def _run(self) -> None:
-        with TaskTable(self._database_url) as reader:
-            while not self._stop.wait(0.05):
-                self.seen.update(k for k in reader.claimed_by_counts() if k is not None)
-
-    def __enter__(self) -> ClaimSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 @pytest.mark.slow

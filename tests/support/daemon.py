@@ -449,3 +449,28 @@ def fired_ms(event: Received) -> int:
 def report(text: str) -> None:
     """A line for the test log (shown with ``pytest -s`` or when the test fails)."""
     sys.stderr.write(f"[report] {text}\n")
+
+
+class ClaimSampler:
+    """Records which instances held claims, polling th_tasks every
+    ``interval_s`` in a thread (a context manager)."""
+
+    def __init__(self, database_url: str, interval_s: float = 0.05) -> None:
+        self.seen: set[str] = set()
+        self._database_url = database_url
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="claim-sampler", daemon=True)
+
+    def _run(self) -> None:
+        with TaskTable(self._database_url) as reader:
+            while not self._stop.wait(self._interval_s):
+                self.seen.update(k for k in reader.claimed_by_counts() if k is not None)
+
+    def __enter__(self) -> ClaimSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(10)

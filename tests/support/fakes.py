@@ -63,6 +63,9 @@ class FakeClock:
         self.reads += 1
         return self.now
 
+    def bounded(self) -> bool:
+        return True
+
     def set(self, now_ms: float) -> None:
         self.now = now_ms
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections import deque
 from typing import Any
 
@@ -40,7 +39,7 @@ from triggerhook.amqp.connection import (
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
 from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy
 from triggerhook.domain.task import Task
-from triggerhook.interfaces import ConfirmSink, FiredSource, RetryHandler
+from triggerhook.interfaces import Clock, ConfirmSink, FiredSource, RetryHandler
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.runtime.counters import Samples
 from triggerhook.runtime.worker import FailureHandler, Worker
@@ -64,9 +63,11 @@ class AmqpPublisher(Worker):
         on_failure: FailureHandler,
         policy: DeliveryPolicy,
         dead_letter_routing_key: str,
-        dead_letter_queue: str = "",
+        dead_letter_queue: str,
+        clock: Clock,
     ) -> None:
         super().__init__("th-publisher", on_failure)
+        self._clock = clock  # x-fired-ms and the lateness: the database's time
         self._loop = ConnectionLoop(params, self, "publishing", self._on_open, self._reset, log)
         self._exchange = exchange
         self._policy = policy
@@ -262,7 +263,7 @@ class AmqpPublisher(Worker):
             if task.attempts and self._policy.exhausted(task):
                 self._dead.append((task, f"not delivered after {task.attempts} attempts"))
                 continue
-            fired_ms = int(time.time() * 1000)
+            fired_ms = int(self._clock.now_ms())
             record(fired_ms - task.due_ms)
             frames.append(
                 encode_event(
@@ -293,7 +294,7 @@ class AmqpPublisher(Worker):
         max_body = body_frame_max(conn)
         while self._dead and len(frames) < limit:
             task, reason = self._dead.popleft()
-            fired_ms = int(time.time() * 1000)
+            fired_ms = int(self._clock.now_ms())
             extra = dead_letter_headers(reason, task.attempts, task.routing_key)
             frames.append(
                 encode_event(
@@ -353,7 +354,7 @@ class AmqpPublisher(Worker):
 
     def _undelivered(self, task: Task, reason: str, was_dead: bool) -> None:
         """An event the broker did not take: retry it later, or dead-letter it now."""
-        decision = self._policy.after_failure(task, reason, time.time() * 1000, was_dead)
+        decision = self._policy.after_failure(task, reason, self._clock.now_ms(), was_dead)
         if isinstance(decision, DeadLetter):
             # The copy sent counts this failure, as the row would after a deferral.
             self._dead.append(

@@ -10,7 +10,7 @@ earliest due time (the first entry of an index) every period, and an exact
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from triggerhook.errors import TriggerHookError
@@ -42,8 +42,10 @@ class Collector:
         tags: Mapping[str, str],
         recount_ms: int,
         now_ms: int,
+        extra_gauges: Callable[[], Mapping[str, Field]] | None = None,
     ) -> None:
         self._engine = engine
+        self._extra_gauges = extra_gauges  # e.g. the database clock's figures
         self._store = store
         self._tags = dict(tags)
         self._recount_ms = recount_ms
@@ -73,13 +75,16 @@ class Collector:
 
     def _gauges(self) -> dict[str, Field]:
         stats = self._engine.stats()
-        return {
+        gauges: dict[str, Field] = {
             "in_memory": stats.in_memory,
             "pending_arm": stats.pending_arm,
             "heap": stats.armed,
             "send_buffer": stats.send_buffer,
             "unconfirmed": stats.unconfirmed,
         }
+        if self._extra_gauges is not None:
+            gauges.update(self._extra_gauges())
+        return gauges
 
     def _database(self, now_ms: int, totals: Mapping[str, int]) -> dict[str, Field]:
         fields: dict[str, Field] = {}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -264,6 +265,10 @@ class MemoryStore:
     def earliest_due_ms(self) -> int | None:
         with self._lock:
             return min((r.task.due_ms for r in self._rows.values()), default=None)
+
+    def database_time_us(self) -> int:
+        """This process's clock: the memory store's "server" is this process."""
+        return time.time_ns() // 1000
 
     def check_schema(self) -> None:
         """Always current: there is no schema."""

@@ -389,6 +389,14 @@ class MySQLStore:
             row = cur.fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def database_time_us(self) -> int:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.DATABASE_TIME_US)
+            row = cur.fetchone()
+        if row is None or row[0] is None:
+            raise StoreError("the database did not tell its time")
+        return int(row[0])
+
     def close(self) -> None:
         self._pool.close()
         self._autocommit_pool.close()
