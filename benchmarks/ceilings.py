@@ -147,7 +147,9 @@ class _Publisher:
         if self.pre_encoded:
             number = channel.channel_number
             frames = [
-                encode_event(number, self.exchange, "bench", b"", f"c{i}", now_ms, now_ms, 131_000)
+                encode_event(
+                    number, self.exchange, "bench", b"", f"c{i}", now_ms, now_ms, i + 1, 131_000
+                )
                 for i in range(self.sent, self.sent + count)
             ]
             self.conn._output_marshaled_frames([b"".join(frames)])  # as the engine does

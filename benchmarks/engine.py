@@ -32,7 +32,7 @@ from benchmarks.common import (
     record_lateness,
     wait_until,
 )
-from triggerhook import CancelResult, TaskSpec, assemble, build
+from triggerhook import CancelResult, Task, TaskSpec, assemble, build
 from triggerhook.clock import SystemClock
 from triggerhook.engine.engine import Engine
 from triggerhook.engine.sendbuffer import SendBuffer
@@ -101,6 +101,7 @@ class _DrainingPublisher:
     def __init__(self, buffer: SendBuffer) -> None:
         self._buffer = buffer
         self.taken = 0
+        self.tasks: list[Task] = []  # what it took: confirmed afterwards, by revision
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -108,7 +109,9 @@ class _DrainingPublisher:
 
     def wake(self) -> None:
         with self._lock:
-            self.taken += len(self._buffer.take(len(self._buffer)))
+            tasks = self._buffer.take(len(self._buffer))
+            self.tasks.extend(tasks)
+            self.taken += len(tasks)
 
     def finish(self, deadline_s: float) -> None:
         pass
@@ -162,16 +165,17 @@ def _sending_without_broker(rec: Recorder, n: int) -> None:
                 rate(n, sent_s),
                 "each row is claimed and armed in MariaDB before it fires (two writes a row)",
             )
-            _confirm(rec, engine, n)
+            _confirm(rec, engine, publishers[0].tasks)
         finally:
             engine.stop()
             store.close()
         _check_rows(place.rows(), 0, "after confirm")
 
 
-def _confirm(rec: Recorder, engine: Engine, n: int) -> None:
+def _confirm(rec: Recorder, engine: Engine, tasks: list[Task]) -> None:
+    n = len(tasks)
     started = time.perf_counter()
-    engine.confirmer.confirmed([f"s{i}" for i in range(n)])
+    engine.confirmer.confirmed(tasks)
     wait_until(lambda: engine.confirmer.deleted >= n, _timeout_s(n), "every row deleted")
     batch = engine.config.confirm_batch_size
     rec.add("confirm.delete", rate(n, time.perf_counter() - started), f"batches of {batch:,}")

@@ -135,8 +135,10 @@ class TaskStore(Protocol):
         taken over: drop them."""
         ...
 
-    def delete_fired(self, ids: Sequence[str]) -> int:
-        """Delete armed rows whose events the broker confirmed."""
+    def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
+        """Delete the armed rows whose events the broker confirmed, given as
+        (id, revision): a row of the id at another revision (a newer
+        incarnation) stays."""
         ...
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
@@ -212,7 +214,9 @@ class FiredSource(Protocol):
 class ConfirmSink(Protocol):
     """Where the publisher hands the ids of tasks the broker confirmed."""
 
-    def confirmed(self, ids: Sequence[str]) -> None: ...
+    def confirmed(self, tasks: Sequence[Task]) -> None:
+        """The broker confirmed these tasks' events (their rows may go: by revision)."""
+        ...
 
 
 # (task, delay_ms): an event the broker did not take; store it back, to be

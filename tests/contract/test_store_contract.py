@@ -116,11 +116,11 @@ def test_an_empty_store(store: TaskStore) -> None:
 
 def test_count_tasks_and_earliest_due_count_every_row(store: TaskStore) -> None:
     insert(store, task("late", NOW + 900), task("mid", NOW + 500))
-    insert(store, task("armed", NOW + 50), mode=ClaimMode.ARM, instance=OTHER)
+    [armed] = insert(store, task("armed", NOW + 50), mode=ClaimMode.ARM, instance=OTHER)
     assert store.count_tasks() == 3
     assert store.earliest_due_ms() == NOW + 50
     assert store.cancel(["mid"]) == [CANCELLED]
-    assert store.delete_fired(["armed"]) == 1
+    assert store.delete_fired([("armed", armed.rev)]) == 1
     assert store.count_tasks() == 1
     assert store.earliest_due_ms() == NOW + 900
 
@@ -375,16 +375,44 @@ def test_arm_of_nothing(store: TaskStore) -> None:
 
 
 def test_delete_fired_deletes_only_armed_rows(store: TaskStore) -> None:
-    insert(store, task("armed"), task("other-armed"), mode=ClaimMode.ARM, instance=OTHER)
-    insert(store, task("claimed"), mode=ClaimMode.CLAIM)
-    insert(store, task("free"))
-    asked = ["armed", "claimed", "free", "nope", "armed", "other-armed"]
+    armed, other = insert(
+        store, task("armed"), task("other-armed"), mode=ClaimMode.ARM, instance=OTHER
+    )
+    [claimed] = insert(store, task("claimed"), mode=ClaimMode.CLAIM)
+    [free] = insert(store, task("free"))
+    asked = [
+        ("armed", armed.rev),
+        ("claimed", claimed.rev),
+        ("free", free.rev),
+        ("nope", 1),
+        ("armed", armed.rev),
+        ("other-armed", other.rev),
+    ]
     assert store.delete_fired(asked) == 2  # an id given twice is deleted once
     assert store.get("armed") is None and store.get("other-armed") is None
     assert state(store, "claimed") is TaskState.SCHEDULED
     assert state(store, "free") is TaskState.SCHEDULED
-    assert store.delete_fired(["armed"]) == 0
+    assert store.delete_fired([("armed", armed.rev)]) == 0
     assert store.delete_fired([]) == 0
+
+
+def test_delete_fired_removes_the_confirmed_revision_only(store: TaskStore) -> None:
+    # A stale copy's confirm (an instance paused past its lease) names the old
+    # revision: the id's newer incarnation, armed too, stays.
+    [old] = insert(store, task("x", payload=b"old"), mode=ClaimMode.ARM, instance=OTHER)
+    assert store.delete_fired([("x", old.rev)]) == 1
+    [new] = insert(store, task("x", payload=b"new"), mode=ClaimMode.ARM)
+    assert new.rev != old.rev
+    assert store.delete_fired([("x", old.rev)]) == 0
+    assert state(store, "x") is TaskState.FIRING
+    assert store.delete_fired([("x", new.rev)]) == 1
+    assert store.get("x") is None
+
+
+def test_claims_carry_the_revision_in_the_task(store: TaskStore) -> None:
+    [row] = insert(store, task("due", NOW + 10))
+    [claim] = take(store)
+    assert claim.task.rev == claim.rev == row.rev
 
 
 # -- defer --------------------------------------------------------------------------------------

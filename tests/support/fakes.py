@@ -189,11 +189,11 @@ class FakeStore(MemoryStore):
             self.arm_calls.append([c.task.id for c in claims])
             return super().arm(instance, claims)
 
-    def delete_fired(self, ids: Sequence[str]) -> int:
+    def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         with self._lock:
             self._maybe_fail("delete_fired")
-            self.delete_calls.append(list(ids))
-            return super().delete_fired(ids)
+            self.delete_calls.append([task_id for task_id, _rev in fired])
+            return super().delete_fired(fired)
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
         with self._lock:

@@ -74,10 +74,11 @@ def test_attempts_are_not_part_of_a_tasks_content() -> None:
 
 def test_dead_letter_frames_match_pika() -> None:
     extra = dead_letter_headers("returned 312 NO_ROUTE; é", 4, "nobody.home")
-    ours = encode_event(3, "ex", "triggerhook.dead", b"body", "t-1", 5, 2**31, 4096, extra)
+    ours = encode_event(3, "ex", "triggerhook.dead", b"body", "t-1", 5, 2**31, 9, 4096, extra)
     headers = {
         "x-due-ms": 5,
         "x-fired-ms": 2**31,
+        "x-rev": 9,
         "x-triggerhook-dead-reason": "returned 312 NO_ROUTE; é",
         "x-triggerhook-attempts": 4,
         "x-triggerhook-routing-key": "nobody.home",
@@ -138,7 +139,7 @@ def test_a_deferred_row_is_disarmed_unclaimed_and_claimable_only_after_its_back_
 
 def test_a_row_no_longer_held_is_not_deferred(held: tuple[FakeStore, Inventory, int]) -> None:
     store, inventory, rev = held
-    inventory.discard(["t"])  # e.g. dropped: another instance took it over
+    inventory.forget([("t", rev)])  # e.g. dropped: another instance took it over
     store.put(_task(), claimed_by="other", claim_until_ms=NOW + 30_000, firing=True, rev=rev)
     confirmer = _run_confirmer(store, inventory, (_task(), NOW + 400))
     confirmer.stop()  # settles what it was handed before it ends

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from support.fakes import FakeClock, FakePublisher, FakeStore
@@ -484,7 +484,9 @@ def test_preloader_renews_held_claims_every_third_of_the_lease(stages: Stages) -
 
     preloader.step(NOW + 2 * LEASE // 3 - 1)
     assert len(stages.store.renew_calls) == 1
-    stages.inventory.discard(["a"])  # fired and deleted: no longer renewed
+    held_rev = stages.inventory.rev_of("a")
+    assert held_rev is not None
+    stages.inventory.forget([("a", held_rev)])  # fired and deleted: no longer renewed
     preloader.step(NOW + 2 * LEASE // 3)
     assert len(stages.store.renew_calls) == 2
     assert stages.store.renew_calls[1].ids == ("b",)
@@ -528,7 +530,7 @@ def test_preloader_thread_retries_after_a_transient_error(stages: Stages) -> Non
 # -- Inventory ---------------------------------------------------------------------------
 
 
-def test_inventory_admit_discard_room() -> None:
+def test_inventory_admit_forget_room() -> None:
     inventory = Inventory(3)
     assert inventory.room() == 3
     assert ids(inventory.admit([claim(task("a", 1)), claim(task("b", 2))], 0)) == ["a", "b"]
@@ -538,7 +540,7 @@ def test_inventory_admit_discard_room() -> None:
     assert ids(inventory.admit([claim(task("b", 2)), claim(task("c", 3))], 0)) == ["c"]
     assert inventory.room() == 0
     assert inventory.reserve(5) == 0
-    inventory.discard(["a", "unknown"])
+    inventory.forget([("a", 1), ("unknown", 1)])
     assert sorted(inventory.snapshot()) == ["b", "c"]
     assert inventory.room() == 1
     assert inventory.reserve(5) == 1
@@ -733,13 +735,16 @@ def test_send_buffer_over_capacity_after_requeue() -> None:
 # -- Confirmer ---------------------------------------------------------------------------
 
 
-def _firing(s: Stages, names: list[str]) -> None:
+def _firing(s: Stages, names: list[str]) -> list[Task]:
+    """Armed rows held by this instance; returns their tasks as the publisher
+    has them (with the revision)."""
     claims = []
     for n in names:
         t = task(n, NOW)
         rev = s.store.put(t, claimed_by=ME, claim_until_ms=NOW + 10_000, firing=True)
-        claims.append(claim(t, rev, armed=True))
+        claims.append(claim(replace(t, rev=rev), rev, armed=True))
     s.inventory.admit(claims, 0)
+    return [c.task for c in claims]
 
 
 def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
@@ -748,13 +753,13 @@ def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
 
 def test_confirmer_deletes_in_batches_then_discards(stages: Stages) -> None:
     names = [f"t{i}" for i in range(7)]
-    _firing(stages, names)
+    fired = _firing(stages, names)
     stages.inventory.admit([claim(task("unrelated", NOW))], 0)
     confirmer = _confirmer(stages, batch_size=3, max_delay_ms=20)
     confirmer.start()
     stages.started.append(confirmer)
 
-    confirmer.confirmed(names)
+    confirmer.confirmed(fired)
 
     assert wait_until(lambda: stages.store.deleted_ids() == names, WAIT_S)
     assert stages.store.delete_calls == [names[0:3], names[3:6], names[6:]]
@@ -765,12 +770,12 @@ def test_confirmer_deletes_in_batches_then_discards(stages: Stages) -> None:
 
 
 def test_confirmer_retries_a_transient_delete_and_discards_only_after_it(stages: Stages) -> None:
-    _firing(stages, ["a", "b"])
+    fired = _firing(stages, ["a", "b"])
     stages.store.fail_next("delete_fired", StoreUnavailable("down"))
     confirmer = _confirmer(stages, batch_size=2, max_delay_ms=0)
     confirmer.start()
     stages.started.append(confirmer)
-    confirmer.confirmed(["a", "b"])
+    confirmer.confirmed(fired)
     assert wait_until(lambda: stages.store.deleted_ids() == ["a", "b"], WAIT_S)
     assert wait_until(lambda: len(stages.inventory) == 0, WAIT_S)
     assert confirmer.transient_errors == 1
@@ -780,11 +785,11 @@ def test_confirmer_retries_a_transient_delete_and_discards_only_after_it(stages:
 def test_confirmer_stop_flushes_a_partial_batch_without_waiting_its_delay(
     stages: Stages,
 ) -> None:
-    _firing(stages, ["a", "b"])
+    fired = _firing(stages, ["a", "b"])
     confirmer = _confirmer(stages, batch_size=100, max_delay_ms=600_000)
     confirmer.start()
     try:
-        confirmer.confirmed(["a", "b"])
+        confirmer.confirmed(fired)
         confirmer.stop()
         assert confirmer.join(WAIT_S)  # did not sit out the ten-minute delay
     finally:
@@ -795,12 +800,12 @@ def test_confirmer_stop_flushes_a_partial_batch_without_waiting_its_delay(
 
 
 def test_confirmer_gives_up_at_its_deadline_when_the_store_stays_down(stages: Stages) -> None:
-    _firing(stages, ["a"])
+    fired = _firing(stages, ["a"])
     stages.store.fail_next("delete_fired", *[StoreUnavailable("down")] * 1000)
     confirmer = _confirmer(stages, batch_size=1, max_delay_ms=0)
     confirmer.start()
     try:
-        confirmer.confirmed(["a"])
+        confirmer.confirmed(fired)
         assert wait_until(lambda: confirmer.transient_errors >= 1, WAIT_S)
         confirmer.stop(time.monotonic() + 0.2)
         assert confirmer.join(WAIT_S)
@@ -836,7 +841,7 @@ def test_fake_store_follows_the_store_contract() -> None:
         CancelResult.NOT_FOUND,
         CancelResult.NOT_FOUND,
     ]
-    assert store.delete_fired(["a"]) == 1
+    assert store.delete_fired([("a", rows[0].rev)]) == 1
     assert store.get("a") is None
 
 

@@ -12,14 +12,14 @@ from triggerhook.amqp.frames import encode_event
 
 def pika_frames(
     channel: int, exchange: str, routing_key: str, body: bytes, message_id: str,
-    due_ms: int, fired_ms: int, max_body: int,
+    due_ms: int, fired_ms: int, rev: int, max_body: int,
 ) -> bytes:  # fmt: skip
     method = pika.spec.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True)
     props = pika.spec.BasicProperties(
         message_id=message_id,
         delivery_mode=2,
         timestamp=fired_ms // 1000,
-        headers={"x-due-ms": due_ms, "x-fired-ms": fired_ms},
+        headers={"x-due-ms": due_ms, "x-fired-ms": fired_ms, "x-rev": rev},
     )
     frames = [pika.frame.Method(channel, method), pika.frame.Header(channel, len(body), props)]
     frames += [
@@ -30,19 +30,21 @@ def pika_frames(
 
 
 @pytest.mark.parametrize(
-    ("body", "due_ms", "fired_ms", "max_body"),
+    ("body", "due_ms", "fired_ms", "rev", "max_body"),
     [
-        (b"", 1_796_030_742_248, 1_796_030_742_249, 131_064),
-        (b"hello", 0, 5, 131_064),  # small values: pika's int32 table encoding
-        (b"x" * 1000, 2**31 - 1, 2**31, 300),  # int32/int64 boundary, split body
-        (bytes(range(256)) * 300, 253_402_300_799_999, 253_402_300_800_000, 4096),
+        (b"", 1_796_030_742_248, 1_796_030_742_249, 2**63 - 1, 131_064),
+        (b"hello", 0, 5, 0, 131_064),  # small values: pika's int32 table encoding
+        (b"x" * 1000, 2**31 - 1, 2**31, 2**31, 300),  # int32/int64 boundary, split body
+        (bytes(range(256)) * 300, 253_402_300_799_999, 253_402_300_800_000, 7, 4096),
     ],
 )
-def test_encoding_matches_pika(body: bytes, due_ms: int, fired_ms: int, max_body: int) -> None:
-    args = (7, "triggerhook", "billing.charge", body, "task-1:a.b", due_ms, fired_ms, max_body)
+def test_encoding_matches_pika(
+    body: bytes, due_ms: int, fired_ms: int, rev: int, max_body: int
+) -> None:
+    args = (7, "triggerhook", "billing.charge", body, "task-1:a.b", due_ms, fired_ms, rev, max_body)
     assert encode_event(*args) == pika_frames(*args)
 
 
 def test_overlong_routing_key_is_refused() -> None:
     with pytest.raises(ValueError, match="255"):
-        encode_event(1, "ex", "k" * 256, b"", "id", 0, 0, 1000)
+        encode_event(1, "ex", "k" * 256, b"", "id", 0, 0, 0, 1000)

@@ -227,12 +227,14 @@ def test_drop_forgets_only_the_given_copies() -> None:
     assert inventory.room() == 9
 
 
-def test_discard_forgets_ids_at_any_revision() -> None:
+def test_a_confirmed_revision_is_forgotten_and_a_newer_one_stays() -> None:
     inventory = Inventory(10)
     inventory.admit([claim("a", rev=1), claim("b", rev=2)], 0)
-    inventory.discard(["a", "unknown"])  # rows deleted after their events were confirmed
+    inventory.forget([("a", 1), ("unknown", 5)])  # rows deleted after their events were confirmed
     assert inventory.snapshot() == ["b"]
     assert inventory.admit([claim("a", rev=1)], 0) == [claim("a", rev=1)]  # held again
+    assert sorted(inventory.snapshot()) == ["a", "b"]
+    inventory.forget([("b", 1)])  # an older revision's confirm: b is held at 2
     assert sorted(inventory.snapshot()) == ["a", "b"]
 
 
@@ -253,7 +255,7 @@ def test_claims_due_for_renewal_are_the_oldest_ones() -> None:
 def test_forgotten_claims_are_not_renewed_and_a_reclaim_refreshes_the_stamp() -> None:
     inventory = Inventory(10)
     inventory.admit([claim("a"), claim("b", rev=1), claim("c")], 0, claimed_ms=100)
-    inventory.discard(["a"])
+    inventory.forget([("a", 1)])
     inventory.drop([claim("c")])
     assert inventory.claimed_before(1000) == ["b"]
 

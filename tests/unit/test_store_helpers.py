@@ -49,9 +49,17 @@ def test_placeholders_refuse_an_empty_in_list(count: int) -> None:
 
 
 def test_in_list_statements_take_the_placeholders() -> None:
-    stmt = sql.DELETE_FIRED.format(ids=sql.placeholders(3))
+    stmt = sql.CANCEL.format(ids=sql.placeholders(3))
     assert stmt.count("%s") == 3
     assert "{" not in stmt
+    pairs = sql.DELETE_FIRED.format(pairs=sql.placeholders(3, width=2))
+    assert "(%s, %s), (%s, %s), (%s, %s)" in pairs
+    assert "{" not in pairs
+
+
+def test_pair_placeholders_refuse_an_empty_in_list() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        sql.placeholders(0, width=2)
 
 
 # -- _split_repeats -----------------------------------------------------------------------

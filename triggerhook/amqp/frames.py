@@ -90,16 +90,21 @@ def encode_event(
     message_id: str,
     due_ms: int,
     fired_ms: int,
+    rev: int,
     max_body_frame: int,
     extra_headers: bytes = b"",
 ) -> bytes:
     """Method, content header and body frames of one event (the wire format);
-    ``extra_headers``: more encoded field-table entries (see :func:`dead_letter_headers`)."""
+    ``rev``: the stored row's revision (``x-rev``: a consumer tells a stale
+    copy from a new incarnation of the id by it); ``extra_headers``: more
+    encoded field-table entries (see :func:`dead_letter_headers`)."""
     table = (
         b"\x08x-due-ms"
         + _int_field(due_ms)
         + b"\x0ax-fired-ms"
         + _int_field(fired_ms)
+        + b"\x05x-rev"
+        + _int_field(rev)
         + extra_headers
     )
     properties = (

@@ -274,6 +274,7 @@ class AmqpPublisher(Worker):
                     task.id,
                     task.due_ms,
                     fired_ms,
+                    task.rev,
                     max_body,
                 )
             )
@@ -305,6 +306,7 @@ class AmqpPublisher(Worker):
                     task.id,
                     task.due_ms,
                     fired_ms,
+                    task.rev,
                     max_body,
                     extra,
                 )
@@ -334,14 +336,14 @@ class AmqpPublisher(Worker):
         method = frame.method
         acked = isinstance(method, pika.spec.Basic.Ack)
         settled = self._settle(method.delivery_tag, method.multiple)
-        delivered: list[str] = []
+        delivered: list[Task] = []
         returned = self._returned
         dead = self._dead_unconfirmed
         for task in settled:
             why = returned.pop(task.id, None) if returned else None
             dead_reason = dead.pop(task.id, None) if dead else None
             if acked and why is None:
-                delivered.append(task.id)
+                delivered.append(task)
                 if dead_reason is not None:
                     self.dead_lettered += 1
             else:

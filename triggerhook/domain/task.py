@@ -49,7 +49,10 @@ class Task:
     """One task: fire ``payload`` to ``routing_key`` at ``due_ms``.
 
     ``attempts`` counts the deliveries of its event that failed so far (returned
-    as unroutable or nacked); it is not part of what a caller schedules.
+    as unroutable or nacked), and ``rev`` is the revision of the stored row this
+    copy was read from (0: not read from a row); neither is part of what a
+    caller schedules. The event carries ``rev`` (``x-rev``), and the delete
+    after the broker's confirm removes that revision only.
     """
 
     id: str
@@ -57,6 +60,7 @@ class Task:
     routing_key: str
     payload: bytes = b""
     attempts: int = field(default=0, compare=False)
+    rev: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

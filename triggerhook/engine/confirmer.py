@@ -49,18 +49,18 @@ class Confirmer(Worker):
         self._instance = instance
         self._batch_size = batch_size
         self._max_delay_s = max_delay_ms / 1000.0
-        self._ids: deque[str] = deque()
+        self._fired: deque[tuple[str, int]] = deque()  # (id, rev) confirmed
         self._deferred: deque[tuple[Task, int]] = deque()  # (task, not before, epoch ms)
         self._cond = threading.Condition()
         self.deleted = 0
         self.deferred = 0
 
-    def confirmed(self, ids: Sequence[str]) -> None:
-        """Called by the publisher thread with ids the broker confirmed."""
+    def confirmed(self, tasks: Sequence[Task]) -> None:
+        """Called by the publisher thread with the tasks the broker confirmed."""
         with self._cond:
-            was_empty = not self._ids
-            self._ids.extend(ids)
-            if was_empty or len(self._ids) >= self._batch_size:
+            was_empty = not self._fired
+            self._fired.extend((task.id, task.rev) for task in tasks)
+            if was_empty or len(self._fired) >= self._batch_size:
                 self._cond.notify()
 
     def defer(self, task: Task, not_before_ms: int) -> None:
@@ -75,29 +75,29 @@ class Confirmer(Worker):
             self._cond.notify()
 
     def pending(self) -> int:
-        return len(self._ids)
+        return len(self._fired)
 
-    def _next_batch(self) -> tuple[list[str], list[tuple[Task, int]]] | None:
+    def _next_batch(self) -> tuple[list[tuple[str, int]], list[tuple[Task, int]]] | None:
         """Wait for a full batch or the oldest id's deadline; None once stopped and empty."""
         with self._cond:
-            while not self._ids and not self._deferred:
+            while not self._fired and not self._deferred:
                 if self.stopping:
                     return None
                 self._cond.wait()
             deadline = time.monotonic() + self._max_delay_s
-            while not self._deferred and len(self._ids) < self._batch_size and not self.stopping:
+            while not self._deferred and len(self._fired) < self._batch_size and not self.stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            count = min(self._batch_size, len(self._ids))
+            count = min(self._batch_size, len(self._fired))
             deferred = [self._deferred.popleft() for _ in range(len(self._deferred))]
-            return [self._ids.popleft() for _ in range(count)], deferred
+            return [self._fired.popleft() for _ in range(count)], deferred
 
     def run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            ids, deferred = batch
-            if ids and not self._settle(self._delete, ids, "deleting confirmed tasks"):
+            fired, deferred = batch
+            if fired and not self._settle(self._delete, fired, "deleting confirmed tasks"):
                 return
             if deferred and not self._settle(self._defer, deferred, "deferring undelivered"):
                 return
@@ -116,9 +116,10 @@ class Confirmer(Worker):
             self.succeeded(doing)
             return True
 
-    def _delete(self, ids: list[str]) -> None:
-        self.deleted += self._store.delete_fired(ids)
-        self._inventory.discard(ids)
+    def _delete(self, fired: list[tuple[str, int]]) -> None:
+        self.deleted += self._store.delete_fired(fired)
+        # A newer revision held meanwhile (the id scheduled again) stays held.
+        self._inventory.forget(fired)
 
     def _defer(self, deferred: list[tuple[Task, int]]) -> None:
         held = []

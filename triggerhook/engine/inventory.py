@@ -78,12 +78,6 @@ class Inventory:
                 if self._revs.get(task_id) == rev:
                     self._forget(task_id)
 
-    def discard(self, ids: Iterable[str]) -> None:
-        """Forget tasks whose rows were deleted (their events were confirmed)."""
-        with self._lock:
-            for task_id in ids:
-                self._forget(task_id)
-
     def claimed_before(self, before_ms: float) -> list[str]:
         """Ids whose claims were made or renewed at or before ``before_ms``."""
         out = []

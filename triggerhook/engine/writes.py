@@ -18,7 +18,7 @@ to by whichever thread committed the change.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from triggerhook.domain.task import CancelResult, Task
@@ -194,7 +194,7 @@ class Writes:
         (settling the room of every planned row)."""
         self.created.add(sum(1 for outcome in outcomes if outcome is InsertOutcome.CREATED))
         claims = [
-            Claim(row.task, row.rev, row.claim is ClaimMode.ARM)
+            Claim(replace(row.task, rev=row.rev), row.rev, row.claim is ClaimMode.ARM)
             for row, outcome in zip(rows, outcomes, strict=True)
             if outcome is InsertOutcome.CREATED and row.claim is not ClaimMode.NONE
         ]
@@ -224,7 +224,7 @@ class Writes:
         self.rescheduled.add(sum(1 for moved in outcomes if moved.task is not None))
         last = {move.task_id: index for index, move in enumerate(moves)}
         claims = [
-            Claim(moved.task, move.rev, move.claim is ClaimMode.ARM)
+            Claim(replace(moved.task, rev=move.rev), move.rev, move.claim is ClaimMode.ARM)
             for index, (move, moved) in enumerate(zip(moves, outcomes, strict=True))
             if moved.task is not None
             and move.claim is not ClaimMode.NONE

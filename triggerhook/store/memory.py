@@ -148,7 +148,9 @@ class MemoryStore:
                 r.claimed_by = instance
                 r.claim_until_ms = lease_until_ms
                 r.firing = r.firing or r.task.due_ms <= arm_until_ms
-                out.append(Claim(self._read(r.task), r.rev, r.firing))
+                out.append(
+                    Claim(dataclasses.replace(self._read(r.task), rev=r.rev), r.rev, r.firing)
+                )
             return out
 
     def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
@@ -164,10 +166,12 @@ class MemoryStore:
                 armed.append(claim)
             return armed
 
-    def delete_fired(self, ids: Sequence[str]) -> int:
+    def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         with self._lock:
             gone = [
-                tid for tid in dict.fromkeys(ids) if tid in self._rows and self._rows[tid].firing
+                tid
+                for tid, rev in dict.fromkeys(fired)
+                if tid in self._rows and self._rows[tid].firing and self._rows[tid].rev == rev
             ]
             for tid in gone:
                 del self._rows[tid]

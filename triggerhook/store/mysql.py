@@ -118,8 +118,10 @@ class MySQLStore:
 
     # -- rows <-> tasks -------------------------------------------------------
 
-    def _task(self, row: Row, attempts: int = 0) -> Task:
-        return Task(row[0], row[1], row[2] or self._default_routing_key, row[3] or b"", attempts)
+    def _task(self, row: Row, attempts: int = 0, rev: int = 0) -> Task:
+        return Task(
+            row[0], row[1], row[2] or self._default_routing_key, row[3] or b"", attempts, rev
+        )
 
     @staticmethod
     def _insert_params(row: NewRow, instance: str, lease_until_ms: int) -> Row:
@@ -249,7 +251,7 @@ class MySQLStore:
             )
         task = self._task
         return [
-            Claim(task(row, row[6]), row[5], bool(row[4]) or row[1] <= arm_until_ms)
+            Claim(task(row, row[6], row[5]), row[5], bool(row[4]) or row[1] <= arm_until_ms)
             for row in found
         ]
 
@@ -271,12 +273,13 @@ class MySQLStore:
                 armed.extend(ok)
         return armed
 
-    def delete_fired(self, ids: Sequence[str]) -> int:
+    def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         deleted = 0
         with self._pool.transaction() as cur:
-            for part in _chunks(ids, _IN_LIST_CHUNK):
+            for part in _chunks(fired, _IN_LIST_CHUNK):
+                params = [value for pair in part for value in pair]
                 deleted += cur.execute(
-                    sql.DELETE_FIRED.format(ids=sql.placeholders(len(part))), part
+                    sql.DELETE_FIRED.format(pairs=sql.placeholders(len(part), width=2)), params
                 )
         return deleted
 

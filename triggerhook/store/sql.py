@@ -1,7 +1,8 @@
 """Every SQL statement triggerhook runs, in one reviewable place.
 
 All values are bound parameters (``%s``); the only text ever spliced in is a
-placeholder list ``%s, %s, ...`` of a computed length (see :func:`placeholders`).
+placeholder list ``%s, %s, ...`` (or ``(%s, %s), ...``) of a computed length
+(see :func:`placeholders`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,10 @@ LOCK_ARMABLE = (
 
 ARM_ROWS = "UPDATE th_tasks SET firing = 1 WHERE id IN ({ids})"
 
-DELETE_FIRED = "DELETE FROM th_tasks WHERE id IN ({ids}) AND firing = 1"
+# After the broker's confirm: the confirmed revision only. Whoever runs it,
+# whenever (an instance paused past its lease, say), it cannot remove a newer
+# incarnation of the id, which has another revision.
+DELETE_FIRED = "DELETE FROM th_tasks WHERE (id, rev) IN ({pairs}) AND firing = 1"
 
 # Renewal names the ids held in memory: a row claimed by us that we no longer
 # hold (for whatever reason) is left to expire and be claimed again.
@@ -92,11 +96,13 @@ DEFER_UNDELIVERED = (
 )
 
 
-def placeholders(count: int) -> str:
-    """``%s, %s, ...`` for an IN list of ``count`` bound values."""
+def placeholders(count: int, width: int = 1) -> str:
+    """``%s, %s, ...`` for an IN list of ``count`` bound values; with ``width``
+    2, ``(%s, %s), ...`` for a list of pairs."""
     if count < 1:
         raise ValueError("an IN list needs at least one value")
-    return ", ".join(["%s"] * count)
+    one = "%s" if width == 1 else f"({', '.join(['%s'] * width)})"
+    return ", ".join([one] * count)
 
 
 # Metrics. COUNT(*) walks an index: run it rarely (metrics_recount_s).
