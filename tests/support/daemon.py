@@ -10,6 +10,8 @@
 * :func:`schedule_tasks`: stores tasks through an in-process, never started
   :class:`triggerhook.TriggerHook` (a database client only).
 * :func:`wait_until`: poll a condition until a deadline.
+* :meth:`Daemon.pause` / :meth:`Daemon.resume`: SIGSTOP / SIGCONT, returning
+  once the kernel reports every thread of the process stopped / running.
 
 Only processes started here are ever signalled, by their own pid.
 """
@@ -26,11 +28,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
 from support.amqp import EventConsumer, Received
 from support.mysql import MARK_FIRING, connect
+from support.waiting import wait_for
 
 # Settings every test daemon gets unless the test overrides them: short knobs
 # keep the tests fast (see Settings for the meaning of each).
@@ -181,6 +185,11 @@ class Daemon:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def http_url(self) -> str:
+        """Base URL of the daemon's HTTP API (``TRIGGERHOOK_HTTP_PORT`` on loopback)."""
+        return f"http://127.0.0.1:{self._env['TRIGGERHOOK_HTTP_PORT']}"
+
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -191,6 +200,67 @@ class Daemon:
         """Send ``signum`` to this process (only if it has not been reaped)."""
         if self.alive():
             os.kill(self.pid, signum)
+
+    def thread_states(self) -> list[str]:
+        """The state letter (``/proc/<pid>/task/*/stat``) of each of the process's
+        threads: ``T`` stopped by a signal, ``R``/``S``/``D`` running or waiting;
+        empty once the process is gone."""
+        states = []
+        for stat in Path(f"/proc/{self.pid}/task").glob("*/stat"):
+            with contextlib.suppress(OSError):  # a thread that just ended
+                # "pid (comm) state ...": comm may hold spaces and parentheses.
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        return states
+
+    def tcp_ports(self) -> set[int]:
+        """Local ports of the process's TCP sockets (from /proc: its socket fds,
+        looked up in its network namespace's tcp tables). A database session's
+        ``host`` in the processlist is ``127.0.0.1:<one of these>``."""
+        inodes = set()
+        for fd in Path(f"/proc/{self.pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        ports = set()
+        for table in ("tcp", "tcp6"):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{self.pid}/net/{table}").read_text().splitlines()[1:]:
+                    fields = line.split()  # sl local rem st queues tr retrnsmt uid timeout inode
+                    if fields[9] in inodes:
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        return ports
+
+    def stopped(self) -> bool:
+        """Every thread of the (live) process is stopped (SIGSTOP, not yet SIGCONT)."""
+        states = self.thread_states()
+        return self.alive() and bool(states) and all(s == "T" for s in states)
+
+    def pause(self, timeout_s: float = 5.0) -> None:
+        """SIGSTOP the process and wait until every thread of it is stopped: it
+        runs no code, its sockets and database sessions stay open (a process
+        frozen as if by a long GC pause or a suspended VM)."""
+        if not self.alive():
+            raise AssertionError(f"{self.name} is not running\n{self.tail()}")
+        os.kill(self.pid, signal.SIGSTOP)
+        wait_for(
+            self.stopped,
+            timeout_s,
+            lambda: f"{self.name} not stopped: {self.thread_states()}",
+            interval_s=0.005,
+        )
+
+    def resume(self, timeout_s: float = 5.0) -> None:
+        """SIGCONT a paused process and wait until none of its threads is stopped."""
+        if not self.alive():
+            raise AssertionError(f"{self.name} is not running\n{self.tail()}")
+        os.kill(self.pid, signal.SIGCONT)
+        wait_for(
+            lambda: "T" not in self.thread_states(),
+            timeout_s,
+            lambda: f"{self.name} still stopped: {self.thread_states()}",
+            interval_s=0.005,
+        )
 
     def wait_exit(self, timeout_s: float) -> int:
         """Wait for the process to end; AssertionError (with the log tail) on timeout."""
@@ -381,6 +451,18 @@ class TaskTable:
         with self._conn.cursor() as cur:
             changed = cur.execute(MARK_FIRING, (task_id,))
         assert changed == 1, f"no row {task_id!r} to mark firing"
+
+    def locking_transactions(self, client_ports: set[int]) -> list[tuple[Any, ...]]:
+        """Open InnoDB transactions holding locks, of the sessions connected from
+        these local ports (see :meth:`Daemon.tcp_ports`): (session id, host,
+        transaction state, lock structs, rows locked, started)."""
+        rows = self.query(
+            "SELECT p.ID, p.HOST, t.trx_state, t.trx_lock_structs, t.trx_rows_locked,"
+            " t.trx_started FROM information_schema.INNODB_TRX t"
+            " JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+            " WHERE t.trx_lock_structs > 0"
+        )
+        return [r for r in rows if str(r[1]).rsplit(":", 1)[-1] in {str(p) for p in client_ports}]
 
     def claimed_by_counts(self) -> dict[str | None, int]:
         rows = self.query("SELECT claimed_by, COUNT(*) FROM th_tasks GROUP BY claimed_by")
