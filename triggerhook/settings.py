@@ -118,6 +118,14 @@ class Settings:
         "interval lets the firing thread take the GIL sooner. 0 leaves Python's default.",
         0,
     )
+    database_idle_transaction_timeout_s: int = _setting(
+        10,
+        "MariaDB aborts an engine transaction left idle this long, freeing its locks, so "
+        "an instance paused mid-transaction (a stop signal, a suspended VM) cannot keep "
+        "others from tasks whose lease ran out; keep it under claim_lease_ms. 0 = off; "
+        "MySQL has no such limit.",
+        0,
+    )
     clock_sync_interval_ms: int = _setting(
         1000,
         "How often the engine reads the database's clock, by which it fires tasks "

@@ -97,7 +97,11 @@ def command_config(settings: Settings) -> CommandConfig:
 
 def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
     sink = sink_from_settings(settings)
-    store = MySQLStore(settings.database_url, settings.default_routing_key)
+    store = MySQLStore(
+        settings.database_url,
+        settings.default_routing_key,
+        idle_transaction_timeout_s=settings.database_idle_transaction_timeout_s,
+    )
     clock = DatabaseClock(
         store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
     )

@@ -17,6 +17,7 @@ import pymysql
 import pymysql.cursors
 
 from triggerhook.errors import ConfigError, SchemaError, StoreError, StoreUnavailable
+from triggerhook.store.sql import IDLE_TRANSACTION_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,12 @@ def open_connection(params: dict[str, Any]) -> pymysql.connections.Connection[Cu
         raise translate(exc, str(params.get("database", ""))) from exc
 
 
+def _is_mariadb(conn: pymysql.connections.Connection[Cursor]) -> bool:
+    # The handshake's server version, e.g. "10.11.6-MariaDB-0+deb12u1" (not in
+    # PyMySQL's type stubs).
+    return "MariaDB" in str(getattr(conn, "server_version", ""))
+
+
 class ConnectionPool:
     """A bounded pool; any thread may borrow. A connection that failed is discarded.
 
@@ -130,8 +137,14 @@ class ConnectionPool:
         size: int,
         autocommit: bool = False,
         acquire_timeout_s: float = 30.0,
+        idle_transaction_timeout_s: int = 0,
     ) -> None:
         self._params = {**params, "autocommit": autocommit}
+        # MariaDB aborts a transaction idle this long (0: never) and so frees
+        # its locks: a process paused in the middle of one (a stop signal, a
+        # VM suspended) must not keep other instances from rows whose lease ran
+        # out. MySQL has no such variable; there, wait_timeout bounds it.
+        self._idle_transaction_timeout_s = idle_transaction_timeout_s
         self._autocommit = autocommit
         self._database = str(params.get("database", ""))
         self._idle: list[pymysql.connections.Connection[Cursor]] = []
@@ -148,7 +161,7 @@ class ConnectionPool:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                conn = open_connection(self._params)
+                conn = self._open()
             try:
                 with conn.cursor() as cur:
                     yield cur
@@ -163,6 +176,18 @@ class ConnectionPool:
                 self._idle.append(conn)
         finally:
             self._slots.release()
+
+    def _open(self) -> pymysql.connections.Connection[Cursor]:
+        conn = open_connection(self._params)
+        if self._idle_transaction_timeout_s and _is_mariadb(conn):
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(IDLE_TRANSACTION_TIMEOUT, (self._idle_transaction_timeout_s,))
+            except (pymysql.err.MySQLError, OSError) as exc:
+                with contextlib.suppress(Exception):
+                    conn.close()
+                raise translate(exc, self._database) from exc
+        return conn
 
     def _recycle_after_error(
         self, conn: pymysql.connections.Connection[Cursor], exc: BaseException

@@ -100,9 +100,17 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 class MySQLStore:
     """Thread-safe: every call borrows a pooled connection for one transaction."""
 
-    def __init__(self, url: str, default_routing_key: str, pool_size: int = 16) -> None:
+    def __init__(
+        self,
+        url: str,
+        default_routing_key: str,
+        pool_size: int = 16,
+        idle_transaction_timeout_s: int = 0,
+    ) -> None:
         self._database = database_name(url)
-        self._pool = ConnectionPool(connect_params(url), pool_size)
+        self._pool = ConnectionPool(
+            connect_params(url), pool_size, idle_transaction_timeout_s=idle_transaction_timeout_s
+        )
         self._autocommit_pool = ConnectionPool(connect_params(url), pool_size, autocommit=True)
         self._default_routing_key = default_routing_key
 

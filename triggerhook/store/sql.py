@@ -111,6 +111,10 @@ COUNT_TASKS = "SELECT COUNT(*) FROM th_tasks"
 # The first entry of the due-time index: cheap at any table size.
 EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"
 
+# Per session, MariaDB only (see ConnectionPool): abort a transaction left idle
+# this many seconds, freeing its locks.
+IDLE_TRANSACTION_TIMEOUT = "SET SESSION idle_transaction_timeout = %s"
+
 # The server's clock, in epoch microseconds. UTC arithmetic only: no session
 # time zone (and no daylight-saving fold) is involved.
 DATABASE_TIME_US = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
