@@ -83,12 +83,15 @@ def test_wire_format(hooks: HookFactory, rows: RowReader, event_consumer: EventC
         assert event.routing_key == routing_key
         assert event.body == body
         assert event.delivery_mode == 2
-        assert set(event.headers) == {"x-due-ms", "x-fired-ms"}
+        assert set(event.headers) == {"x-due-ms", "x-fired-ms", "x-rev"}
         due_ms = header_int(event, "x-due-ms")
         fired_ms = header_int(event, "x-fired-ms")
         assert due_ms == tasks[task_id].due_ms
         assert fired_ms >= due_ms
         assert event.timestamp == fired_ms // 1000
+        assert header_int(event, "x-rev") > 0  # the stored row's revision (random, 63 bits)
+    # Each incarnation has its own revision.
+    assert len({header_int(e, "x-rev") for e in events.values()}) == len(events)
     # 5. after firing and confirmation the rows are deleted.
     assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
 
