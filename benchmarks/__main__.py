@@ -69,6 +69,7 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
         "delete": delete,
         "sending": lambda rec: engine.sending(rec, n),
         "burst": lambda rec: engine.burst(rec, n),
+        "near_due": lambda rec: engine.near_due(rec, 5 if config.quick else 20, 200),
         "precision": lambda rec: precision.run(
             rec, config.precision_s, config.fires_per_s, clients
         ),

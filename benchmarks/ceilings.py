@@ -5,9 +5,9 @@ it (see ``benchmarks/report.py``):
 
 * ``ceiling.insert``  raw PyMySQL multi-row INSERT into ``th_tasks`` (same
                       schema and indexes), 2,000 rows a statement, one transaction
-* ``ceiling.update``  raw batched UPDATE of the claim columns, 2,000 ids a
-                      statement, a commit each (the engine claims and arms every
-                      row it fires: two such writes)
+* ``ceiling.read``    raw range SELECT of every row by (shard, fire_ms), as
+                      arming reads them, fetched by PyMySQL (arming writes one
+                      shard row per pass, no task row)
 * ``ceiling.delete``  raw batched DELETE by id, 2,000 ids a statement, a commit each
 * ``ceiling.publish`` raw pika ``basic_publish`` of persistent, mandatory messages
                       (the engine's headers) into a durable queue, with up to
@@ -33,6 +33,7 @@ import pymysql
 
 from benchmarks.common import AMQP_URL, Recorder, isolated, rate
 from triggerhook.amqp.frames import encode_event
+from triggerhook.domain.arming import shard_of
 
 _CHUNK = 2000
 _MAX_UNCONFIRMED = 5000
@@ -70,10 +71,14 @@ def run(rec: Recorder, n: int) -> None:
 def _database(rec: Recorder, db: pymysql.connections.Connection[Any], n: int) -> None:
     ids = [f"c{i}" for i in range(n)]
     due_ms = int(time.time() * 1000) + 86_400_000
-    rows = [(tid, due_ms + i, "bench", None, None, 0, 0, i) for i, tid in enumerate(ids)]
+    shards = 64
+    rows = [
+        (tid, shard_of(tid, shards), i, 1, due_ms + i, due_ms + i, "bench", None)
+        for i, tid in enumerate(ids)
+    ]
     insert = (
-        "INSERT INTO th_tasks (id, due_ms, routing_key, payload, claimed_by,"
-        " claim_until_ms, firing, rev) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
     )
     with db.cursor() as cur:
         started = time.perf_counter()
@@ -83,14 +88,18 @@ def _database(rec: Recorder, db: pymysql.connections.Connection[Any], n: int) ->
         rec.add("ceiling.insert", rate(n, time.perf_counter() - started), "one transaction")
 
         started = time.perf_counter()
-        for part in _chunks(ids, _CHUNK):
-            stmt = (
-                "UPDATE th_tasks SET claimed_by = %s, claim_until_ms = %s"
-                f" WHERE id IN ({_in_list(len(part))})"
+        read = 0
+        for shard in range(shards):
+            cur.execute(
+                "SELECT id, fire_ms, due_ms, routing_key, payload, rev, attempts, gen"
+                " FROM th_tasks WHERE shard = %s AND fire_ms <= %s ORDER BY fire_ms, id",
+                (shard, due_ms + n),
             )
-            cur.execute(stmt, ["bench", due_ms, *part])
-            db.commit()
-        rec.add("ceiling.update", rate(n, time.perf_counter() - started), "a commit per batch")
+            read += len(cur.fetchall())
+        db.commit()
+        if read != n:
+            raise RuntimeError(f"raw SELECT read {read} rows of {n}")
+        rec.add("ceiling.read", rate(n, time.perf_counter() - started), "a statement per shard")
 
         started = time.perf_counter()
         deleted = 0

@@ -3,7 +3,7 @@
 * ``create``   N tasks in one ``schedule_many``; N single ``schedule`` calls
                from 8 threads (group commit, engine started as in the daemon)
 * ``delete``   N single ``cancel`` calls from 8 threads
-* ``sending``  N overdue rows -> claimed, armed, heap -> send buffer, taken
+* ``sending``  N overdue rows -> armed, heap -> send buffer, taken
                in-process (Trigger Hook's "sending": no broker); then "confirm":
                the same N ids confirmed -> rows deleted in batches; then N
                overdue rows through the real broker until every event is confirmed
@@ -24,6 +24,7 @@ from benchmarks.common import (
     FAR_FUTURE_MS,
     CpuMeter,
     Recorder,
+    RowWrites,
     Sampler,
     consuming,
     in_threads,
@@ -163,7 +164,7 @@ def _sending_without_broker(rec: Recorder, n: int) -> None:
             rec.add(
                 "sending.no_broker",
                 rate(n, sent_s),
-                "each row is claimed and armed in MariaDB before it fires (two writes a row)",
+                "rows armed by shard (a write per shard and pass, none per row) before they fire",
             )
             _confirm(rec, engine, publishers[0].tasks)
         finally:
@@ -221,10 +222,12 @@ def _burst_counters(engine: Engine) -> dict[str, int]:
 
 def burst(rec: Recorder, n: int) -> None:
     with isolated() as place, consuming(place.name, n) as consumer:
+        writes = RowWrites(place.name)
+        writes.start()  # from before the insert: every row write of the tasks
         with build(place.settings) as hook:
-            # Due late enough that the insert is done and the engine has claimed
-            # (preloaded) the tasks before the instant, as in production.
-            lead_ms = place.settings.preload_window_ms + 1000 + n * 0.04
+            # Due late enough that the insert is done and the engine holds its
+            # shards before the instant; it arms them arm_ahead_ms before.
+            lead_ms = place.settings.arm_ahead_ms + 2000 + n * 0.04
             due_ms = int(time.time() * 1000 + lead_ms)
             hook.schedule_many([TaskSpec(at_ms=due_ms) for _ in range(n)])
             engine = hook.engine
@@ -244,7 +247,13 @@ def burst(rec: Recorder, n: int) -> None:
             finally:
                 sampler.stop()
                 sampler.join()
+        writes.stop()
         _check_rows(place.rows(), 0, "after the burst")
+    rec.add(
+        "burst.row_writes",
+        writes.per_task(n),
+        f"rows changed per task, insert to delete (TABLE_STATISTICS): {writes.text()}",
+    )
     received_ms = max(e[2] for e in events)
     end_s = (max(received_ms, deleted_ms) - due_ms) / 1000
     detail = (
@@ -256,3 +265,33 @@ def burst(rec: Recorder, n: int) -> None:
     rec.add("burst.end_to_end", rate(n, end_s), detail)
     record_lateness(rec, "burst", "burst", events)
     rec.timeline = [(t_ms - due_ms, counts) for t_ms, counts in sampler.samples]
+
+
+# -- near-due tasks through an instance that owns none of their shards -------------------
+
+
+def near_due(rec: Recorder, seconds: int, rate: int) -> None:
+    """Single ``schedule`` calls, ``rate`` a second for ``seconds``, each due
+    100 ms ahead, through a TriggerHook that owns no shard (not started: a
+    plain client of the database); the engine owning every shard arms them at
+    its next pass (``arm_interval_ms``), as nothing wakes it."""
+    n = seconds * rate
+    with (
+        isolated() as place,
+        consuming(place.name, n) as consumer,
+        build(place.settings) as owner,
+        build(place.settings) as writer,
+    ):
+        owner.start()
+        shards = owner.engine.shards
+        wait_until(lambda: len(shards) == 64, 30, "the owner holds every shard")
+        started_s = time.monotonic()
+        for i in range(n):
+            pause_s = started_s + i / rate - time.monotonic()
+            if pause_s > 0:
+                threading.Event().wait(pause_s)  # pacing the load, not a test's wait
+            writer.schedule(TaskSpec(delay_ms=100))
+        events = consumer.events(_timeout_s(n) + seconds)
+    label = "scheduled 100 ms ahead through a non-owner"
+    record_lateness(rec, "near_due", label, events)
+    rec.add("near_due.fired_p99", rec.distributions[-2].stats["p99"], f"{n:,} tasks at {rate}/s")

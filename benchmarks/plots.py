@@ -15,6 +15,7 @@ from benchmarks.common import Recorder
 
 _RUNS = {
     "burst": "burst: all due at one instant",
+    "near_due": "100 ms ahead through a non-owner",
     "precision.idle": "steady 1,000 fires/s",
     "precision.http_load": "steady 1,000 fires/s + HTTP create load",
     "hostile": "probes under hostile input",
@@ -100,7 +101,7 @@ def _throughput(rec: Recorder, received_ms: Sequence[float], out_dir: Path) -> P
         axes.plot(*_counter_rates(rec.timeline, name), label=f"{name} (engine counter)")
     axes.plot(*_per_second(received_ms), label="received (consumer process)")
     axes.axvline(0, color="grey", linestyle=":", label="due instant")
-    axes.set_xlim(left=-0.5)  # before the instant only claiming and arming happen
+    axes.set_xlim(left=-0.5)  # before the instant only arming happens
     axes.set(
         xlabel="seconds after the due instant",
         ylabel="events per second",

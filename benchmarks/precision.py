@@ -69,7 +69,7 @@ def _run_once(rec: Recorder, seconds: int, fires_per_s: int, clients: int, load:
                 load_rate = sent / (time.time() - load_started_s)
             events = consumer.events(seconds + 60 + (start_ms / 1000 - time.time()))
             cpu.stop()
-    _record(rec, events, seconds, clients, load_rate, cpu.text())
+    _record(rec, events, seconds, clients, load_rate, cpu)
 
 
 def _record(
@@ -78,7 +78,7 @@ def _record(
     seconds: int,
     clients: int,
     load_rate: float | None,
-    cpu_text: str,
+    cpu: CpuMeter,
 ) -> None:
     """``load_rate``: requests/s of the HTTP load, None when there was none."""
     prefix = "precision.idle" if load_rate is None else "precision.http_load"
@@ -93,9 +93,17 @@ def _record(
             f"{clients} clients posting single far-future tasks throughout",
         )
         detail += f" while {clients} clients posted {load_rate:,.0f} req/s"
-    detail += f"; {cpu_text}"
+    detail += f"; {cpu.text()}"
     rec.add(f"{prefix}.fired_p50", fired.stats["p50"], detail)
     rec.add(f"{prefix}.fired_p99", fired.stats["p99"])
+    fires = max(1, len(events))
+    for who in ("MariaDB", "daemon"):
+        if who in cpu.used:
+            rec.add(
+                f"{prefix}.cpu_{who.lower()}_us",
+                cpu.used[who] / fires * 1e6,
+                f"{who} CPU per fired task, µs ({cpu.used[who]:.1f} CPU-s over {fires:,} fires)",
+            )
     rec.add(
         f"{prefix}.early",
         fired.early + received.early,

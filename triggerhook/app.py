@@ -261,7 +261,12 @@ class TriggerHook:
         self._clock.now_ms()  # the first read of a database clock, before any thread fires by it
         if self._clock_sync is not None:
             self._clock_sync.start()
-        self._engine.start()
+        try:
+            self._engine.start()
+        except BaseException:  # e.g. the instance name is in use: leave nothing running
+            if self._clock_sync is not None:
+                self._clock_sync.stop()
+            raise
         self.metrics = self._new_metrics()
         self.metrics.start()
 

@@ -39,6 +39,20 @@ class SchemaError(TriggerHookError):
     """The database schema is missing or has an unexpected version."""
 
 
+class InstanceNameInUse(TriggerHookError):
+    """A live process holds this instance name (R1): a second process refuses to start."""
+
+    def __init__(self, instance: str, host: str, pid: int) -> None:
+        super().__init__(
+            f"instance name {instance!r} is in use by a live process on host {host!r}, "
+            f"pid {pid}; give this process another instance_id (or leave it empty for "
+            "a unique one), or stop the other"
+        )
+        self.instance = instance
+        self.host = host
+        self.pid = pid
+
+
 class TransientError(TriggerHookError):
     """A failure that may go away by itself; the retry policy retries these."""
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from triggerhook.domain.arming import Mark, ShardMarks
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
 from triggerhook.runtime.points import Point
 
@@ -33,14 +34,6 @@ class Clock(Protocol):
         ...
 
 
-class ClaimMode(enum.Enum):
-    """How a newly inserted row is held by the inserting instance."""
-
-    NONE = 0  # left for any preloader
-    CLAIM = 1  # claimed: goes straight into this instance's memory
-    ARM = 2  # claimed and armed: due so soon that it is committed to fire
-
-
 def new_rev() -> int:
     """A fresh row revision: random, so a row deleted and created again under
     the same id never has the revision an old in-memory copy carries."""
@@ -50,17 +43,15 @@ def new_rev() -> int:
 @dataclass(frozen=True, slots=True)
 class NewRow:
     task: Task
-    claim: ClaimMode = ClaimMode.NONE
     rev: int = field(default_factory=new_rev)
 
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """Reschedule the task ``task_id`` to ``due_ms``, held as ``claim`` with a new ``rev``."""
+    """Reschedule the task ``task_id`` to ``due_ms``, with a new ``rev``."""
 
     task_id: str
     due_ms: int
-    claim: ClaimMode = ClaimMode.NONE
     rev: int = field(default_factory=new_rev)
 
 
@@ -72,100 +63,152 @@ class Moved:
     task: Task | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Deferral:
-    """Put back the armed row ``task_id`` (held at ``rev``) whose event the
-    broker did not take: claimable again from ``not_before_ms``, at ``new_rev``."""
-
-    task_id: str
-    rev: int
-    not_before_ms: int
-    new_rev: int = field(default_factory=new_rev)
-
-
 class InsertOutcome(enum.Enum):
     CREATED = "created"
     EXISTS = "exists"  # same id, same content: a safe retry, nothing written
     CONFLICT = "conflict"  # same id, different content: nothing written
 
 
+# -- shards (docs/design/ownership.md) ---------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
-class Claim:
-    """A task held in memory by this instance, with the revision of its row."""
+class Lease:
+    """This instance's hold on a shard: ``epoch`` is the fencing token."""
+
+    shard: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """A shard just acquired, and the marks it had then: rows armed under
+    them (by an earlier epoch) are inherited and fire again (R3)."""
+
+    lease: Lease
+    took: ShardMarks
+
+
+@dataclass(frozen=True, slots=True)
+class Armed:
+    """One arming pass: the tasks it armed (each with ``shard``, ``epoch``
+    and ``rev`` set, earliest first per shard), the shards found no longer
+    ours (fenced: drop them), and how many of the tasks were armed by a
+    write of their own row rather than by their shard's marks (the rare
+    settle case of :class:`~triggerhook.domain.arming.ArmPlan`)."""
+
+    tasks: list[Task]
+    lost: list[int]
+    settled: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """Put back the armed row ``task.id`` at ``task.rev`` (armed under lease
+    ``task.shard``/``task.epoch``) whose event the broker did not take: to
+    fire again from ``not_before_ms``, at ``new_rev``."""
 
     task: Task
-    rev: int
-    armed: bool
+    not_before_ms: int
+    new_rev: int = field(default_factory=new_rev)
 
-    @property
-    def due_ms(self) -> int:
-        return self.task.due_ms
+
+class DeferOutcome(enum.Enum):
+    DEFERRED = "deferred"  # rewritten unarmed; it left this instance's memory
+    INHERITED = "inherited"  # armed in an earlier epoch: stays armed, retry from memory
+    GONE = "gone"  # the lease or the row at that revision is no longer ours: drop it
 
 
 class TaskStore(Protocol):
-    def insert(
-        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int, atomic: bool
-    ) -> list[InsertOutcome]:
-        """Insert rows in one transaction, reporting each row's outcome.
+    """The task table, the shard table and the member table.
+
+    Every "now" below is the database server's clock, read in SQL.
+    """
+
+    def shard_count(self) -> int:
+        """N, fixed when the database was created."""
+        ...
+
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+        """Insert rows in one transaction, reporting each row's outcome; each
+        row is written unarmed (R6) in its shard's current generation.
 
         With ``atomic`` any conflict rolls everything back and raises
         :class:`~triggerhook.errors.ConflictError`.
         """
         ...
 
-    def claim(
-        self,
-        instance: str,
-        now_ms: int,
-        horizon_ms: int,
-        arm_until_ms: int,
-        lease_until_ms: int,
-        limit: int,
-    ) -> list[Claim]:
-        """Claim up to ``limit`` claimable tasks due by ``horizon_ms``, earliest first.
-
-        Rows due by ``arm_until_ms`` (and rows armed by an instance that died)
-        come back armed.
-        """
+    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
+        """One arming pass (R3) over the leased shards, fenced by each lease:
+        arms up to ``limit`` rows due by ``horizon_ms`` in all, by
+        :func:`~triggerhook.domain.arming.plan_arming` per shard."""
         ...
 
-    def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
-        """Commit the given claims to firing; returns those whose rows are still
-        ours at the same revision. The others were cancelled, re-created or
-        taken over: drop them."""
+    def inherited(
+        self, acquired: Acquired, after: Mark | None, limit: int
+    ) -> tuple[list[Task], Mark | None]:
+        """Rows armed before ``acquired`` began (R3), in mark order after
+        ``after`` (None: from the first), at most ``limit``; each with
+        ``shard``, ``epoch`` (the acquired lease's) and ``rev`` set; and the
+        mark of the last row returned (None: none), where the next read goes on."""
         ...
 
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
-        """Delete the armed rows whose events the broker confirmed, given as
-        (id, revision): a row of the id at another revision (a newer
-        incarnation) stays."""
+        """Delete the rows whose events the broker confirmed, given as (id,
+        revision): a row of the id at another revision (a newer incarnation)
+        stays. Not fenced (R5)."""
         ...
 
-    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
-        """Disarm and unclaim rows whose events were not delivered, counting a
-        failed attempt each (see :class:`Deferral`); a row no longer ours at
-        that revision is left alone. Returns how many rows were deferred."""
-        ...
-
-    def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
-        """Extend the claims on ``ids`` that ``instance`` still holds."""
-        ...
-
-    def release_claims(self, instance: str, ids: Sequence[str] | None = None) -> int:
-        """Give up claims (all of ``instance``'s, or just ``ids``) for others to take."""
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
+        """R8: rows whose events were not delivered, one outcome each."""
         ...
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
-        """Cancel in one transaction; one result per id (an id given twice is
-        cancelled once, then not found)."""
+        """Cancel in one transaction (R7); one result per id (an id given
+        twice is cancelled once, then not found)."""
         ...
 
-    def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
-        """Move unarmed tasks to new due times in one transaction (a new
-        revision, so copies held in memory anywhere fail to arm); one outcome
-        per move. An armed task is TOO_LATE; an id moved twice in one call takes
-        the last move."""
+    def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
+        """Move unarmed tasks to new due times in one transaction (R6: a new
+        revision, the shard's current generation); one outcome per move. An
+        armed task is TOO_LATE; an id moved twice in one call takes the last move."""
         ...
+
+    # -- shard leases (R2) and members (R1) --------------------------------------
+
+    def acquire(self, instance: str, count: int, lease_ms: int) -> list[Acquired]:
+        """Take up to ``count`` free or expired shards, each with a new epoch
+        and a lease of ``lease_ms`` from now."""
+        ...
+
+    def renew(self, instance: str, leases: Sequence[Lease], lease_ms: int) -> list[Lease]:
+        """Extend the leases still ours (same epoch) to ``lease_ms`` from now;
+        returns those. One not returned was lost: drop it at once."""
+        ...
+
+    def release(self, instance: str, leases: Sequence[Lease]) -> int:
+        """Give up leases still ours (same epoch) for others to take."""
+        ...
+
+    def register(self, instance: str, token: int, host: str, pid: int, lease_ms: int) -> None:
+        """Hold the instance name for ``lease_ms``; a name whose holder's
+        heartbeat expired is taken over. Raises
+        :class:`~triggerhook.errors.InstanceNameInUse`."""
+        ...
+
+    def heartbeat(self, instance: str, token: int, lease_ms: int) -> bool:
+        """Extend the hold on the name; False: another process took it over."""
+        ...
+
+    def leave(self, instance: str, token: int) -> None:
+        """Give the name up (graceful stop)."""
+        ...
+
+    def live_members(self) -> int:
+        """Members whose heartbeat has not expired."""
+        ...
+
+    # -- lookups ------------------------------------------------------------------
 
     def check_schema(self) -> None:
         """Raise :class:`~triggerhook.errors.SchemaError` unless the schema is current."""
@@ -203,7 +246,8 @@ class FiredSource(Protocol):
     def __len__(self) -> int: ...
 
     def take(self, limit: int) -> list[Task]:
-        """Up to ``limit`` tasks, oldest first, removed from the buffer."""
+        """Up to ``limit`` tasks, oldest first, removed from the buffer: those
+        the engine's lease check lets through (possibly none while more wait)."""
         ...
 
     def requeue_front(self, tasks: Sequence[Task]) -> None:
@@ -220,7 +264,7 @@ class ConfirmSink(Protocol):
 
 
 # (task, delay_ms): an event the broker did not take; store it back, to be
-# claimed and fired again ``delay_ms`` from now. Called on the publisher's thread.
+# armed and fired again ``delay_ms`` from now. Called on the publisher's thread.
 RetryHandler = Callable[[Task, int], None]
 
 
@@ -263,11 +307,11 @@ class EngineStats:
     """The engine's size gauges and totals, as the metrics collector reads them."""
 
     in_memory: int
-    pending_arm: int
-    armed: int
+    shards: int  # shard leases held
+    armed: int  # armed copies waiting for their due time (the scheduler's heap)
     send_buffer: int
     unconfirmed: int
-    claimed: int
+    members: int  # live instances on the database, as last counted
     fired: int
     deleted: int
 

@@ -1,45 +1,74 @@
--- triggerhook schema, version 2. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
+-- triggerhook schema, version 3. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
 -- Applied idempotently by `triggerhook db init`; every statement is safe to re-run.
--- A database made by an older version is upgraded by the migrations in store/sql.py.
+-- A database made by an older version is upgraded by `triggerhook db upgrade` (Alembic,
+-- store/alembic/, wrapping store/migrations.py).
 -- Statements are separated by lines holding only ';' so the applier needs no SQL parser.
+-- The protocol these tables serve: docs/design/ownership.md.
 
 CREATE TABLE IF NOT EXISTS th_tasks (
     -- Caller-chosen or generated (UUIDv4) id, [A-Za-z0-9._:-]{1,64}; binary collation: ids are case-sensitive.
     id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    -- Due time in milliseconds since the Unix epoch (UTC).
+    -- CRC32(id) mod the shard count (th_meta.shard_count).
+    shard          SMALLINT     NOT NULL,
+    -- Random revision, new at every write of content or time: the delete after the
+    -- broker's confirm removes the confirmed revision only.
+    rev            BIGINT       NOT NULL DEFAULT 0,
+    -- The shard's arm_gen when the row was written. The row is armed (committed to
+    -- fire; cancel is too late) exactly when (fire_ms, id) <= the shard's
+    -- (armed_ms, armed_id) and gen < the shard's arm_gen.
+    gen            BIGINT       NOT NULL DEFAULT 0,
+    -- When to fire next: the due time, or the next try after an undelivered event.
+    fire_ms        BIGINT       NOT NULL,
+    -- Due time in milliseconds since the Unix epoch (UTC), as the event says.
     due_ms         BIGINT       NOT NULL,
     -- NULL: the firing instance's default_routing_key.
     routing_key    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
     -- NULL: empty body.
     payload        MEDIUMBLOB   NULL,
-    -- Claim: which engine instance holds the task in memory, and until when (epoch ms).
-    -- A claim whose claim_until_ms has passed may be taken by any instance.
-    claimed_by     VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL,
-    claim_until_ms BIGINT       NOT NULL DEFAULT 0,
-    -- 1 once an instance committed to publishing it (armed): cancel is then too late,
-    -- and the row is deleted after the broker confirmed the event.
-    firing         TINYINT      NOT NULL DEFAULT 0,
-    -- Random revision written with the row's content: an in-memory copy is armed
-    -- only if its revision still matches (the id may have been cancelled and
-    -- scheduled again meanwhile).
-    rev            BIGINT       NOT NULL DEFAULT 0,
-    -- Deliveries of its event that failed (returned as unroutable, or nacked). While it
-    -- waits for the next try the row is unarmed and unclaimed, and claim_until_ms says
-    -- when it may be claimed again.
+    -- Deliveries of its event that failed (returned as unroutable, or nacked).
     attempts       INT          NOT NULL DEFAULT 0,
     created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
     PRIMARY KEY (id),
-    -- "The next N claimable tasks due before T" is a range scan on this index; the
-    -- claim column in it is checked without reading the row (index condition pushdown).
-    KEY th_tasks_due (due_ms, claim_until_ms),
-    -- Lease renewal and release of one instance's claims.
-    KEY th_tasks_claimed_by (claimed_by)
+    -- Arming reads a shard's rows above its watermark in this order.
+    KEY th_tasks_fire (shard, fire_ms, id),
+    -- ... and the rows written since its last arming.
+    KEY th_tasks_gen (shard, gen, fire_ms, id),
+    -- The metrics' oldest overdue task (a row waiting for a retry keeps its due time).
+    KEY th_tasks_due_ms (due_ms)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+;
+CREATE TABLE IF NOT EXISTS th_shards (
+    shard          SMALLINT     NOT NULL PRIMARY KEY,
+    -- The instance holding the shard (NULL: free); epoch +1 at every acquisition
+    -- (the fencing token every write for the shard checks).
+    owner          VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL,
+    epoch          BIGINT       NOT NULL DEFAULT 0,
+    -- Database time (epoch ms); after it any instance may acquire the shard.
+    lease_until_ms BIGINT       NOT NULL DEFAULT 0,
+    -- The arm watermark and generation (see th_tasks.gen).
+    armed_ms       BIGINT       NOT NULL DEFAULT -4611686018427387904,
+    armed_id       VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    arm_gen        BIGINT       NOT NULL DEFAULT 1,
+    -- The marks when the current epoch began: rows armed under them are inherited.
+    took_ms        BIGINT       NOT NULL DEFAULT -4611686018427387904,
+    took_id        VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    took_gen       BIGINT       NOT NULL DEFAULT 1
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+;
+CREATE TABLE IF NOT EXISTS th_members (
+    -- One row per running process (instance name); token: which process holds it.
+    instance           VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+    token              BIGINT       NOT NULL,
+    heartbeat_until_ms BIGINT       NOT NULL,
+    host               VARCHAR(255) NOT NULL DEFAULT '',
+    pid                INT          NOT NULL DEFAULT 0,
+    started_at         TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
 CREATE TABLE IF NOT EXISTS th_meta (
     name  VARCHAR(64)  CHARACTER SET ascii NOT NULL PRIMARY KEY,
     value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
-INSERT INTO th_meta (name, value) VALUES ('schema_version', '2')
+INSERT INTO th_meta (name, value) VALUES ('schema_version', '3')
     ON DUPLICATE KEY UPDATE name = name

@@ -11,14 +11,14 @@ command consumer connected, database reachable with the current schema). A
 daemon that is not ready within ``READY_WARN_AFTER_S`` says why (a WARNING
 and systemd's STATUS=, then again every ``READY_WARN_EVERY_S``) and keeps
 waiting rather than exiting: it is built to ride out a database or broker
-outage and catch up, and while waiting it already holds its claims and takes
+outage and catch up, and while waiting it already holds its shards and takes
 requests. The bound on a start that never completes is the supervisor's
 (systemd's ``TimeoutStartSec``, a container's readiness probe), which can
 restart it; a fatal failure (a thread died, the HTTP port is taken) still
 exits 1 at once.
 
 Shutdown order: stop taking requests (HTTP, then commands; both finish what is
-in flight), then stop the engine (fire what is armed, release claims).
+in flight), then stop the engine (fire what is armed, release the shards).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ _DETAIL_LOG_EVERY_S = 60.0
 # error (host names, ports, server messages) goes to the log, not to /readyz.
 _STORE_REASONS: tuple[tuple[type[Exception], str], ...] = (
     (StoreUnavailable, "mysql: unreachable"),
-    (SchemaError, "mysql: schema missing or not current (run `triggerhook db init`)"),
+    (SchemaError, "mysql: schema missing or not current (`triggerhook db status` says which)"),
     (StoreError, "mysql: query failed"),
 )
 _STORE_REASON_OTHER = "mysql: check failed"
@@ -190,7 +190,7 @@ class Service:
             self._watchdog.tick(time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), _SUPERVISE_INTERVAL_S)
-        self._notifier.stopping("stopping: firing what is armed, releasing claims")
+        self._notifier.stopping("stopping: firing what is armed, releasing shards")
         return await self._shutdown()
 
     def _must_stop(self, stop: asyncio.Event) -> bool:
@@ -271,7 +271,7 @@ class Service:
     def _handle_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
         def on_signal(signum: int) -> None:
             if stop.is_set():
-                log.warning("second signal: exiting at once; claims expire after the lease")
+                log.warning("second signal: exiting at once; shards are taken over after the lease")
                 os._exit(128 + signum)
             log.info("signal %s: stopping gracefully", signal.Signals(signum).name)
             stop.set()

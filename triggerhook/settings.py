@@ -24,6 +24,15 @@ ENV_PREFIX = "TRIGGERHOOK_"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _INSTANCE_ID = ID_PATTERN
 _ROUTING_KEY = ROUTING_KEY_PATTERN
+_MAX_SHARDS = 4096
+# Settings of the claim protocol (schema v2), renamed or gone with the shard
+# protocol (v3): a configuration naming one gets told what to write instead.
+RENAMED = {
+    "claim_lease_ms": "shard_lease_ms",
+    "claim_batch_size": "arm_batch_size",
+    "poll_interval_ms": "arm_interval_ms",
+    "preload_window_ms": "",
+}
 
 
 def _setting(default: Any, help_text: str, minimum: int | None = None) -> Any:
@@ -45,27 +54,37 @@ class Settings:
     )
     instance_id: str = _setting(
         "",
-        "Name of this engine instance in claim columns; empty = <hostname>-<random>. "
-        "Give each instance on one database a different name.",
+        "Name of this engine instance; empty = <hostname>-<pid>-<random>, unique per "
+        "process. A second process under the name of a live one refuses to start.",
     )
     max_payload_bytes: int = _setting(65536, "Largest payload accepted, in bytes.", 0)
-    preload_window_ms: int = _setting(
-        5000, "Tasks due within this window are claimed into memory.", 1
-    )
     arm_ahead_ms: int = _setting(
         200,
-        "Tasks are armed (committed to fire; cancel answers too late) this long "
-        "before their due time, so the database is off the precise firing path.",
+        "Tasks are armed (loaded into memory and committed to fire; cancel answers too "
+        "late) this long before their due time, so the database is off the precise "
+        "firing path.",
+        2,
+    )
+    arm_interval_ms: int = _setting(
+        25,
+        "How often each instance arms the tasks of the shards it owns; a task scheduled "
+        "through an instance that does not own its shard waits at most this long to be "
+        "armed. Keep it well under arm_ahead_ms.",
         1,
     )
-    poll_interval_ms: int = _setting(
-        100, "How often the preloader looks for newly due tasks when idle.", 1
+    arm_batch_size: int = _setting(5000, "Most rows armed by one arming pass.", 1)
+    shard_count: int = _setting(
+        64,
+        "Shards the tasks are split into, fixed when `db init` creates the database "
+        "(later changes of this setting are ignored; see docs/operations.md).",
+        1,
     )
-    claim_batch_size: int = _setting(2000, "Most rows claimed by one preload query.", 1)
-    claim_lease_ms: int = _setting(
-        30000,
-        "A claim expires this long after it was last renewed; another instance "
-        "then takes the task over (crash recovery).",
+    shard_lease_ms: int = _setting(
+        10000,
+        "An instance's lease on its shards (and its instance name), renewed every third "
+        "of it; another instance takes the shards of one that stopped renewing this "
+        "long (crash recovery), and an instance stops firing a shard's tasks once its "
+        "lease may have lapsed.",
         1000,
     )
     max_tasks_in_memory: int = _setting(
@@ -119,10 +138,10 @@ class Settings:
         0,
     )
     database_idle_transaction_timeout_s: int = _setting(
-        10,
+        5,
         "MariaDB aborts an engine transaction left idle this long, freeing its locks, so "
         "an instance paused mid-transaction (a stop signal, a suspended VM) cannot keep "
-        "others from tasks whose lease ran out; keep it under claim_lease_ms. 0 = off; "
+        "others from shards whose lease ran out; keep it under shard_lease_ms. 0 = off; "
         "MySQL has no such limit.",
         0,
     )
@@ -239,16 +258,34 @@ class Settings:
         "this instance's own inserts and deletes are added to it.",
         1,
     )
+    database_pool_recycle_s: int = _setting(
+        3600,
+        "A pooled database connection open this long is closed and replaced when next "
+        "borrowed (keep it under the server's wait_timeout and any proxy's idle limit); "
+        "0 = never.",
+        0,
+    )
+    database_pool_ping_idle_s: int = _setting(
+        2,
+        "A pooled database connection not used this long is pinged when next borrowed "
+        "and replaced if dead, so the first statement after a database restart does not "
+        "fail; 0 = ping at every borrow (a round trip each).",
+        0,
+    )
 
     def __post_init__(self) -> None:
         for name in FIELDS:
             _check(name, getattr(self, name), source=name)
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ConfigError(f"log_level: must be one of {', '.join(_LOG_LEVELS)}")
-        if self.arm_ahead_ms > self.preload_window_ms:
-            raise ConfigError("arm_ahead_ms: must not exceed preload_window_ms")
-        if self.claim_lease_ms <= self.preload_window_ms:
-            raise ConfigError("claim_lease_ms: must exceed preload_window_ms")
+        if self.shard_count > _MAX_SHARDS:
+            raise ConfigError(f"shard_count: must be at most {_MAX_SHARDS}")
+        if self.arm_interval_ms >= self.arm_ahead_ms:
+            raise ConfigError("arm_interval_ms: must be less than arm_ahead_ms")
+        if self.database_idle_transaction_timeout_s * 1000 >= self.shard_lease_ms:
+            raise ConfigError(
+                "database_idle_transaction_timeout_s: must be less than shard_lease_ms"
+            )
         if self.instance_id and not _INSTANCE_ID.fullmatch(self.instance_id):
             raise ConfigError("instance_id: must be 1-64 characters from [A-Za-z0-9._:-]")
         self._check_names()
@@ -286,7 +323,7 @@ class Settings:
     def resolved_instance_id(self) -> str:
         if self.instance_id:
             return self.instance_id
-        return f"{socket.gethostname()[:40]}-{uuid.uuid4().hex[:8]}"
+        return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
@@ -315,6 +352,10 @@ def load_settings(
     if config_path is not None:
         values.update(_read_toml(config_path))
     env = os.environ if environ is None else environ
+    old = [name for name in RENAMED if env_var(name) in env]
+    if old:  # a v2 environment file would otherwise lose these without a word
+        names = ", ".join(env_var(name) for name in old)
+        raise ConfigError(f"{names}: unknown setting{_renamed(old)}")
     for name in FIELDS:
         if env_var(name) in env:
             values[name] = _coerce(name, env[env_var(name)], source=env_var(name))
@@ -336,8 +377,18 @@ def _read_toml(path: Path) -> dict[str, object]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise ConfigError(f"{path}: unknown setting(s): {', '.join(unknown)}")
+        raise ConfigError(f"{path}: unknown setting(s): {', '.join(unknown)}{_renamed(unknown)}")
     return {name: _check(name, value, source=f"{path}: {name}") for name, value in data.items()}
+
+
+def _renamed(names: list[str]) -> str:
+    """A hint for settings of the claim protocol a configuration still names."""
+    hints = []
+    for name in names:
+        if name in RENAMED:
+            new = RENAMED[name]
+            hints.append(f"{name} is now {new}" if new else f"{name} is gone (no longer needed)")
+    return f" ({'; '.join(hints)}, since schema version 3)" if hints else ""
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -364,7 +415,7 @@ def _coerce(name: str, raw: str, source: str) -> object:
 
 def _check(name: str, value: object, source: str) -> object:
     if name not in FIELDS:
-        raise ConfigError(f"{source}: unknown setting {name!r}")
+        raise ConfigError(f"{source}: unknown setting {name!r}{_renamed([name])}")
     spec = FIELDS[name]
     if spec.type in ("bool", bool):
         if not isinstance(value, bool):

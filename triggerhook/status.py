@@ -8,7 +8,7 @@ from typing import Any
 
 _COUNTS = (
     "scheduled",
-    "claimed",
+    "armed",
     "fired",
     "published",
     "confirmed",
@@ -16,8 +16,15 @@ _COUNTS = (
     "cancelled",
     "rescheduled",
 )
-_TROUBLE = ("returned", "nacked", "publish_retries", "db_errors", "broker_reconnects")
-_MEMORY = ("in_memory", "pending_arm", "heap", "send_buffer", "unconfirmed")
+_TROUBLE = (
+    "returned",
+    "nacked",
+    "publish_retries",
+    "db_errors",
+    "broker_reconnects",
+    "shards_lost",
+)
+_MEMORY = ("in_memory", "heap", "send_buffer", "unconfirmed", "shards", "members")
 
 
 def render(status: Mapping[str, Any]) -> str:

@@ -101,6 +101,8 @@ def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
         settings.database_url,
         settings.default_routing_key,
         idle_transaction_timeout_s=settings.database_idle_transaction_timeout_s,
+        pool_recycle_s=settings.database_pool_recycle_s,
+        pool_ping_idle_s=settings.database_pool_ping_idle_s,
     )
     clock = DatabaseClock(
         store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
@@ -151,16 +153,23 @@ def assemble(
     return TriggerHook(engine, store, clock, rules, start_metrics, clock_sync)
 
 
+# A lease counts as lapsed this much (plus the clock's bound) before its end,
+# at most a fifth of the lease (renewed every third of it): a copy fired just
+# before may still wait in the send buffer a moment.
+_PUBLISH_MARGIN_MS = 1000
+
+
 def engine_config(settings: Settings) -> EngineConfig:
     return EngineConfig(
         instance=settings.resolved_instance_id(),
         max_tasks_in_memory=settings.max_tasks_in_memory,
         send_buffer_size=settings.send_buffer_size,
-        preload_window_ms=settings.preload_window_ms,
         arm_ahead_ms=settings.arm_ahead_ms,
-        claim_lease_ms=settings.claim_lease_ms,
-        claim_batch_size=settings.claim_batch_size,
-        poll_interval_ms=settings.poll_interval_ms,
+        arm_interval_ms=settings.arm_interval_ms,
+        arm_batch_size=settings.arm_batch_size,
+        shard_lease_ms=settings.shard_lease_ms,
+        lease_margin_ms=2 * settings.clock_uncertainty_max_ms
+        + min(_PUBLISH_MARGIN_MS, settings.shard_lease_ms // 5),
         confirm_batch_size=settings.confirm_batch_size,
         confirm_max_delay_ms=settings.confirm_max_delay_ms,
         schedule_batch_size=settings.schedule_batch_size,

@@ -1,38 +1,46 @@
 """The TaskStore contract: one suite, run against the in-memory store and MySQL alike.
 
 Every test takes the ``store`` (or ``backend``) fixture of ``conftest.py`` and so
-runs once per store. Where the two stores disagreed, MySQL's answer is the one
-asserted here and the memory store was made to give it.
+runs once per store; both have ``SHARD_COUNT`` shards. Where the two stores
+disagreed, MySQL's answer is the one asserted here and the memory store was
+made to give it. The protocol: docs/design/ownership.md (R1-R8).
 
-Rows are observed only through the interface: who holds a claim shows in who
-can arm it and who can claim it again.
+Rows are observed only through the interface: a row is armed when ``get``
+says FIRING (and cancel answers TOO_LATE); who holds a shard shows in who can
+arm it. Times are the store's clock (``now``); lease expiry is waited for on
+that clock, with a deadline.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import pytest
-from support.stores import DEFAULT_ROUTING_KEY, Backend
+from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT, Backend
+from support.waiting import wait_for
 
+from triggerhook.domain.arming import BOTTOM, ShardMarks, shard_of
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
-from triggerhook.errors import ConflictError
+from triggerhook.errors import ConflictError, InstanceNameInUse
 from triggerhook.interfaces import (
-    Claim,
-    ClaimMode,
+    Acquired,
+    Armed,
+    DeferOutcome,
     Deferral,
     InsertOutcome,
+    Lease,
     Move,
     Moved,
     NewRow,
     TaskStore,
 )
 
-NOW = 1_700_000_000_000
 LEASE = 30_000
-FAR = NOW + 10**9  # a horizon that takes everything
+SHORT = 300  # a lease that expires while the test waits
+FAR = 10**9  # added to now: a horizon that takes everything
 ME = "me"
 OTHER = "other"
 
@@ -42,41 +50,61 @@ CANCELLED, NOT_FOUND, TOO_LATE = (
     CancelResult.NOT_FOUND,
     CancelResult.TOO_LATE,
 )
+DEFERRED, INHERITED, GONE = DeferOutcome.DEFERRED, DeferOutcome.INHERITED, DeferOutcome.GONE
+FRESH = ShardMarks(BOTTOM, 1)  # a new database's shard: nothing armed, generation 1
 
 
-def task(name: str, due_ms: int = NOW + 1000, payload: bytes = b"", rk: str = "rk") -> Task:
+@pytest.fixture
+def now(store: TaskStore) -> int:
+    """The store's clock at the start of the test, in epoch ms."""
+    return store.database_time_us() // 1000
+
+
+def clock(store: TaskStore) -> int:
+    return store.database_time_us() // 1000
+
+
+def task(name: str, due_ms: int, payload: bytes = b"", rk: str = "rk") -> Task:
     return Task(name, due_ms, rk, payload)
 
 
-def insert(
-    store: TaskStore,
-    *tasks: Task,
-    mode: ClaimMode = ClaimMode.NONE,
-    instance: str = ME,
-    lease_until_ms: int = NOW + LEASE,
-    atomic: bool = False,
-) -> list[NewRow]:
-    rows = [NewRow(t, mode) for t in tasks]
-    assert store.insert(rows, instance, lease_until_ms, atomic) == [CREATED] * len(rows)
+def in_shard(shard: int, count: int, prefix: str = "t") -> list[str]:
+    """``count`` ids of ``shard``, in mark order when due at the same time."""
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        name = f"{prefix}{n:04d}"
+        if shard_of(name, SHARD_COUNT) == shard:
+            found.append(name)
+        n += 1
+    return found
+
+
+def insert(store: TaskStore, *tasks: Task, atomic: bool = False) -> list[NewRow]:
+    rows = [NewRow(t) for t in tasks]
+    assert store.insert(rows, atomic) == [CREATED] * len(rows)
     return rows
 
 
-def take(
+def take_all(store: TaskStore, instance: str = ME, lease_ms: int = LEASE) -> dict[int, Lease]:
+    """Acquire every shard (all free); the leases by shard."""
+    got = store.acquire(instance, SHARD_COUNT, lease_ms)
+    assert sorted(a.lease.shard for a in got) == list(range(SHARD_COUNT))
+    return {a.lease.shard: a.lease for a in got}
+
+
+def arm(
     store: TaskStore,
+    leases: Iterable[Lease],
+    horizon_ms: int,
+    limit: int = 1000,
     instance: str = ME,
-    now_ms: int = NOW,
-    horizon_ms: int = FAR,
-    arm_until_ms: int = 0,
-    lease_until_ms: int | None = None,
-    limit: int = 100,
-) -> list[Claim]:
-    """Claim; the lease runs LEASE from ``now_ms`` unless given."""
-    lease = now_ms + LEASE if lease_until_ms is None else lease_until_ms
-    return store.claim(instance, now_ms, horizon_ms, arm_until_ms, lease, limit)
+) -> Armed:
+    return store.arm(instance, list(leases), horizon_ms, limit)
 
 
-def ids(claims: Sequence[Claim]) -> list[str]:
-    return [c.task.id for c in claims]
+def ids(tasks: Sequence[Task]) -> list[str]:
+    return [t.id for t in tasks]
 
 
 def state(store: TaskStore, task_id: str) -> TaskState | None:
@@ -84,16 +112,33 @@ def state(store: TaskStore, task_id: str) -> TaskState | None:
     return None if info is None else info.state
 
 
-def held_by(store: TaskStore, instance: str, *claims: Claim) -> bool:
-    """Whether ``instance`` still holds these claims (at their revisions): can arm them."""
-    return store.arm(instance, claims) == list(claims)
+def expiring(store: TaskStore, shard: int, instance: str = ME) -> dict[int, Lease]:
+    """Acquire every shard, the lease on ``shard`` only for SHORT (a renewal
+    sets the lease from now, shorter too)."""
+    leases = take_all(store, instance)
+    assert store.renew(instance, [leases[shard]], SHORT) == [leases[shard]]
+    return leases
+
+
+def taken_over(store: TaskStore, shard: int, instance: str = OTHER) -> Acquired:
+    """Wait until ``instance`` acquires ``shard`` (its lease ran out; the only
+    one that does: see :func:`expiring`)."""
+    got: list[Acquired] = []
+
+    def acquired() -> bool:
+        got.extend(store.acquire(instance, SHARD_COUNT, LEASE))
+        return bool(got)
+
+    wait_for(acquired, 10, f"{instance} never acquired shard {shard}")
+    assert [a.lease.shard for a in got] == [shard]
+    return got[0]
 
 
 # -- insert and get ----------------------------------------------------------------------------
 
 
-def test_insert_creates_rows_that_get_reads_back(store: TaskStore) -> None:
-    a, b = task("a", NOW + 5, b"\x00payload\xff"), task("b", NOW + 7, rk="billing.charge")
+def test_insert_creates_rows_that_get_reads_back(store: TaskStore, now: int) -> None:
+    a, b = task("a", now + 5, b"\x00payload\xff"), task("b", now + 7, rk="billing.charge")
     insert(store, a, b)
     assert store.get("a") == TaskInfo(a, TaskState.SCHEDULED)
     info = store.get("b")
@@ -101,28 +146,36 @@ def test_insert_creates_rows_that_get_reads_back(store: TaskStore) -> None:
     assert (info.task.routing_key, info.task.payload, info.task.due_ms) == (
         "billing.charge",
         b"",
-        NOW + 7,
+        now + 7,
     )
     assert store.get("nope") is None
     assert store.get("A") is None  # ids are case-sensitive
 
 
-def test_an_empty_store(store: TaskStore) -> None:
+def test_an_empty_store(store: TaskStore, now: int) -> None:
+    assert store.shard_count() == SHARD_COUNT
     assert store.count_tasks() == 0
     assert store.earliest_due_ms() is None
-    assert take(store) == []
     assert store.get("a") is None
+    leases = take_all(store)
+    assert arm(store, leases.values(), now + FAR) == Armed([], [])
+    acquired = Acquired(leases[0], FRESH)
+    assert store.inherited(acquired, None, 10) == ([], None)
 
 
-def test_count_tasks_and_earliest_due_count_every_row(store: TaskStore) -> None:
-    insert(store, task("late", NOW + 900), task("mid", NOW + 500))
-    [armed] = insert(store, task("armed", NOW + 50), mode=ClaimMode.ARM, instance=OTHER)
+def test_count_tasks_and_earliest_due_count_every_row(store: TaskStore, now: int) -> None:
+    [_, _, soon] = insert(
+        store, task("late", now + 9000), task("mid", now + 5000), task("soon", now + 50)
+    )
     assert store.count_tasks() == 3
-    assert store.earliest_due_ms() == NOW + 50
+    assert store.earliest_due_ms() == now + 50
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + 1000).tasks) == ["soon"]
+    assert store.count_tasks() == 3  # armed rows are rows
     assert store.cancel(["mid"]) == [CANCELLED]
-    assert store.delete_fired([("armed", armed.rev)]) == 1
+    assert store.delete_fired([("soon", soon.rev)]) == 1
     assert store.count_tasks() == 1
-    assert store.earliest_due_ms() == NOW + 900
+    assert store.earliest_due_ms() == now + 9000
 
 
 def test_the_database_tells_its_time_in_microseconds(store: TaskStore) -> None:
@@ -136,38 +189,41 @@ def test_the_database_tells_its_time_in_microseconds(store: TaskStore) -> None:
     assert first % 1000 != 0 or second % 1000 != 0  # finer than milliseconds
 
 
-def test_insert_of_the_same_content_again_is_a_safe_retry(store: TaskStore) -> None:
-    a = task("a", payload=b"p")
-    [row] = insert(store, a, mode=ClaimMode.CLAIM)
-    # Same content (attempts and claim mode are not content): nothing written.
-    again = NewRow(Task("a", a.due_ms, "rk", b"p", attempts=3), ClaimMode.ARM)
-    assert store.insert([again], OTHER, NOW + 2 * LEASE, atomic=False) == [EXISTS]
-    assert store.insert([again], OTHER, NOW + 2 * LEASE, atomic=True) == [EXISTS]
-    assert state(store, "a") is TaskState.SCHEDULED  # not armed by the retry
-    # Still ours at the first insert's revision.
-    assert held_by(store, ME, Claim(a, row.rev, False))
-    assert not held_by(store, OTHER, Claim(a, again.rev, False))
+def test_insert_of_the_same_content_again_is_a_safe_retry(store: TaskStore, now: int) -> None:
+    a = task("a", now + 10, payload=b"p")
+    [row] = insert(store, a)
+    # Same content (attempts and revision are not content): nothing written.
+    again = NewRow(Task("a", a.due_ms, "rk", b"p", attempts=3))
+    assert store.insert([again], atomic=False) == [EXISTS]
+    assert store.insert([again], atomic=True) == [EXISTS]
+    assert store.count_tasks() == 1
+    [armed] = arm(store, take_all(store).values(), now + 1000).tasks
+    assert (armed.rev, armed.attempts) == (row.rev, 0)  # the first insert's row
 
 
 @pytest.mark.parametrize(
-    "changed",
-    [task("a", NOW + 1001), task("a", payload=b"x"), task("a", rk="other.key")],
+    "change",
+    [{"due_ms": 1}, {"payload": b"x"}, {"routing_key": "other.key"}],
     ids=["due", "payload", "routing-key"],
 )
 def test_insert_of_other_content_under_an_existing_id_conflicts(
-    store: TaskStore, changed: Task
+    store: TaskStore, now: int, change: dict[str, Any]
 ) -> None:
-    insert(store, task("a"))
-    outcomes = store.insert([NewRow(changed), NewRow(task("b"))], ME, 0, atomic=False)
+    original = task("a", now + 1000)
+    insert(store, original)
+    changed = replace(
+        original, **{k: v + original.due_ms if k == "due_ms" else v for k, v in change.items()}
+    )
+    outcomes = store.insert([NewRow(changed), NewRow(task("b", now))], atomic=False)
     assert outcomes == [CONFLICT, CREATED]
-    assert store.get("a") == TaskInfo(task("a"), TaskState.SCHEDULED)  # unchanged
+    assert store.get("a") == TaskInfo(original, TaskState.SCHEDULED)  # unchanged
     assert store.get("b") is not None  # non-atomic: the rest is written
 
 
-def test_duplicate_ids_in_one_insert(store: TaskStore) -> None:
-    a, b, c = task("a"), task("b"), task("c")
-    rows = [NewRow(a, ClaimMode.ARM), NewRow(b), NewRow(a), NewRow(c), NewRow(task("c", NOW + 1))]
-    assert store.insert(rows, ME, NOW + LEASE, atomic=False) == [
+def test_duplicate_ids_in_one_insert(store: TaskStore, now: int) -> None:
+    a, b, c = task("a", now), task("b", now), task("c", now)
+    rows = [NewRow(a), NewRow(b), NewRow(a), NewRow(c), NewRow(task("c", now + 1))]
+    assert store.insert(rows, atomic=False) == [
         CREATED,
         CREATED,
         EXISTS,  # a repeat of the first "a": a retry
@@ -176,482 +232,547 @@ def test_duplicate_ids_in_one_insert(store: TaskStore) -> None:
     ]
     assert store.count_tasks() == 3
     assert store.get("c") == TaskInfo(c, TaskState.SCHEDULED)
-    assert state(store, "a") is TaskState.FIRING  # held as the first "a" asked
 
 
-def test_duplicate_ids_in_one_insert_of_existing_ids(store: TaskStore) -> None:
-    insert(store, task("x"), task("y"))
+def test_duplicate_ids_in_one_insert_of_existing_ids(store: TaskStore, now: int) -> None:
+    insert(store, task("x", now), task("y", now))
     rows = [
-        NewRow(task("x")),
-        NewRow(task("x")),
-        NewRow(task("y", NOW + 5)),
-        NewRow(task("y", NOW + 5)),  # identical to a conflicting row: still a conflict
-        NewRow(task("y")),  # identical to the stored row, after a conflict: a conflict
+        NewRow(task("x", now)),
+        NewRow(task("x", now)),
+        NewRow(task("y", now + 5)),
+        NewRow(task("y", now + 5)),  # identical to a conflicting row: still a conflict
+        NewRow(task("y", now)),  # identical to the stored row, after a conflict: a conflict
     ]
-    assert store.insert(rows, ME, 0, atomic=False) == [EXISTS, EXISTS, CONFLICT, CONFLICT, CONFLICT]
-    assert store.get("y") == TaskInfo(task("y"), TaskState.SCHEDULED)
+    assert store.insert(rows, atomic=False) == [EXISTS, EXISTS, CONFLICT, CONFLICT, CONFLICT]
+    assert store.get("y") == TaskInfo(task("y", now), TaskState.SCHEDULED)
 
 
-def test_atomic_insert_with_a_conflict_writes_nothing(store: TaskStore) -> None:
-    insert(store, task("b"))
-    rows = [NewRow(task("c")), NewRow(task("b", NOW + 1)), NewRow(task("d"))]
+def test_atomic_insert_with_a_conflict_writes_nothing(store: TaskStore, now: int) -> None:
+    insert(store, task("b", now))
+    rows = [NewRow(task("c", now)), NewRow(task("b", now + 1)), NewRow(task("d", now))]
     with pytest.raises(ConflictError) as raised:
-        store.insert(rows, ME, NOW + LEASE, atomic=True)
+        store.insert(rows, atomic=True)
     assert raised.value.task_id == "b"
     assert store.get("c") is None and store.get("d") is None
     assert store.count_tasks() == 1
     # A conflict between two new rows of one batch: the same.
     with pytest.raises(ConflictError) as raised:
-        store.insert([NewRow(task("e")), NewRow(task("e", NOW + 1))], ME, 0, atomic=True)
+        store.insert([NewRow(task("e", now)), NewRow(task("e", now + 1))], atomic=True)
     assert raised.value.task_id == "e"
     assert store.get("e") is None
 
 
-def test_atomic_insert_without_a_conflict_writes_everything(store: TaskStore) -> None:
-    insert(store, task("a"))
-    rows = [NewRow(task("a")), NewRow(task("b")), NewRow(task("b")), NewRow(task("c"))]
-    assert store.insert(rows, ME, 0, atomic=True) == [EXISTS, CREATED, EXISTS, CREATED]
+def test_atomic_insert_without_a_conflict_writes_everything(store: TaskStore, now: int) -> None:
+    insert(store, task("a", now))
+    rows = [NewRow(task(n, now)) for n in ("a", "b", "b", "c")]
+    assert store.insert(rows, atomic=True) == [EXISTS, CREATED, EXISTS, CREATED]
     assert store.count_tasks() == 3
 
 
-def test_insert_holds_rows_as_the_claim_mode_says(store: TaskStore) -> None:
-    free, mine, armed = task("free", NOW + 10), task("mine", NOW + 20), task("armed", NOW + 30)
-    [free_row] = insert(store, free)
-    [mine_row] = insert(store, mine, mode=ClaimMode.CLAIM, lease_until_ms=NOW + LEASE)
-    [armed_row] = insert(store, armed, mode=ClaimMode.ARM, lease_until_ms=NOW + LEASE)
-    assert [state(store, t) for t in ("free", "mine", "armed")] == [
-        TaskState.SCHEDULED,
-        TaskState.SCHEDULED,
-        TaskState.FIRING,
-    ]
-    # Not claimed: not ours to arm; claimed rows are ours, and nobody else's to take.
-    assert not held_by(store, ME, Claim(free, free_row.rev, False))
-    assert held_by(store, ME, Claim(mine, mine_row.rev, False))
-    assert held_by(store, ME, Claim(armed, armed_row.rev, True))
-    assert ids(take(store, OTHER, now_ms=NOW + LEASE)) == ["free"]
-    assert store.cancel(["armed"]) == [TOO_LATE]
-
-
 def test_insert_of_nothing(store: TaskStore) -> None:
-    assert store.insert([], ME, 0, atomic=False) == []
-    assert store.insert([], ME, 0, atomic=True) == []
+    assert store.insert([], atomic=False) == []
+    assert store.insert([], atomic=True) == []
 
 
-def test_insert_and_cancel_of_more_rows_than_one_statement_takes(store: TaskStore) -> None:
-    many = [task(f"t{i:05d}", NOW + i) for i in range(2100)]
+def test_insert_and_cancel_of_more_rows_than_one_statement_takes(
+    store: TaskStore, now: int
+) -> None:
+    many = [task(f"t{i:05d}", now + 10_000 + i) for i in range(2100)]
     insert(store, *many, atomic=True)
-    rows = [NewRow(t) for t in many] + [NewRow(task("new"))]
-    assert store.insert(rows, ME, 0, atomic=False) == [EXISTS] * 2100 + [CREATED]
+    rows = [NewRow(t) for t in many] + [NewRow(task("new", now))]
+    assert store.insert(rows, atomic=False) == [EXISTS] * 2100 + [CREATED]
     assert store.count_tasks() == 2101
     names = [t.id for t in many]
     assert store.cancel([*names, names[0]]) == [CANCELLED] * 2100 + [NOT_FOUND]
     assert store.count_tasks() == 1
 
 
-# -- claim --------------------------------------------------------------------------------------
+# -- arming (R3) --------------------------------------------------------------------------------
 
 
-def test_claim_takes_the_earliest_due_by_the_horizon_up_to_the_limit(store: TaskStore) -> None:
-    for name, offset in [("d", 400), ("a", 100), ("e", 500), ("c", 300), ("b", 200)]:
-        insert(store, task(name, NOW + offset))
-    assert ids(take(store, horizon_ms=NOW + 400, limit=2)) == ["a", "b"]
-    assert ids(take(store, horizon_ms=NOW + 400, limit=2)) == ["c", "d"]  # due == horizon: in
-    assert take(store, horizon_ms=NOW + 400, limit=2) == []  # "e" is beyond the horizon
-    assert take(store, horizon_ms=FAR, limit=0) == []
-    assert ids(take(store, horizon_ms=FAR)) == ["e"]
+def test_arm_arms_the_rows_due_by_the_horizon(store: TaskStore, now: int) -> None:
+    a, b, c = task("a", now + 100, b"pa"), task("b", now + 200, rk="x.y"), task("c", now + 90_000)
+    rows = {r.task.id: r for r in insert(store, a, b, c)}
+    leases = take_all(store)
+    armed = arm(store, leases.values(), now + 1000)
+    assert sorted(ids(armed.tasks)) == ["a", "b"]
+    assert (armed.lost, armed.settled) == ([], 0)
+    for t in armed.tasks:
+        assert t == rows[t.id].task  # the content
+        assert (t.rev, t.attempts) == (rows[t.id].rev, 0)
+        assert t.shard == shard_of(t.id, SHARD_COUNT)
+        assert t.epoch == leases[t.shard].epoch
+    assert [state(store, n) for n in "abc"] == [TaskState.FIRING] * 2 + [TaskState.SCHEDULED]
+    assert store.cancel(["a", "c"]) == [TOO_LATE, CANCELLED]
+    assert arm(store, leases.values(), now + FAR).tasks == []  # armed once only
 
 
-def test_claim_hands_out_each_rows_task_and_revision(store: TaskStore) -> None:
-    a, b = task("a", NOW + 100, b"pa"), task("b", NOW + 900, rk="x.y")
-    [ra, rb] = insert(store, a, b)
-    assert take(store, arm_until_ms=NOW + 200) == [Claim(a, ra.rev, True), Claim(b, rb.rev, False)]
-    [ca, cb] = [c for c in take(store, now_ms=NOW + LEASE + 1, arm_until_ms=0)]
-    assert (ca.task.payload, cb.task.routing_key, ca.task.attempts) == (b"pa", "x.y", 0)
+def test_arm_takes_a_shards_rows_in_mark_order_up_to_the_limit(store: TaskStore, now: int) -> None:
+    names = in_shard(1, 5)
+    insert(store, *[task(n, now + 100 * (5 - i)) for i, n in enumerate(names)])  # last first
+    lease = take_all(store)[1]
+    order = list(reversed(names))
+    assert ids(arm(store, [lease], now + FAR, limit=2).tasks) == order[:2]
+    assert ids(arm(store, [lease], now + FAR, limit=2).tasks) == order[2:4]
+    assert ids(arm(store, [lease], now + FAR, limit=2).tasks) == order[4:]
+    assert arm(store, [lease], now + FAR, limit=2).tasks == []
+    assert arm(store, [lease], now + FAR, limit=0).tasks == []
 
 
-def test_claim_arms_rows_due_by_the_arm_horizon(store: TaskStore) -> None:
-    insert(store, task("a", NOW + 100), task("b", NOW + 200), task("c", NOW + 201))
-    claims = take(store, arm_until_ms=NOW + 200)
-    assert [(c.task.id, c.armed) for c in claims] == [("a", True), ("b", True), ("c", False)]
-    assert [state(store, t) for t in "abc"] == [
-        TaskState.FIRING,
-        TaskState.FIRING,
-        TaskState.SCHEDULED,
-    ]
+def test_a_pass_arms_at_most_the_limit_over_all_shards(store: TaskStore, now: int) -> None:
+    names = in_shard(0, 3, "a") + in_shard(2, 3, "b")
+    insert(store, *[task(n, now + 10) for n in names])
+    leases = take_all(store)
+    first = arm(store, leases.values(), now + FAR, limit=4).tasks
+    second = arm(store, leases.values(), now + FAR, limit=4).tasks
+    assert len(first) == 4
+    assert sorted(ids(first) + ids(second)) == sorted(names)
+    assert arm(store, leases.values(), now + FAR).tasks == []
 
 
-def test_a_claim_is_exclusive_until_its_lease_expires(store: TaskStore) -> None:
-    insert(store, task("a", NOW + 100))
-    [mine] = take(store, ME, now_ms=NOW, lease_until_ms=NOW + LEASE)
-    assert take(store, OTHER, now_ms=NOW + 1) == []
-    assert take(store, ME, now_ms=NOW + 1) == []  # not claimed twice by the holder either
-    assert take(store, OTHER, now_ms=NOW + LEASE) == []  # claimable once claim_until_ms < now
-    [theirs] = take(store, OTHER, now_ms=NOW + LEASE + 1)
-    assert theirs == mine  # same row, same revision
-    assert not held_by(store, ME, mine)  # taken over
-    assert held_by(store, OTHER, theirs)
+def test_the_horizon_is_inclusive(store: TaskStore, now: int) -> None:
+    insert(store, task("on", now + 500), task("after", now + 501))
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + 500).tasks) == ["on"]
+    assert ids(arm(store, leases.values(), now + 501).tasks) == ["after"]
 
 
-def test_a_row_armed_by_an_instance_that_died_comes_back_armed(store: TaskStore) -> None:
-    dead = task("dead", NOW + 10**6)  # far beyond any arm horizon
-    [row] = insert(store, dead, mode=ClaimMode.ARM, instance="gone", lease_until_ms=NOW + 5)
-    assert take(store, now_ms=NOW + 5) == []
-    assert take(store, now_ms=NOW + 6, arm_until_ms=NOW + 6) == [Claim(dead, row.rev, True)]
-    assert state(store, "dead") is TaskState.FIRING
-    assert store.cancel(["dead"]) == [TOO_LATE]
-    assert held_by(store, ME, Claim(dead, row.rev, True))
+def test_a_row_written_below_the_watermark_is_armed_by_the_next_pass(
+    store: TaskStore, now: int
+) -> None:
+    s, late, soon, moved = in_shard(3, 4)
+    insert(store, task(s, now + 100))
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + 10_000).tasks) == [s]
+    # The watermark is at the horizon now; rows written below it are not armed
+    # by it (R6): one past due, one due before the horizon of the last pass.
+    insert(store, task(late, now - 5000), task(soon, now + 500), task(moved, now + 20_000))
+    assert store.reschedule([Move(moved, now + 600)])[0].result is RescheduleResult.RESCHEDULED
+    assert [state(store, n) for n in (late, soon, moved)] == [TaskState.SCHEDULED] * 3
+    assert store.cancel([soon]) == [CANCELLED]  # unarmed indeed
+    armed = arm(store, leases.values(), now + 10_000)
+    assert sorted(ids(armed.tasks)) == sorted([late, moved])
+    assert [state(store, n) for n in (late, moved)] == [TaskState.FIRING] * 2
+    assert arm(store, leases.values(), now + 10_000).tasks == []
 
 
-def test_concurrent_claims_never_hand_out_a_row_twice(store: TaskStore) -> None:
-    insert(store, *[task(f"t{i:03d}", NOW + i) for i in range(300)], atomic=True)
-    taken: list[list[str]] = [[] for _ in range(4)]
-
-    def claimer(n: int) -> None:
-        while batch := take(store, f"i{n}", limit=7):
-            taken[n].extend(ids(batch))
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    every = [tid for part in taken for tid in part]
-    assert sorted(every) == [f"t{i:03d}" for i in range(300)]
-
-
-# -- arm ----------------------------------------------------------------------------------------
-
-
-def test_arm_commits_our_claims_at_their_revision(store: TaskStore) -> None:
-    insert(store, task("a"), task("b"))
-    claims = take(store)
-    assert store.arm(ME, claims) == claims
-    assert state(store, "a") is TaskState.FIRING
-    assert store.cancel(["a", "b"]) == [TOO_LATE, TOO_LATE]
-    assert store.arm(ME, claims) == claims  # already armed at that revision: armed
+def test_rows_written_below_the_watermark_beyond_the_limit_are_settled_and_the_rest_wait(
+    store: TaskStore, now: int
+) -> None:
+    first, *below = in_shard(2, 6)
+    insert(store, task(first, now + 10))
+    lease = take_all(store)[2]
+    assert ids(arm(store, [lease], now + 10_000).tasks) == [first]
+    insert(store, *[task(n, now + 100 + i) for i, n in enumerate(below)])
+    armed = arm(store, [lease], now + 10_000, limit=2)
+    # More rows below the watermark than room: the two taken are armed by a
+    # write of their own gen (the marks stay); the other three stay unarmed.
+    assert (ids(armed.tasks), armed.settled) == (below[:2], 2)
+    assert [state(store, n) for n in below] == [TaskState.FIRING] * 2 + [TaskState.SCHEDULED] * 3
+    assert store.cancel([below[2]]) == [CANCELLED]
+    armed = arm(store, [lease], now + 10_000, limit=10)
+    assert (ids(armed.tasks), armed.settled) == (below[3:], 0)
+    assert arm(store, [lease], now + 10_000).tasks == []
 
 
-def test_arm_drops_a_stale_revision(store: TaskStore) -> None:
-    a = task("a")
-    [row] = insert(store, a, mode=ClaimMode.CLAIM)
-    stale, current = Claim(a, row.rev ^ 1, False), Claim(a, row.rev, False)
-    assert store.arm(ME, [stale]) == []
-    assert state(store, "a") is TaskState.SCHEDULED
-    assert store.arm(ME, [stale, current]) == [current]
-    assert store.arm(ME, [stale]) == []  # armed now, still not at that revision
+def test_arming_is_fenced_by_the_epoch(store: TaskStore, now: int) -> None:
+    [a] = in_shard(0, 1, "a")
+    insert(store, task(a, now + 10))
+    mine = expiring(store, 0)
+    theirs = taken_over(store, 0)
+    assert theirs.lease.epoch == mine[0].epoch + 1
+    stale = arm(store, mine.values(), now + FAR)
+    assert (stale.tasks, stale.lost) == ([], [0])  # 1-3: ours still
+    assert state(store, a) is TaskState.SCHEDULED
+    forged = Lease(1, mine[1].epoch + 5)
+    assert arm(store, [forged], now + FAR).lost == [1]
+    assert arm(store, [theirs.lease], now + FAR).lost == [0]  # not OTHER's to arm as ME
+    [fired] = arm(store, [theirs.lease], now + FAR, instance=OTHER).tasks
+    assert (fired.id, fired.epoch) == (a, theirs.lease.epoch)
 
 
-def test_arm_drops_claims_of_another_instance_or_gone_rows(store: TaskStore) -> None:
-    a, b = task("a"), task("b")
-    insert(store, a, b)
-    [ca, cb] = take(store, OTHER)
-    assert store.arm(ME, [ca, cb]) == []  # not claimed by the caller
-    assert store.cancel(["b"]) == [CANCELLED]
-    assert store.arm(OTHER, [ca, cb]) == [ca]  # "b" is gone
-    assert state(store, "a") is TaskState.FIRING
-
-
-def test_arm_drops_a_row_cancelled_and_created_again(store: TaskStore) -> None:
-    a = task("a")
-    insert(store, a)
-    [old] = take(store)
-    assert store.cancel(["a"]) == [CANCELLED]
-    insert(store, a, mode=ClaimMode.CLAIM)  # same id and content, new revision, ours
-    assert store.arm(ME, [old]) == []
+def test_arm_of_no_leases(store: TaskStore, now: int) -> None:
+    insert(store, task("a", now))
+    assert arm(store, [], now + FAR) == Armed([], [])
     assert state(store, "a") is TaskState.SCHEDULED
 
 
-def test_arm_of_an_expired_claim_still_ours_arms_it(store: TaskStore) -> None:
-    insert(store, task("a"))
-    [mine] = take(store, lease_until_ms=NOW + 10)
-    assert store.arm(ME, [mine]) == [mine]  # nobody took it over meanwhile
+# -- inherited rows -------------------------------------------------------------------------
 
 
-def test_arm_of_nothing(store: TaskStore) -> None:
-    assert store.arm(ME, []) == []
+def test_a_new_owner_inherits_the_rows_armed_and_not_deleted_once(
+    store: TaskStore, now: int
+) -> None:
+    *names, far, new = in_shard(1, 6)
+    rows = {r.task.id: r for r in insert(store, *[task(n, now + 10) for n in names])}
+    insert(store, task(far, now + 90_000))
+    mine = expiring(store, 1)
+    assert sorted(ids(arm(store, [mine[1]], now + 1000).tasks)) == sorted(names)
+    assert store.delete_fired([(names[0], rows[names[0]].rev)]) == 1  # confirmed and deleted
+
+    theirs = taken_over(store, 1)
+    assert theirs.took.gen == 2 and theirs.took.armed >= (now + 1000, names[-1])
+    first, after = store.inherited(theirs, None, 2)
+    rest, last = store.inherited(theirs, after, 2)
+    assert ids(first + rest) == names[1:]
+    assert (after, last) == ((now + 10, names[2]), (now + 10, names[3]))
+    assert store.inherited(theirs, last, 2) == ([], None)
+    for t in first + rest:
+        assert (t.rev, t.shard, t.epoch) == (rows[t.id].rev, 1, theirs.lease.epoch)
+    # Inherited rows stay armed; the new owner's passes do not arm them again.
+    assert store.cancel([names[1]]) == [TOO_LATE]
+    insert(store, task(new, now + 20))
+    assert ids(arm(store, [theirs.lease], now + 1000, instance=OTHER).tasks) == [new]
+    assert ids(store.inherited(theirs, None, 10)[0]) == names[1:]  # the set is fixed
+    assert state(store, far) is TaskState.SCHEDULED
 
 
-# -- delete_fired -------------------------------------------------------------------------------
+def test_a_new_owner_inherits_nothing_when_nothing_was_armed(store: TaskStore, now: int) -> None:
+    insert(store, *[task(n, now) for n in in_shard(0, 3)])
+    [acquired] = [a for a in store.acquire(ME, SHARD_COUNT, LEASE) if a.lease.shard == 0]
+    assert acquired.took == FRESH
+    assert store.inherited(acquired, None, 10) == ([], None)
+    assert store.inherited(acquired, None, 0) == ([], None)
 
 
-def test_delete_fired_deletes_only_armed_rows(store: TaskStore) -> None:
-    armed, other = insert(
-        store, task("armed"), task("other-armed"), mode=ClaimMode.ARM, instance=OTHER
-    )
-    [claimed] = insert(store, task("claimed"), mode=ClaimMode.CLAIM)
-    [free] = insert(store, task("free"))
-    asked = [
-        ("armed", armed.rev),
-        ("claimed", claimed.rev),
-        ("free", free.rev),
-        ("nope", 1),
-        ("armed", armed.rev),
-        ("other-armed", other.rev),
-    ]
-    assert store.delete_fired(asked) == 2  # an id given twice is deleted once
-    assert store.get("armed") is None and store.get("other-armed") is None
-    assert state(store, "claimed") is TaskState.SCHEDULED
-    assert state(store, "free") is TaskState.SCHEDULED
-    assert store.delete_fired([("armed", armed.rev)]) == 0
+# -- R5: the delete after the broker's confirm ---------------------------------------------------
+
+
+def test_delete_fired_deletes_by_id_and_revision(store: TaskStore, now: int) -> None:
+    a, b = insert(store, task("a", now), task("b", now))
+    asked = [("a", a.rev), ("b", b.rev ^ 1), ("nope", 1), ("a", a.rev)]
+    assert store.delete_fired(asked) == 1  # an id given twice is deleted once
+    assert store.get("a") is None
+    assert state(store, "b") is TaskState.SCHEDULED
+    assert store.delete_fired([("a", a.rev)]) == 0
     assert store.delete_fired([]) == 0
 
 
-def test_delete_fired_removes_the_confirmed_revision_only(store: TaskStore) -> None:
+def test_delete_fired_leaves_a_newer_incarnation(store: TaskStore, now: int) -> None:
     # A stale copy's confirm (an instance paused past its lease) names the old
     # revision: the id's newer incarnation, armed too, stays.
-    [old] = insert(store, task("x", payload=b"old"), mode=ClaimMode.ARM, instance=OTHER)
+    [old] = insert(store, task("x", now, payload=b"old"))
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + FAR).tasks) == ["x"]
     assert store.delete_fired([("x", old.rev)]) == 1
-    [new] = insert(store, task("x", payload=b"new"), mode=ClaimMode.ARM)
+    [new] = insert(store, task("x", now, payload=b"new"))
     assert new.rev != old.rev
+    assert ids(arm(store, leases.values(), now + FAR).tasks) == ["x"]
     assert store.delete_fired([("x", old.rev)]) == 0
     assert state(store, "x") is TaskState.FIRING
     assert store.delete_fired([("x", new.rev)]) == 1
     assert store.get("x") is None
 
 
-def test_claims_carry_the_revision_in_the_task(store: TaskStore) -> None:
-    [row] = insert(store, task("due", NOW + 10))
-    [claim] = take(store)
-    assert claim.task.rev == claim.rev == row.rev
+# -- R8: an event the broker did not take --------------------------------------------------------
 
 
-# -- defer --------------------------------------------------------------------------------------
+def _armed_copy(store: TaskStore, name: str, due_ms: int) -> tuple[Task, dict[int, Lease]]:
+    insert(store, task(name, due_ms))
+    leases = take_all(store)
+    [copy] = arm(store, leases.values(), due_ms + 1000).tasks
+    return copy, leases
 
 
-def _armed(store: TaskStore, name: str, due_ms: int = NOW + 100) -> Claim:
-    [row] = insert(store, task(name, due_ms), mode=ClaimMode.ARM)
-    return Claim(task(name, due_ms), row.rev, True)
+def test_defer_unarms_a_row_to_fire_again_from_the_retry_time(store: TaskStore, now: int) -> None:
+    copy, leases = _armed_copy(store, "a", now + 100)
+    deferral = Deferral(copy, not_before_ms=now + 5000)
+    assert store.defer(ME, [deferral]) == [DEFERRED]
+    assert state(store, "a") is TaskState.SCHEDULED
+    assert store.earliest_due_ms() == now + 100  # its due time, overdue while it waits
+    assert arm(store, leases.values(), now + 4999).tasks == []
+    [again] = arm(store, leases.values(), now + 5000).tasks
+    assert (again.rev, again.attempts, again.due_ms) == (deferral.new_rev, 1, now + 100)
+    assert store.defer(ME, [Deferral(again, now + 6000)]) == [DEFERRED]
+    [third] = arm(store, leases.values(), now + 6000).tasks
+    assert third.attempts == 2  # one per failed delivery
+    info = store.get("a")
+    assert info is not None and info.task.attempts == 0  # get does not read them
 
 
-def test_defer_puts_an_undelivered_row_back_for_later(store: TaskStore) -> None:
-    held = _armed(store, "a")
-    deferral = Deferral("a", held.rev, NOT_BEFORE := NOW + 5000)
-    assert store.defer(ME, [deferral]) == 1
-    assert state(store, "a") is TaskState.SCHEDULED  # disarmed
-    assert not held_by(store, ME, held)  # unclaimed, and at a new revision
-    assert take(store, OTHER, now_ms=NOT_BEFORE) == []  # claimable only after not_before_ms
-    [again] = take(store, OTHER, now_ms=NOT_BEFORE + 1)
-    assert (again.rev, again.task.attempts, again.armed) == (deferral.new_rev, 1, False)
-    assert store.arm(OTHER, [again]) == [again]
-    assert store.defer(OTHER, [Deferral("a", again.rev, NOT_BEFORE + 10)]) == 1
-    [third] = take(store, now_ms=NOT_BEFORE + 11)
-    assert third.task.attempts == 2  # one per failed delivery
-
-
-def test_a_deferred_row_can_be_cancelled_again(store: TaskStore) -> None:
-    held = _armed(store, "a")
+def test_a_deferred_row_can_be_cancelled(store: TaskStore, now: int) -> None:
+    copy, _ = _armed_copy(store, "a", now)
     assert store.cancel(["a"]) == [TOO_LATE]
-    assert store.defer(ME, [Deferral("a", held.rev, NOW + 5000)]) == 1
+    assert store.defer(ME, [Deferral(copy, now + 5000)]) == [DEFERRED]
     assert store.cancel(["a"]) == [CANCELLED]
+    assert store.defer(ME, [Deferral(copy, now + 5000)]) == [GONE]
 
 
-def test_defer_moves_only_our_armed_row_at_the_revision_we_hold(store: TaskStore) -> None:
-    held = _armed(store, "a")
-    [crow] = insert(store, task("claimed"), mode=ClaimMode.CLAIM)
-    claimed = Claim(task("claimed"), crow.rev, False)  # ours, not armed
-    theirs = _armed(store, "b")
-    assert store.defer(OTHER, [Deferral("a", held.rev, NOW)]) == 0  # not the holder
-    assert store.defer(ME, [Deferral("a", held.rev ^ 1, NOW)]) == 0  # another revision
-    assert store.defer(ME, [Deferral("claimed", claimed.rev, NOW)]) == 0  # not armed
-    assert store.defer(ME, [Deferral("nope", 1, NOW)]) == 0
-    assert store.defer(OTHER, [Deferral("b", theirs.rev, NOW)]) == 0
+def test_defer_of_a_row_not_ours_at_that_revision_is_gone(store: TaskStore, now: int) -> None:
+    copy, _ = _armed_copy(store, "a", now)
+    other_rev, stale_epoch = replace(copy, rev=copy.rev ^ 1), replace(copy, epoch=copy.epoch + 1)
+    assert store.defer(OTHER, [Deferral(copy, now)]) == [GONE]  # not the owner
+    assert store.defer(ME, [Deferral(other_rev, now)]) == [GONE]
+    assert store.defer(ME, [Deferral(stale_epoch, now)]) == [GONE]
     assert state(store, "a") is TaskState.FIRING
-    assert held_by(store, ME, held)
     # The same deferral twice in one call: the first moves the row to a new
     # revision, so the second finds nothing.
-    twice = Deferral("a", held.rev, NOW + 5000)
-    assert store.defer(ME, [twice, twice]) == 1
+    twice = Deferral(copy, now + 5000)
+    assert store.defer(ME, [twice, twice]) == [DEFERRED, GONE]
 
 
-# -- renew and release --------------------------------------------------------------------------
+def test_defer_of_an_inherited_row_leaves_it_armed(store: TaskStore, now: int) -> None:
+    [name] = in_shard(3, 1)
+    insert(store, task(name, now))
+    mine = expiring(store, 3)
+    [copy] = arm(store, [mine[3]], now + 1000).tasks
+    theirs = taken_over(store, 3)
+    [inherited], _ = store.inherited(theirs, None, 10)
+    assert store.defer(OTHER, [Deferral(inherited, now + 5000)]) == [INHERITED]
+    assert store.defer(ME, [Deferral(copy, now + 5000)]) == [GONE]  # fenced: the old epoch
+    assert state(store, name) is TaskState.FIRING
+    assert store.cancel([name]) == [TOO_LATE]
+    assert store.inherited(theirs, None, 10)[0] == [inherited]  # unchanged
 
 
-def test_renew_extends_only_the_claims_the_caller_holds(store: TaskStore) -> None:
-    insert(store, task("a"), task("b"), mode=ClaimMode.CLAIM, lease_until_ms=NOW + 10)
-    insert(store, task("c"), mode=ClaimMode.CLAIM, instance=OTHER, lease_until_ms=NOW + 10)
-    insert(store, task("free"))
-    # "a" has expired (NOW + 10 < now) but nobody took it: still ours to renew.
-    asked = ["a", "c", "free", "nope", "a"]
-    assert store.renew_claims(ME, asked, NOW + 2 * LEASE) == 1  # an id given twice counts once
-    assert ids(take(store, OTHER, now_ms=NOW + LEASE, lease_until_ms=FAR)) == ["b", "c", "free"]
-    assert take(store, OTHER, now_ms=NOW + 2 * LEASE) == []
-    assert ids(take(store, OTHER, now_ms=NOW + 2 * LEASE + 1)) == ["a"]
-    assert store.renew_claims(ME, ["a"], NOW + 3 * LEASE) == 0  # taken over
-    assert store.renew_claims(ME, [], NOW) == 0
+def test_defer_of_nothing(store: TaskStore) -> None:
+    assert store.defer(ME, []) == []
 
 
-def test_renew_to_the_lease_a_claim_has_counts_nothing(store: TaskStore) -> None:
-    # MySQL counts the rows changed, not the rows matched.
-    insert(store, task("a"), task("b"), mode=ClaimMode.CLAIM, lease_until_ms=NOW + LEASE)
-    assert store.renew_claims(ME, ["a", "b"], NOW + LEASE) == 0
-    assert store.renew_claims(ME, ["a", "b"], NOW + LEASE + 1) == 2
+# -- R7: cancel -------------------------------------------------------------------------------
 
 
-def test_release_gives_up_all_of_an_instances_claims(store: TaskStore) -> None:
-    insert(store, task("a", NOW + 1), task("b", NOW + 2), mode=ClaimMode.CLAIM)
-    insert(store, task("armed", NOW + 3), mode=ClaimMode.ARM)
-    insert(store, task("theirs", NOW + 4), mode=ClaimMode.CLAIM, instance=OTHER)
-    insert(store, task("free", NOW + 5))
-    assert store.release_claims(ME) == 3
-    assert store.release_claims(ME) == 0
-    claims = take(store, OTHER, now_ms=NOW + 1)
-    # Released rows are claimable at once; an armed one stays armed.
-    assert [(c.task.id, c.armed) for c in claims] == [
-        ("a", False),
-        ("b", False),
-        ("armed", True),
-        ("free", False),
-    ]
-
-
-def test_release_of_some_claims(store: TaskStore) -> None:
-    insert(store, task("a", NOW + 1), task("b", NOW + 2), task("c", NOW + 3), mode=ClaimMode.CLAIM)
-    insert(store, task("theirs"), mode=ClaimMode.CLAIM, instance=OTHER)
-    assert store.release_claims(ME, ["a", "c", "a", "theirs", "nope"]) == 2
-    assert store.release_claims(ME, []) == 0
-    assert ids(take(store, OTHER, now_ms=NOW + 1)) == ["a", "c"]
-    assert store.renew_claims(ME, ["b"], NOW + 2 * LEASE) == 1  # "b" is still ours
-
-
-# -- cancel -------------------------------------------------------------------------------------
-
-
-def test_cancel_of_unarmed_rows_alone(store: TaskStore) -> None:
-    # Nothing armed, nothing racing: every row goes in one go.
-    insert(store, task("a"), task("b"))
-    insert(store, task("claimed"), mode=ClaimMode.CLAIM, instance=OTHER)
-    assert store.cancel(["a", "claimed", "b"]) == [CANCELLED] * 3
-    assert store.count_tasks() == 0
-    assert store.cancel(["a"]) == [NOT_FOUND]
-
-
-def test_cancel_answers_per_id(store: TaskStore) -> None:
-    insert(store, task("a"), task("b"))
-    insert(store, task("armed"), mode=ClaimMode.ARM, instance=OTHER)
+def test_cancel_answers_per_id(store: TaskStore, now: int) -> None:
+    insert(store, task("armed", now), task("a", now + 90_000), task("b", now + 90_000))
+    leases = take_all(store, OTHER)
+    assert ids(arm(store, leases.values(), now + 1000, instance=OTHER).tasks) == ["armed"]
     asked = ["armed", "a", "nope", "a", "armed", "b"]
     assert store.cancel(asked) == [TOO_LATE, CANCELLED, NOT_FOUND, NOT_FOUND, TOO_LATE, CANCELLED]
     assert store.get("a") is None and store.get("b") is None
     assert state(store, "armed") is TaskState.FIRING
 
 
-def test_an_id_cancelled_twice_in_one_call_is_cancelled_then_not_found(store: TaskStore) -> None:
-    insert(store, task("a"))
+def test_cancel_works_whoever_owns_the_shard(store: TaskStore, now: int) -> None:
+    names = [in_shard(s, 1, f"s{s}-")[0] for s in range(SHARD_COUNT)]
+    insert(store, *[task(n, now + 90_000) for n in names])
+    assert store.cancel([names[0]]) == [CANCELLED]  # nobody owns any shard
+    store.acquire(ME, 2, LEASE)
+    store.acquire(OTHER, 1, LEASE)
+    assert store.cancel(names[1:]) == [CANCELLED] * 3
+    assert store.count_tasks() == 0
+
+
+def test_an_id_cancelled_twice_in_one_call_is_cancelled_then_not_found(
+    store: TaskStore, now: int
+) -> None:
+    insert(store, task("a", now))
     assert store.cancel(["a", "a"]) == [CANCELLED, NOT_FOUND]
 
 
-def test_a_cancelled_claim_fails_to_arm(store: TaskStore) -> None:
-    insert(store, task("a"))
-    [held] = take(store)
-    assert store.cancel(["a"]) == [CANCELLED]
-    assert store.arm(ME, [held]) == []
-    assert store.get("a") is None
+def test_cancel_and_get_of_ids_no_row_can_have(store: TaskStore) -> None:
+    assert store.cancel(["é", "a b"]) == [NOT_FOUND, NOT_FOUND]
+    assert store.get("é") is None
+    assert store.reschedule([Move("é", 5)]) == [Moved(RescheduleResult.NOT_FOUND)]
 
 
-# -- reschedule ---------------------------------------------------------------------------------
+def test_cancel_of_nothing(store: TaskStore) -> None:
+    assert store.cancel([]) == []
 
 
-def test_reschedule_moves_an_unarmed_row_at_a_new_revision(store: TaskStore) -> None:
-    a = task("a", NOW + 100, b"p", "k.1")
-    insert(store, a)
-    [held] = take(store)
-    move = Move("a", NOW + 700)
-    assert store.reschedule([move], ME, NOW + LEASE) == [
-        Moved(RescheduleResult.RESCHEDULED, task("a", NOW + 700, b"p", "k.1"))
-    ]
-    assert not held_by(store, ME, held)  # the copy in memory fails to arm
-    assert store.get("a") == TaskInfo(task("a", NOW + 700, b"p", "k.1"), TaskState.SCHEDULED)
-    assert take(store, horizon_ms=NOW + 699) == []
-    assert take(store) == [Claim(task("a", NOW + 700, b"p", "k.1"), move.rev, False)]
+# -- R6: reschedule ---------------------------------------------------------------------------
 
 
-def test_reschedule_holds_the_row_as_the_claim_mode_says(store: TaskStore) -> None:
-    insert(store, task("free"), task("mine"), task("armed"), mode=ClaimMode.CLAIM, instance=OTHER)
-    moves = [
-        Move("free", NOW + 1),
-        Move("mine", NOW + 2, ClaimMode.CLAIM),
-        Move("armed", NOW + 3, ClaimMode.ARM),
-    ]
-    outcomes = store.reschedule(moves, ME, NOW + LEASE)
-    assert [o.result for o in outcomes] == [RescheduleResult.RESCHEDULED] * 3
-    assert state(store, "armed") is TaskState.FIRING
-    assert held_by(store, ME, Claim(task("mine", NOW + 2), moves[1].rev, False))
-    assert not held_by(store, OTHER, Claim(task("mine", NOW + 2), moves[1].rev, False))
-    assert store.cancel(["armed"]) == [TOO_LATE]
-    # Unclaimed: anyone's at once, at the move's revision.
-    assert take(store, OTHER, now_ms=NOW + 1) == [Claim(task("free", NOW + 1), moves[0].rev, False)]
+def test_reschedule_moves_an_unarmed_row_at_a_new_revision(store: TaskStore, now: int) -> None:
+    insert(store, task("a", now + 100, b"p", "k.1"))
+    move = Move("a", now + 700)
+    moved = task("a", now + 700, b"p", "k.1")
+    assert store.reschedule([move]) == [Moved(RescheduleResult.RESCHEDULED, moved)]
+    assert store.get("a") == TaskInfo(moved, TaskState.SCHEDULED)
+    leases = take_all(store)
+    assert arm(store, leases.values(), now + 699).tasks == []
+    [armed] = arm(store, leases.values(), now + 700).tasks
+    assert (armed, armed.rev) == (moved, move.rev)
 
 
-def test_reschedule_of_an_armed_row_is_too_late(store: TaskStore) -> None:
-    held = _armed(store, "armed")
-    outcomes = store.reschedule([Move("armed", NOW + 900), Move("nope", NOW)], ME, NOW + LEASE)
+def test_reschedule_of_an_armed_row_is_too_late(store: TaskStore, now: int) -> None:
+    copy, _ = _armed_copy(store, "armed", now)
+    outcomes = store.reschedule([Move("armed", now + 900), Move("nope", now)])
     assert outcomes == [Moved(RescheduleResult.TOO_LATE), Moved(RescheduleResult.NOT_FOUND)]
-    assert store.get("armed") == TaskInfo(held.task, TaskState.FIRING)  # unchanged
-    assert held_by(store, ME, held)
+    assert store.get("armed") == TaskInfo(copy, TaskState.FIRING)  # unchanged
+    assert store.defer(ME, [Deferral(copy, now)]) == [DEFERRED]  # still at its revision
 
 
-def test_reschedule_of_one_id_twice_takes_the_last_move(store: TaskStore) -> None:
-    insert(store, task("a", NOW + 100))
-    first, last = Move("a", NOW + 200, ClaimMode.ARM), Move("a", NOW + 300)
-    moved = Moved(RescheduleResult.RESCHEDULED, task("a", NOW + 300))
-    assert store.reschedule([first, last], ME, NOW + LEASE) == [moved, moved]
-    assert store.get("a") == TaskInfo(task("a", NOW + 300), TaskState.SCHEDULED)
-    assert take(store) == [Claim(task("a", NOW + 300), last.rev, False)]
+def test_reschedule_of_one_id_twice_takes_the_last_move(store: TaskStore, now: int) -> None:
+    insert(store, task("a", now + 100))
+    first, last = Move("a", now + 200), Move("a", now + 300)
+    moved = Moved(RescheduleResult.RESCHEDULED, task("a", now + 300))
+    assert store.reschedule([first, last]) == [moved, moved]
+    assert store.get("a") == TaskInfo(task("a", now + 300), TaskState.SCHEDULED)
+    [armed] = arm(store, take_all(store).values(), now + FAR).tasks
+    assert armed.rev == last.rev
 
 
-def test_reschedule_resets_the_failed_attempts(store: TaskStore) -> None:
-    held = _armed(store, "a")
-    assert store.defer(ME, [Deferral("a", held.rev, NOW)]) == 1
-    [outcome] = store.reschedule([Move("a", NOW + 50)], ME, NOW + LEASE)
+def test_reschedule_resets_the_failed_attempts(store: TaskStore, now: int) -> None:
+    copy, leases = _armed_copy(store, "a", now)
+    assert store.defer(ME, [Deferral(copy, now)]) == [DEFERRED]
+    [outcome] = store.reschedule([Move("a", now + 50)])
     assert outcome.task is not None and outcome.task.attempts == 0
-    [again] = take(store, now_ms=NOW + 1)
-    assert again.task.attempts == 0
+    [again] = arm(store, leases.values(), now + FAR).tasks
+    assert again.attempts == 0
+
+
+def test_reschedule_works_whoever_owns_the_shard(store: TaskStore, now: int) -> None:
+    insert(store, task("a", now + 90_000))
+    assert store.reschedule([Move("a", now + 80_000)])[0].result is RescheduleResult.RESCHEDULED
+    take_all(store, OTHER)
+    assert store.reschedule([Move("a", now + 70_000)])[0].result is RescheduleResult.RESCHEDULED
+    assert store.earliest_due_ms() == now + 70_000
 
 
 def test_reschedule_of_nothing(store: TaskStore) -> None:
-    assert store.reschedule([], ME, NOW) == []
+    assert store.reschedule([]) == []
 
 
-# -- what get reads back ------------------------------------------------------------------------
-
-
-def test_get_reads_the_state_but_not_the_attempts(store: TaskStore) -> None:
-    # SELECT_TASK does not select attempts: get always reports 0.
-    held = _armed(store, "a")
-    assert store.defer(ME, [Deferral("a", held.rev, NOW)]) == 1
-    info = store.get("a")
-    assert info is not None
-    assert (info.state, info.task.attempts) == (TaskState.SCHEDULED, 0)
-    [again] = take(store, now_ms=NOW + 1)
-    assert again.task.attempts == 1  # claim does read them
+# -- routing keys as stored ---------------------------------------------------------------------
 
 
 def test_a_null_routing_key_reads_back_as_the_default(backend: Backend) -> None:
     store = backend.store
-    insert(store, task("a", NOW + 5, b"p"))
+    now = clock(store)
+    insert(store, task("a", now + 5, b"p"))
     backend.null_routing_key("a")
-    expected = task("a", NOW + 5, b"p", DEFAULT_ROUTING_KEY)
+    expected = task("a", now + 5, b"p", DEFAULT_ROUTING_KEY)
     assert store.get("a") == TaskInfo(expected, TaskState.SCHEDULED)
     # Compared as read back: the task with the default key is a retry.
-    assert store.insert([NewRow(expected)], ME, 0, atomic=False) == [EXISTS]
-    assert store.insert([NewRow(task("a", NOW + 5, b"p"))], ME, 0, atomic=False) == [CONFLICT]
-    [moved] = store.reschedule([Move("a", NOW + 6)], ME, NOW + LEASE)
-    assert moved.task == task("a", NOW + 6, b"p", DEFAULT_ROUTING_KEY)
-    [claimed] = take(store)
-    assert claimed.task.routing_key == DEFAULT_ROUTING_KEY
+    assert store.insert([NewRow(expected)], atomic=False) == [EXISTS]
+    assert store.insert([NewRow(task("a", now + 5, b"p"))], atomic=False) == [CONFLICT]
+    [moved] = store.reschedule([Move("a", now + 6)])
+    assert moved.task == task("a", now + 6, b"p", DEFAULT_ROUTING_KEY)
+    [armed] = arm(store, take_all(store).values(), now + FAR).tasks
+    assert armed.routing_key == DEFAULT_ROUTING_KEY
 
 
-def test_an_empty_routing_key_reads_back_as_the_default(store: TaskStore) -> None:
-    blank = task("a", NOW + 5, rk="")
+def test_an_empty_routing_key_reads_back_as_the_default(store: TaskStore, now: int) -> None:
+    blank = task("a", now + 5, rk="")
     insert(store, blank)
     assert store.get("a") == TaskInfo(
-        task("a", NOW + 5, rk=DEFAULT_ROUTING_KEY), TaskState.SCHEDULED
+        task("a", now + 5, rk=DEFAULT_ROUTING_KEY), TaskState.SCHEDULED
     )
     # The stored row, read back, differs from the blank task: inserting that
     # again is a conflict, while a repeat within one batch compares as given.
-    assert store.insert([NewRow(blank)], ME, 0, atomic=False) == [CONFLICT]
-    other = task("b", rk="")
-    assert store.insert([NewRow(other), NewRow(other)], ME, 0, atomic=False) == [CREATED, EXISTS]
-    assert ids(take(store, arm_until_ms=0)) == ["a", "b"]
+    assert store.insert([NewRow(blank)], atomic=False) == [CONFLICT]
+    other = task("b", now, rk="")
+    assert store.insert([NewRow(other), NewRow(other)], atomic=False) == [CREATED, EXISTS]
+    armed = arm(store, take_all(store).values(), now + FAR).tasks
+    assert {t.routing_key for t in armed} == {DEFAULT_ROUTING_KEY}
+
+
+# -- R2: shard leases -----------------------------------------------------------------------
+
+
+def test_acquire_takes_free_shards_up_to_the_count(store: TaskStore) -> None:
+    mine = store.acquire(ME, 3, LEASE)
+    assert len({a.lease.shard for a in mine}) == 3
+    assert {(a.lease.epoch, a.took) for a in mine} == {(1, FRESH)}
+    theirs = store.acquire(OTHER, 3, LEASE)
+    assert len(theirs) == 1  # the one left
+    assert {a.lease.shard for a in mine + theirs} == set(range(SHARD_COUNT))
+    assert store.acquire(ME, 3, LEASE) == []
+    assert store.acquire(OTHER, 0, LEASE) == []
+
+
+def test_an_expired_lease_is_acquired_by_another_with_a_higher_epoch(store: TaskStore) -> None:
+    mine = expiring(store, 2)
+    theirs = taken_over(store, 2)
+    assert theirs.lease == Lease(2, mine[2].epoch + 1)
+    assert store.renew(ME, [mine[2]], LEASE) == []  # lost: drop it
+    assert store.release(ME, [mine[2]]) == 0
+    assert store.renew(OTHER, [theirs.lease], LEASE) == [theirs.lease]
+
+
+def test_renew_extends_the_leases_still_ours(store: TaskStore) -> None:
+    mine = [a.lease for a in store.acquire(ME, 2, SHORT)]
+    start = clock(store)
+    # Expired (nobody took them): still ours to renew, at the same epoch.
+    wait_for(lambda: clock(store) > start + SHORT + 10, 10, "the lease never expired")
+    forged = Lease(mine[0].shard, mine[0].epoch + 1)
+    assert store.renew(ME, [*mine, forged], LEASE) == mine
+    assert store.renew(OTHER, mine, LEASE) == []
+    assert store.renew(ME, [], LEASE) == []
+    free = store.acquire(OTHER, SHARD_COUNT, LEASE)
+    assert {a.lease.shard for a in free}.isdisjoint({lease.shard for lease in mine})
+    assert store.renew(ME, mine, LEASE) == mine  # twice in a row
+
+
+def test_release_gives_a_shard_to_the_next_with_its_marks(store: TaskStore, now: int) -> None:
+    [name] = in_shard(1, 1)
+    insert(store, task(name, now))
+    leases = take_all(store)
+    armed = arm(store, [leases[1]], now + 1000)
+    assert ids(armed.tasks) == [name]
+    assert store.release(ME, [leases[1], leases[2]]) == 2
+    assert store.release(ME, [leases[1]]) == 0
+    got = sorted(store.acquire(OTHER, SHARD_COUNT, LEASE), key=lambda a: a.lease.shard)
+    assert [a.lease for a in got] == [Lease(1, leases[1].epoch + 1), Lease(2, leases[2].epoch + 1)]
+    assert got[0].took.gen == 2 and got[0].took.armed >= (now, name)
+    assert got[1].took == FRESH
+    # The row armed before the release is inherited by the next owner.
+    assert ids(store.inherited(got[0], None, 10)[0]) == [name]
+    assert store.release(ME, []) == 0
+
+
+# -- R1: members ------------------------------------------------------------------------------
+
+
+def test_a_live_instance_name_cannot_be_taken(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, LEASE)
+    store.register("b", 2, "host-b", 22, LEASE)
+    with pytest.raises(InstanceNameInUse) as raised:
+        store.register("a", 3, "host-c", 33, LEASE)
+    assert (raised.value.instance, raised.value.host, raised.value.pid) == ("a", "host-a", 11)
+    assert "host-a" in str(raised.value) and "11" in str(raised.value)
+    assert store.live_members() == 2
+    store.register("a", 1, "host-a", 11, LEASE)  # the holder again: fine
+    assert store.heartbeat("a", 1, LEASE)
+
+
+def test_an_expired_instance_name_is_taken_over(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, SHORT)
+    store.register("b", 2, "host-b", 22, LEASE)
+
+    def took_over() -> bool:
+        try:
+            store.register("a", 3, "host-c", 33, LEASE)
+        except InstanceNameInUse:
+            return False
+        return True
+
+    wait_for(took_over, 10, "the name was never taken over")
+    assert not store.heartbeat("a", 1, LEASE)  # the old holder learns it lost the name
+    assert store.heartbeat("a", 3, LEASE)
+    assert store.live_members() == 2
+    with pytest.raises(InstanceNameInUse) as raised:
+        store.register("a", 1, "host-a", 11, LEASE)
+    assert (raised.value.host, raised.value.pid) == ("host-c", 33)
+
+
+def test_a_heartbeat_keeps_the_name(store: TaskStore) -> None:
+    store.register("a", 1, "h", 1, SHORT)
+    assert store.heartbeat("a", 1, LEASE)
+    assert store.heartbeat("a", 1, LEASE)  # twice at once: still True
+    start = clock(store)
+    wait_for(lambda: clock(store) > start + SHORT + 10, 10, "time stood still")
+    with pytest.raises(InstanceNameInUse):
+        store.register("a", 2, "h", 2, LEASE)
+    assert not store.heartbeat("nobody", 1, LEASE)
+
+
+def test_leave_gives_the_name_up(store: TaskStore) -> None:
+    store.register("a", 1, "h", 1, LEASE)
+    store.leave("a", 2)  # not ours: nothing happens
+    assert store.live_members() == 1
+    store.leave("a", 1)
+    assert store.live_members() == 0
+    assert not store.heartbeat("a", 1, LEASE)
+    store.register("a", 2, "h", 2, LEASE)
+    assert store.live_members() == 1
+
+
+def test_members_whose_heartbeat_expired_are_not_live(store: TaskStore) -> None:
+    store.register("short", 1, "h", 1, SHORT)
+    store.register("long", 2, "h", 2, LEASE)
+    assert store.live_members() == 2
+    wait_for(lambda: store.live_members() == 1, 10, "the short heartbeat never expired")
 
 
 # -- schema and lifetime ------------------------------------------------------------------------
@@ -661,22 +782,7 @@ def test_check_schema_passes_on_a_current_store(store: TaskStore) -> None:
     store.check_schema()
 
 
-def test_close_can_be_called_twice(store: TaskStore) -> None:
-    insert(store, task("a"))
+def test_close_can_be_called_twice(store: TaskStore, now: int) -> None:
+    insert(store, task("a", now))
     store.close()
     store.close()
-
-
-# -- empty inputs -------------------------------------------------------------------------------
-
-
-def test_cancel_of_nothing(backend: Backend) -> None:
-    """(MySQLStore.cancel([]) raised ValueError from its one-statement path,
-    which the protocol says never escapes an adapter.)"""
-    assert backend.store.cancel([]) == []
-
-
-def test_defer_of_nothing(backend: Backend) -> None:
-    """(MySQLStore.defer([]) returned -1, the cursor's rowcount when
-    executemany ran nothing.)"""
-    assert backend.store.defer(ME, []) == 0

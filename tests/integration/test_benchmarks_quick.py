@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = {"ceilings", "create", "delete", "sending", "burst", "precision", "hostile"}
+SCENARIOS = {
+    "ceilings",
+    "create",
+    "delete",
+    "sending",
+    "burst",
+    "near_due",
+    "precision",
+    "hostile",
+}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
 PLOTS = {

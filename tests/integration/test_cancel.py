@@ -2,22 +2,30 @@
 
 "Never fires" is proven with a sentinel: a task due after the cancelled one is
 scheduled, and once the sentinel's event arrived, the cancelled task's event
-would have arrived before it (one engine publishes in due order, and an engine
-arms and fires a task before any task due later).
+would have arrived before it (one engine, the owner of both tasks' shards,
+publishes in due order, and arms and fires a task before any task due later).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
-from typing import Any
 
 import pytest
 from support.amqp import EventConsumer
-from support.hook import HookFactory, RowReader, collect_until, header_int
-from support.waiting import now_ms, wait_until
+from support.hook import (
+    SHARD_COUNT,
+    HookFactory,
+    RowReader,
+    collect_until,
+    header_int,
+    wait_for_shards,
+)
+from support.waiting import now_ms, wait_for, wait_until
 
 from triggerhook import CancelResult, TaskSpec, TaskState, ValidationError
+from triggerhook.domain.arming import shard_of
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +35,14 @@ FAR_MS = 3_600_000
 def test_cancel_scheduled_tasks_they_never_fire(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
-    hook = hooks()  # preload window 1000 ms, arm 200 ms ahead
+    hook = hooks()  # arms 200 ms ahead
+    wait_for_shards(hook)
     start = now_ms()
     hook.schedule(TaskSpec("far", at_ms=start + FAR_MS))
-    hook.schedule(TaskSpec("near", at_ms=start + 800))  # claimed into this instance's memory
+    hook.schedule(TaskSpec("near", at_ms=start + 800))  # in a shard this instance owns
     near = rows.row("near")
-    assert near is not None and (near.claimed_by, near.firing) == (hook.instance_id, 0)
-    assert "near" in hook.engine.inventory.snapshot()
+    assert near is not None and near.firing == 0  # not armed yet: not in memory
+    assert hook.engine.shards.owns(near.shard)
 
     assert hook.cancel("far") is CancelResult.CANCELLED
     assert hook.cancel("near") is CancelResult.CANCELLED
@@ -43,9 +52,8 @@ def test_cancel_scheduled_tasks_they_never_fire(
     hook.schedule(TaskSpec("sentinel", at_ms=start + 1100))
     received = collect_until(event_consumer, "sentinel", timeout_s=15)
     assert [r.message_id for r in received] == ["sentinel"]
-    # The engine noticed at arm time and let go of it.
-    assert wait_until(lambda: "near" not in hook.engine.inventory.snapshot(), 5)
-    assert hook.engine.armer.dropped >= 1
+    # The owner never armed the cancelled task: the sentinel is all it armed.
+    assert hook.engine.counters()["armed"] == 1
     assert hook.cancel("near") is CancelResult.NOT_FOUND  # a second cancel
     assert wait_until(lambda: rows.count() == 0, 10)
 
@@ -78,11 +86,20 @@ def test_cancel_after_fired_and_deleted_is_not_found(
     assert hook.cancel("done") is CancelResult.NOT_FOUND
 
 
+def _armed(rows: RowReader, task_id: str) -> bool:
+    row = rows.row(task_id)
+    return row is not None and row.firing == 1
+
+
 def test_cancel_task_armed_on_insert_is_too_late_and_it_fires(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
-    hook = hooks(arm_ahead_ms=500)
-    scheduled = hook.schedule(TaskSpec("armed", delay_ms=400))  # due within arm_ahead_ms
+    # Due within arm_ahead_ms when inserted through the shard's owner: armed
+    # at once (the insert wakes the armer), well before it is due.
+    hook = hooks(arm_ahead_ms=3000)
+    wait_for_shards(hook)
+    scheduled = hook.schedule(TaskSpec("armed", delay_ms=2000))
+    wait_for(lambda: _armed(rows, "armed"), 1.5, lambda: f"not armed: {rows.row('armed')}")
 
     result = hook.cancel("armed")
 
@@ -99,15 +116,12 @@ def test_cancel_task_armed_by_the_armer_is_too_late_and_it_fires(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
     hook = hooks(arm_ahead_ms=500)
-    scheduled = hook.schedule(TaskSpec("later", delay_ms=900))  # claimed, armed 500 ms before due
+    scheduled = hook.schedule(TaskSpec("later", delay_ms=1500))  # armed 500 ms before due
     row = rows.row("later")
     assert row is not None and row.firing == 0
 
-    def armed() -> bool:
-        current = rows.row("later")
-        return current is not None and current.firing == 1
-
-    assert wait_until(armed, 5, interval_s=0.01)
+    assert wait_until(lambda: _armed(rows, "later"), 5, interval_s=0.01)
+    assert now_ms() < scheduled.task.due_ms, "armed too late to test cancel before the due time"
     assert hook.cancel("later") is CancelResult.TOO_LATE
 
     events = event_consumer.collect(1, 10)
@@ -119,20 +133,18 @@ def test_cancel_task_armed_by_the_armer_is_too_late_and_it_fires(
 def test_cancel_row_already_firing_is_too_late_and_it_fires(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
-    # A row another instance armed and then lost (crash before publishing).
+    # A row another instance armed and then lost (crash before publishing):
+    # armed by its shard's marks, in memory nowhere.
     due = now_ms() - 100
-    rows.execute(
-        "INSERT INTO th_tasks (id, due_ms, routing_key, payload, firing)"
-        " VALUES (%s, %s, %s, %s, 1)",
-        ("orphan", due, "orphan.key", b"data"),
-    )
     client = hooks(start=False)
+    client.schedule(TaskSpec("orphan", at_ms=due, routing_key="orphan.key", payload=b"data"))
+    rows.mark_firing("orphan")
 
     assert client.cancel("orphan") is CancelResult.TOO_LATE
     info = client.get("orphan")
     assert info is not None and info.state is TaskState.FIRING
 
-    hooks()  # an engine takes the unclaimed armed row and fires it
+    engine = hooks()  # acquires the free shard, inherits the armed row and fires it
     events = event_consumer.collect(1, 10)
     assert [(e.message_id, e.routing_key, e.body) for e in events] == [
         ("orphan", "orphan.key", b"data")
@@ -140,34 +152,50 @@ def test_cancel_row_already_firing_is_too_late_and_it_fires(
     assert header_int(events[0], "x-due-ms") == due
     assert wait_until(lambda: rows.count() == 0, 10)
     assert client.cancel("orphan") is CancelResult.NOT_FOUND
+    assert engine.engine.counters()["inherited"] == 1
+
+
+def _id_in(shards: set[int], prefix: str) -> str:
+    """A task id of one of ``shards``: ``<prefix>-<n>`` for the first such n."""
+    return next(
+        f"{prefix}-{n}"
+        for n in itertools.count()
+        if shard_of(f"{prefix}-{n}", SHARD_COUNT) in shards
+    )
 
 
 @pytest.mark.parametrize("b_started", [False, True], ids=["b-client", "b-engine"])
 def test_cancel_task_held_by_another_instance(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer, b_started: bool
 ) -> None:
-    knobs: dict[str, Any] = {"preload_window_ms": 3000, "claim_lease_ms": 10_000}
-    engine_a = hooks(instance_id="a", **knobs)
-    client = hooks(start=False, instance_id="c", **knobs)
+    """The task's shard is owned by instance a; b (a plain client, or an engine
+    owning other shards) cancels it: CANCELLED, and a never fires it."""
+    engine_a = hooks(instance_id="a")
+    wait_for_shards(engine_a)
+    client = hooks(start=False, instance_id="c")
+    other = hooks(start=b_started, instance_id="b")
+    if b_started:  # a hands half of the shards over to b
+        half = SHARD_COUNT // 2
+        wait_for_shards(engine_a, half, timeout_s=20)
+        wait_for_shards(other, half, timeout_s=20)
+    a_shards = {s for s, owner in rows.owners().items() if owner == "a"}
+    assert a_shards == {lease.shard for lease in engine_a.engine.shards.leases()}
+    held, sentinel = _id_in(a_shards, "held"), _id_in(a_shards, "sentinel")
     due = now_ms() + 1500
-    client.schedule(TaskSpec("held", at_ms=due, payload="must not fire"))
+    client.schedule(TaskSpec(held, at_ms=due, payload="must not fire"))
+    row = rows.row(held)
+    assert row is not None and row.firing == 0 and rows.owners()[row.shard] == "a"
 
-    def claimed_by_a() -> bool:
-        row = rows.row("held")
-        return row is not None and row.claimed_by == "a"
+    assert other.cancel(held) is CancelResult.CANCELLED
 
-    assert wait_until(claimed_by_a, 5), rows.row("held")
-    assert wait_until(lambda: "held" in engine_a.engine.inventory.snapshot(), 5)
-    other = hooks(start=b_started, instance_id="b", **knobs)
-
-    assert other.cancel("held") is CancelResult.CANCELLED
-
-    assert rows.row("held") is None
-    other.schedule(TaskSpec("sentinel", at_ms=due + 300))
-    received = collect_until(event_consumer, "sentinel", timeout_s=15)
-    assert [r.message_id for r in received] == ["sentinel"]
-    assert wait_until(lambda: "held" not in engine_a.engine.inventory.snapshot(), 5)
-    assert engine_a.engine.armer.dropped >= 1
+    assert rows.row(held) is None
+    # Due after it in a shard of a: had a fired the cancelled task, it would
+    # have come first.
+    other.schedule(TaskSpec(sentinel, at_ms=due + 300))
+    received = collect_until(event_consumer, sentinel, timeout_s=15)
+    assert [r.message_id for r in received] == [sentinel]
+    assert engine_a.engine.counters()["armed"] == 1  # the sentinel only
+    assert rows.owners()[shard_of(held, SHARD_COUNT)] == "a"  # still the owner
     assert wait_until(lambda: rows.count() == 0, 10)
 
 
@@ -175,9 +203,9 @@ def test_cancel_task_held_by_another_instance(
 def test_cancel_then_reschedule_same_id_fires_the_new_task(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer, new_due_delta: int
 ) -> None:
-    hook = hooks()  # preload window 1000 ms, arm 200 ms ahead, lease 2000 ms
+    hook = hooks()  # arm 200 ms ahead, lease 2000 ms
     due = now_ms() + 800
-    hook.schedule(TaskSpec("re", at_ms=due, payload="old"))  # claimed into memory on insert
+    hook.schedule(TaskSpec("re", at_ms=due, payload="old"))  # unarmed until 200 ms before due
     assert hook.cancel("re") is CancelResult.CANCELLED
 
     new = hook.schedule(

@@ -75,14 +75,14 @@ BAD_SCHEDULE_INPUT = [
     ),
     pytest.param(
         ["--in", "5s"],
-        {"poll_interval_ms": "fifty"},
-        ("TRIGGERHOOK_POLL_INTERVAL_MS", "integer"),
+        {"arm_interval_ms": "fifty"},
+        ("TRIGGERHOOK_ARM_INTERVAL_MS", "integer"),
         id="env-bad-integer",
     ),
     pytest.param(
         ["--in", "5s"],
-        {"claim_lease_ms": "999"},
-        ("TRIGGERHOOK_CLAIM_LEASE_MS", "1000"),
+        {"shard_lease_ms": "999"},
+        ("TRIGGERHOOK_SHARD_LEASE_MS", "1000"),
         id="env-below-minimum",
     ),
 ]
@@ -105,9 +105,16 @@ def test_schedule_rejects_bad_input(
     ("toml", "mentions"),
     [
         pytest.param('no_such_setting = 1\nexchange = "x"\n', ("no_such_setting",), id="unknown"),
-        pytest.param('poll_interval_ms = "fast"\n', ("poll_interval_ms", "integer"), id="type"),
+        pytest.param('arm_interval_ms = "fast"\n', ("arm_interval_ms", "integer"), id="type"),
         pytest.param("exchange = 5\n", ("exchange", "string"), id="str-type"),
-        pytest.param("poll_interval_ms = \n", ("not valid TOML",), id="syntax"),
+        pytest.param("arm_interval_ms = \n", ("not valid TOML",), id="syntax"),
+        # A setting of the claim protocol (schema 2): named, with what to write instead.
+        pytest.param(
+            "claim_lease_ms = 20000\n",
+            ("claim_lease_ms", "is now shard_lease_ms"),
+            id="renamed",
+        ),
+        pytest.param("preload_window_ms = 1000\n", ("preload_window_ms", "is gone"), id="removed"),
     ],
 )
 def test_bad_config_file_is_rejected(
@@ -148,10 +155,16 @@ def test_unreadable_config_file_is_rejected(
         pytest.param({"log_level": "chatty"}, ("log_level",), id="log-level"),
         pytest.param({"instance_id": "a b"}, ("instance_id",), id="instance-id"),
         pytest.param(
-            {"preload_window_ms": 5000, "claim_lease_ms": 2000},
-            ("claim_lease_ms", "preload_window_ms"),
-            id="lease-vs-window",
+            {"shard_lease_ms": 2000, "database_idle_transaction_timeout_s": 2},
+            ("database_idle_transaction_timeout_s", "shard_lease_ms"),
+            id="idle-timeout-vs-lease",
         ),
+        pytest.param(
+            {"arm_ahead_ms": 100, "arm_interval_ms": 100},
+            ("arm_interval_ms", "arm_ahead_ms"),
+            id="interval-vs-ahead",
+        ),
+        pytest.param({"shard_count": 4097}, ("shard_count", "4096"), id="shard-count"),
     ],
 )
 def test_run_rejects_bad_settings(
@@ -194,18 +207,26 @@ def test_db_init_creates_the_database_and_is_idempotent(mysql_url: str) -> None:
     name = f"th_test_init_{secrets.token_hex(4)}"
     url = f"{mysql_url}/{name}"
     try:
-        for _ in range(2):
-            result = run_cli(["db", "init"], cli_env(url))
+        # The shard count is fixed when the database is created: a later init
+        # with another count keeps the first one (and says so).
+        for count, said in ((8, ""), (8, ""), (16, "keeps its shard count of 8")):
+            result = run_cli(["db", "init"], cli_env(url, shard_count=count))
             assert result.returncode == EXIT_OK, result.stdout + result.stderr
             assert "Traceback" not in result.stderr
-            assert "schema version 2" in result.stdout
+            assert "schema version 3" in result.stdout
+            assert said in result.stderr, result.stderr
         conn = connect(url)
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT name, value FROM th_meta")
-                assert list(cur.fetchall()) == [("schema_version", "2")]
+                cur.execute("SELECT name, value FROM th_meta ORDER BY name")
+                assert list(cur.fetchall()) == [("schema_version", "3"), ("shard_count", "8")]
                 cur.execute("SELECT COUNT(*) FROM th_tasks")
                 assert cur.fetchone() == (0,)
+                cur.execute("SELECT COUNT(*) FROM th_members")
+                assert cur.fetchone() == (0,)
+                # One row per shard, each free.
+                cur.execute("SELECT shard, owner, lease_until_ms FROM th_shards ORDER BY shard")
+                assert list(cur.fetchall()) == [(shard, None, 0) for shard in range(8)]
         finally:
             conn.close()
     finally:
@@ -288,7 +309,7 @@ def test_cancel_of_an_armed_task_is_too_late(db: tuple[str, TaskTable]) -> None:
     database_url, table = db
     env = cli_env(database_url)
     _json(run_cli(["schedule", "--id", "armed", "--in", "1h"], env), EXIT_OK)
-    table.query("UPDATE th_tasks SET firing = 1 WHERE id = 'armed'")  # as an engine arms it
+    table.mark_firing("armed")  # armed by an engine: committed to firing
     assert _json(run_cli(["get", "armed"], env), EXIT_OK)["state"] == "firing"
     result = _json(run_cli(["cancel", "armed"], env), EXIT_TOO_LATE)
     assert result == {"id": "armed", "result": "too_late"}
@@ -323,7 +344,7 @@ def test_reschedule_against_the_database(db: tuple[str, TaskTable]) -> None:
 
     missing = _json(run_cli(["reschedule", "nope", "--in", "5s"], env), EXIT_NOT_FOUND)
     assert missing == {"id": "nope", "result": "not_found"}
-    table.query("UPDATE th_tasks SET firing = 1 WHERE id = 'mv'")  # as an engine arms it
+    table.mark_firing("mv")  # armed by an engine: committed to firing
     too_late = _json(run_cli(["reschedule", "mv", "--in", "5s"], env), EXIT_TOO_LATE)
     assert too_late == {"id": "mv", "result": "too_late"}
     assert table.query("SELECT due_ms FROM th_tasks WHERE id = 'mv'") == [(later["due_ms"],)]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support.amqp import AmqpNames, EventConsumer
 from support.commands import CONNECT_TIMEOUT_S, CommandClient, Consumers, Message
-from support.daemon import DaemonGroup, TaskTable, closed_port, daemon_env
+from support.daemon import DaemonGroup, TaskTable, closed_port, daemon_env, settings_env
 from support.hook import HookFactory, RowReader, collect_until, header_int, make_settings, open_hook
 from support.tcpproxy import TcpProxy, proxied
 from support.waiting import now_ms, wait_for, wait_until
@@ -520,7 +520,10 @@ def test_daemon_killed_before_commit_applies_the_command_once(
         assert first.kill9() == -9
         proxy.restore()
 
-        second = daemons.start(env, "second")
+        # Its successor under another name (the dead one's name stays taken
+        # until its heartbeat runs out); it takes the shards over after the lease.
+        successor = {**env, **settings_env(instance_id="cmd-kill-2")}
+        second = daemons.start(successor, "second")
         reply = client.reply(correlation_id, 30).json()
 
         assert reply == {"ok": True, "id": "once", "at": due / 1000, "created": True}

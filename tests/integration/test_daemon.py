@@ -106,7 +106,7 @@ def test_run_refuses_a_database_without_schema(
     assert "Traceback" not in output
 
 
-def test_sigterm_stops_gracefully_and_releases_claims(
+def test_sigterm_stops_gracefully_and_releases_shards_and_name(
     database_url: str,
     amqp_url: str,
     amqp_names: AmqpNames,
@@ -114,16 +114,14 @@ def test_sigterm_stops_gracefully_and_releases_claims(
     table: TaskTable,
     daemons: DaemonGroup,
 ) -> None:
-    # Far tasks are inside the preload window, so they are claimed into memory;
-    # a claim lease much longer than the test shows the stop released them.
-    settings: dict[str, int | str] = {
-        "preload_window_ms": 10_000,
-        "claim_lease_ms": 60_000,
-        "shutdown_timeout_s": 5,
-    }
+    # A shard lease (and heartbeat) much longer than the test shows the stop
+    # released the shards and the instance name: its successor, under the same
+    # name, starts at once and fires the far tasks on time.
+    settings: dict[str, int | str] = {"shard_lease_ms": 60_000, "shutdown_timeout_s": 5}
     env = daemon_env(database_url, amqp_url, amqp_names.exchange, "stopper", **settings)
     daemon = daemons.start(env, "stopper")
     daemon.wait_ready()
+    daemon.wait_for_line("acquired 64 shards", 10)
 
     start = now_ms()
     near = spread("near", 20, start + 300, start + 1300)
@@ -131,14 +129,11 @@ def test_sigterm_stops_gracefully_and_releases_claims(
     schedule_tasks(database_url, near + far)
     far_ids = {task_id for task_id, _ in far}
 
-    wait_for(
-        lambda: {k for k, v in table.claims().items() if v[0] == "stopper"} >= far_ids,
-        10,
-        lambda: f"far tasks not claimed: {table.claims()}",
-    )
     events = event_consumer.collect(len(near), timeout_s=15)
     assert sorted(e.message_id or "" for e in events) == sorted(t for t, _ in near)
     wait_for(lambda: table.ids() == far_ids, 10, lambda: f"rows: {table.ids()}")
+    assert table.owner_counts() == {"stopper": 64}
+    assert set(table.members()) == {"stopper"}
 
     mark = daemon.mark()
     began = time.monotonic()
@@ -146,20 +141,19 @@ def test_sigterm_stops_gracefully_and_releases_claims(
     stop_s = time.monotonic() - began
     assert code == 0, daemon.tail()
     assert stop_s < 5, f"graceful stop took {stop_s:.1f}s (shutdown_timeout_s=5)"
-    daemon.wait_for_line("released 10 claims", 1, start=mark)
+    daemon.wait_for_line("released 64 shards", 1, start=mark)
 
-    # Every claim released, nothing armed, nothing fired.
-    claims = table.claims()
-    assert set(claims) == far_ids
-    assert all(v == (None, 0, 0) for v in claims.values()), claims
+    # Every shard released, the name given up; nothing armed, nothing fired.
+    assert table.owner_counts() == {None: 64}
+    assert {lease for _, _, lease in table.shards().values()} == {0}
+    assert table.members() == {}
+    assert table.ids() == far_ids
+    assert table.armed_ids() == set()
     assert event_consumer.drain_quiet(0.3) == []
 
-    # Another instance fires them on time: released claims are not waiting for
-    # the (60 s) lease to expire.
-    successor = daemons.start(
-        daemon_env(database_url, amqp_url, amqp_names.exchange, "successor", **settings),
-        "successor",
-    )
+    # The same name again, at once (not refused as in use), firing them on
+    # time: released shards are not waiting for the (60 s) lease to expire.
+    successor = daemons.start(env, "successor")
     late = event_consumer.collect(len(far), timeout_s=(start + 6500 - now_ms()) / 1000 + 10)
     assert sorted(e.message_id or "" for e in late) == sorted(far_ids)
     due = dict(far)
@@ -167,6 +161,7 @@ def test_sigterm_stops_gracefully_and_releases_claims(
         assert event.message_id is not None
         assert fired_ms(event) >= due[event.message_id]
     wait_for(lambda: table.count() == 0, 10, lambda: f"rows left: {table.ids()}")
+    assert successor.count("in use") == 0, successor.tail()
     assert successor.terminate() == 0
 
 
@@ -180,12 +175,7 @@ def test_stop_publishes_the_armed_tasks_at_their_due_time(
 ) -> None:
     """Armed tasks are committed to fire: a stop requested before they are due
     still publishes each of them (not early), then deletes the rows."""
-    knobs: dict[str, int | str] = {
-        "arm_ahead_ms": 1000,
-        "preload_window_ms": 2000,
-        "claim_lease_ms": 3000,
-    }
-    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "armed", **knobs)
+    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "armed", arm_ahead_ms=1000)
     daemon = daemons.start(env, "armed")
     daemon.wait_ready()
     start = now_ms()
@@ -193,9 +183,9 @@ def test_stop_publishes_the_armed_tasks_at_their_due_time(
     schedule_tasks(database_url, tasks)
 
     wait_for(
-        lambda: all(v[2] == 1 for v in table.claims().values()),
+        lambda: table.armed_ids() == {t for t, _ in tasks},
         10,
-        lambda: f"not all armed: {table.claims()}",
+        lambda: f"not all armed: {table.armed_ids()}",
         interval_s=0.01,
     )
     assert now_ms() < start + 1500, "too slow to stop before the tasks were due"
@@ -207,6 +197,7 @@ def test_stop_publishes_the_armed_tasks_at_their_due_time(
     due = dict(tasks)
     assert all(fired_ms(e) >= due[e.message_id or ""] for e in events)
     assert table.count() == 0
+    assert table.owner_counts() == {None: 64}
 
 
 def test_stop_is_bounded_by_shutdown_timeout_when_the_broker_is_unreachable(
@@ -218,8 +209,8 @@ def test_stop_is_bounded_by_shutdown_timeout_when_the_broker_is_unreachable(
     daemons: DaemonGroup,
 ) -> None:
     """An armed task that cannot be published: the stop gives up after
-    shutdown_timeout_s, exits 0, releases the claim; the row stays and another
-    instance fires it later (at-least-once)."""
+    shutdown_timeout_s, exits 0, releases the shards; the row stays armed and
+    the next owner of its shard inherits it and fires it (at-least-once)."""
     dead_amqp = f"amqp://guest:guest@127.0.0.1:{closed_port()}/%2F"
     env = daemon_env(database_url, dead_amqp, amqp_names.exchange, "nobroker", shutdown_timeout_s=1)
     daemon = daemons.start(env, "nobroker")
@@ -227,21 +218,23 @@ def test_stop_is_bounded_by_shutdown_timeout_when_the_broker_is_unreachable(
     daemon.wait_for_line("cannot connect to RabbitMQ", 20)
 
     schedule_tasks(database_url, [("stuck", now_ms() + 200)])
-    wait_for(lambda: table.claims().get("stuck", (None, 0, 0))[2] == 1, 10, "never armed")
+    wait_for(lambda: table.armed_ids() == {"stuck"}, 10, "never armed")
 
     began = time.monotonic()
     assert daemon.terminate(timeout_s=10) == 0
     stop_s = time.monotonic() - began
     assert stop_s < 1 + 2.5, f"stop took {stop_s:.1f}s with shutdown_timeout_s=1"
     daemon.wait_for_line("stopped with unpublished tasks", 1)
-    claims = table.claims()
-    assert claims == {"stuck": (None, 0, 1)}, claims
+    assert table.owner_counts() == {None: 64}
+    assert table.members() == {}
+    assert table.armed_ids() == {"stuck"}  # still committed to fire
 
     successor = daemons.start(
         daemon_env(database_url, amqp_url, amqp_names.exchange, "rescuer"), "rescuer"
     )
     (event,) = event_consumer.collect(1, timeout_s=15)
     assert event.message_id == "stuck"
+    successor.wait_for_line("firing 1 tasks armed by the shard's previous owner", 5)
     wait_for(lambda: table.count() == 0, 10, "the fired task's row was not deleted")
     assert successor.terminate() == 0
 
@@ -261,7 +254,7 @@ def test_second_sigterm_during_a_stop_exits_at_once(
     daemon = daemons.start(env, "impatient")
     daemon.wait_for_line("engine started", 20)
     schedule_tasks(database_url, [("pending", now_ms() + 200)])
-    wait_for(lambda: table.claims().get("pending", (None, 0, 0))[2] == 1, 10, "never armed")
+    wait_for(lambda: table.armed_ids() == {"pending"}, 10, "never armed")
 
     daemon.signal(signal.SIGTERM)
     daemon.wait_for_line("stopping gracefully", 10)
@@ -272,11 +265,12 @@ def test_second_sigterm_during_a_stop_exits_at_once(
     assert daemon.wait_exit(5) == SIGTERM_EXIT
     assert time.monotonic() - began < 5
     daemon.wait_for_line("second signal", 1)
-    # Claims were not released (the lease lets another instance take over).
-    claims = table.claims()
-    assert set(claims) == {"pending"}
-    claimed_by, _, firing = claims["pending"]
-    assert (claimed_by, firing) == ("impatient", 1)
+    # Nothing was released (the leases let another instance take over later):
+    # the shards and the name are still held, the task still armed.
+    assert table.owner_counts() == {"impatient": 64}
+    assert set(table.members()) == {"impatient"}
+    assert table.armed_ids() == {"pending"}
+    assert daemon.count("released") == 0, daemon.tail()
 
 
 def test_daemon_exits_non_zero_when_a_thread_cannot_recover(
@@ -355,7 +349,7 @@ def test_readiness_reasons_name_the_dependency_and_its_kind_of_failure(
         url = database_url  # exists, empty: no tables
     expected = {
         "unreachable": "mysql: unreachable",
-        "no-schema": "mysql: schema missing or not current (run `triggerhook db init`)",
+        "no-schema": "mysql: schema missing or not current (`triggerhook db status` says which)",
     }[case]
     settings = Settings(database_url=url, instance_id="probe", http_enabled=False)
     service = build_daemon(settings)

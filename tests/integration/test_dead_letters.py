@@ -21,6 +21,7 @@ from support.mysql import connect
 from support.waiting import now_ms, wait_until
 
 from triggerhook import CancelResult
+from triggerhook.domain.arming import shard_of
 from triggerhook.domain.spec import TaskSpec
 from triggerhook.errors import SchemaError
 from triggerhook.store.mysql import MySQLStore, init_schema
@@ -96,7 +97,7 @@ def test_unroutable_events_do_not_stop_routable_ones_and_can_be_cancelled(
     hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
 ) -> None:
     """Defect: returned events were retried in memory, armed, for ever; with
-    the memory bound at 5, five of them kept a routable task from being claimed."""
+    the memory bound at 5, five of them kept a routable task from being armed."""
     queues.bind(amqp_names.queue, "bound.#")
     hook = hooks(max_tasks_in_memory=5, publish_retry_max_ms=300, publish_max_attempts=1000)
     for n in range(5):
@@ -187,7 +188,9 @@ def test_stop_with_an_undeliverable_event_keeps_its_row_for_later(
     hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
 ) -> None:
     late_queue = f"{amqp_names.queue}_late"
-    hook = hooks(publish_retry_max_ms=300)
+    # A lease longer than the test: the next engine takes over only because
+    # the stop released the shards.
+    hook = hooks(publish_retry_max_ms=300, shard_lease_ms=60_000)
     publisher = publisher_of(hook)
     hook.schedule(TaskSpec("stuck", delay_ms=0, routing_key="unbound.x", payload="p"))
     assert wait_until(lambda: publisher.returned >= 1, 10)
@@ -196,10 +199,11 @@ def test_stop_with_an_undeliverable_event_keeps_its_row_for_later(
 
     row = rows.row("stuck")
     assert row is not None  # never lost
-    assert row.claimed_by is None  # nobody holds it: the next engine can take it
+    # Its shard released, the name given up: the next engine takes it at once.
+    assert rows.owners()[row.shard] is None and rows.members() == set()
     assert clean is (row.firing == 0)  # an armed row left behind is not a clean stop
     queues.bind(late_queue, "unbound.#")
-    hooks()  # another engine takes the row over and delivers it
+    hooks(instance_id="next")  # another engine takes the row over and delivers it
     assert [m.body for m in queues.wait_for(late_queue, "stuck", 15)] == [b"p"]
     assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
 
@@ -253,16 +257,18 @@ def test_a_version_1_database_is_upgraded_with_nothing_lost(
     rows.execute("INSERT INTO th_tasks (id, due_ms, payload, rev) VALUES ('old', 42, 'x', 7)")
     store = MySQLStore(database_url, "rk")
     try:
-        with pytest.raises(SchemaError, match="schema version 1, expected 2"):
+        with pytest.raises(SchemaError, match="schema version 1, expected 3"):
             store.check_schema()
     finally:
         store.close()
 
-    assert init_schema(database_url) == 2
-    assert init_schema(database_url) == 2  # idempotent
+    # 1 -> 2 (attempts) -> 3 (shards; see tests/integration/test_upgrade_v3.py).
+    assert init_schema(database_url) == 3
+    assert init_schema(database_url) == 3  # idempotent
 
     row = rows.row("old")
     assert row is not None and (row.due_ms, row.payload, row.attempts) == (42, b"x", 0)
+    assert (row.shard, row.fire_ms, row.firing) == (shard_of("old", 64), 42, 0)
     conn = connect(database_url)
     try:
         with conn.cursor() as cur:

@@ -23,6 +23,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -406,6 +407,10 @@ def test_systemd_verify_rejects_a_broken_unit(tmp_path: Path, old: str, new: str
     assert code != 0 or output, "a broken unit passed systemd-analyze verify"
 
 
+def _host() -> str:
+    return socket.gethostname()[:40]
+
+
 def _unit_env(unit: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
     """Environment= (with %l, the short host name), then EnvironmentFile=: the example."""
     env = clean_env()
@@ -464,8 +469,10 @@ def test_unit_command_runs_notified_under_its_memory_rule(
         wrapped = [sys.executable, "-c", MDWE_EXEC, *argv]
         with running(wrapped, env, tmp_path / "daemon.log") as daemon:
             assert notify.wait_for("READY", timeout_s=START_TIMEOUT_S), daemon.text()
-            instance = env["TRIGGERHOOK_INSTANCE_ID"]
-            assert notify.messages[0]["STATUS"] == f"running as {instance}"
+            # The unit sets no name: unique per process, <host>-<pid>-<random>.
+            assert "TRIGGERHOOK_INSTANCE_ID" not in env
+            status = notify.messages[0]["STATUS"]
+            assert re.fullmatch(rf"running as {re.escape(_host())}-[0-9]+-[0-9a-f]{{6}}", status)
             base = f"http://127.0.0.1:{env['TRIGGERHOOK_HTTP_PORT']}"
             assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
             fire_one_task(base, "", event_consumer, "unit-1")

@@ -8,7 +8,6 @@ speed targets belong to the benchmarks, correctness to the tests.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import statistics
 import threading
@@ -22,12 +21,13 @@ from support.hook import (
     RowReader,
     header_int,
     publisher_of,
+    wait_for_shards,
 )
 from support.waiting import now_ms, wait_until
 
 from triggerhook import TaskSpec
+from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
-from triggerhook.interfaces import Claim, ClaimMode
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,8 @@ def test_never_early_spread_and_simultaneous(
 ) -> None:
     hook = hooks()
     start = now_ms()
-    # 300 tasks spread over 1.5 s: the first ones are armed on insert, the next
-    # claimed on insert, the last ones (beyond the 1 s window) preloaded.
+    # 300 tasks spread over 1.5 s: the first ones are due within arm_ahead_ms
+    # when written (armed at once), the later ones armed as their time comes.
     spread = [TaskSpec(id=f"s-{i}", at_ms=start + 100 + i * 5, payload=str(i)) for i in range(300)]
     hook.schedule_many(spread)
     # 100 more all due at one instant, from concurrent schedule() calls (group commit).
@@ -233,8 +233,8 @@ def _record_sizes(monkeypatch: pytest.MonkeyPatch, inventory: Inventory) -> list
     sizes: list[int] = []
     lock = threading.Lock()
 
-    def admit(claims: Sequence[Claim], reserved: int, claimed_ms: float = 0.0) -> list[Claim]:
-        fresh = original_admit(claims, reserved, claimed_ms)
+    def admit(tasks: Sequence[Task], reserved: int) -> list[Task]:
+        fresh = original_admit(tasks, reserved)
         with lock:
             sizes.append(len(inventory))
         return fresh
@@ -250,7 +250,7 @@ def test_memory_stays_bounded_with_a_large_backlog(
     monkeypatch: pytest.MonkeyPatch,
     record_property: RecordProperty,
 ) -> None:
-    knobs: dict[str, Any] = {"max_tasks_in_memory": 50, "claim_batch_size": 20}
+    knobs: dict[str, Any] = {"max_tasks_in_memory": 50, "arm_batch_size": 20}
     client = hooks(start=False, **knobs)
     start = now_ms()
     client.schedule_many([TaskSpec(id=f"b-{i}", at_ms=start - 1000 - i) for i in range(500)])
@@ -275,50 +275,33 @@ def test_memory_stays_bounded_with_a_large_backlog(
 def test_memory_stays_bounded_under_concurrent_schedule_calls(
     hooks: HookFactory,
     rows: RowReader,
+    event_consumer: EventConsumer,
     monkeypatch: pytest.MonkeyPatch,
     record_property: RecordProperty,
     api: str,
 ) -> None:
-    # Tasks due inside the preload window are claimed into memory on insert;
-    # concurrent calls must not together exceed max_tasks_in_memory. The barrier
-    # forces an interleaving that also happens without it under load (16 threads
-    # x 20 schedule() calls overshot in most runs): every caller has planned
-    # before any has committed.
-    hook = hooks(
-        start=False, max_tasks_in_memory=50, preload_window_ms=20_000, claim_lease_ms=40_000
-    )
-    engine = hook.engine
-    inventory = engine.inventory
+    # Concurrent callers write, through the engine that owns every shard,
+    # four times more tasks due within arm_ahead_ms than memory holds: each
+    # insert wakes the armer, which arms the rows written since its last pass
+    # (many of them below its watermark) but never more than the room left.
+    # The rest wait in the database, unarmed, and are armed as room frees up.
+    hook = hooks(start=False, max_tasks_in_memory=50, arm_ahead_ms=10_000)
+    inventory = hook.engine.inventory
     sizes = _record_sizes(monkeypatch, inventory)
-    original_plan = engine.writes._claim_modes  # where a plan reserves its room
-    callers = 8
-    barrier = threading.Barrier(callers)
-
-    def plan(dues_ms: Sequence[int], claim: bool) -> list[ClaimMode]:
-        planned = original_plan(dues_ms, claim)
-        if threading.current_thread().name.startswith("caller-"):
-            with contextlib.suppress(threading.BrokenBarrierError):
-                barrier.wait(timeout=2)
-        return planned
-
-    monkeypatch.setattr(engine.writes, "_claim_modes", plan)
     hook.start()
     assert publisher_of(hook).connected.wait(20)
-    due = now_ms() + 15_000  # inside the window, after the test: held, not fired
-    if api == "schedule":
-        for i in range(45):  # memory nearly full: room for 5 more
-            hook.schedule(TaskSpec(f"fill-{i}", at_ms=due))
-        # A fill task planned while the preloader held a reservation for its
-        # claim query found no room and was inserted unclaimed: the preloader
-        # claims it on its next round.
-        assert wait_until(lambda: len(inventory) == 45, 5), len(inventory)
+    wait_for_shards(hook)
+    start = now_ms()
+    due = start + 4000  # after every call returned: nothing fires before
+    callers, per_caller = 8, 25
     errors: list[BaseException] = []
 
     def caller(n: int) -> None:
-        specs = [TaskSpec(id=f"c-{n}-{i}", at_ms=due) for i in range(10)]
+        specs = [TaskSpec(id=f"c-{n}-{i}", at_ms=due + i) for i in range(per_caller)]
         try:
             if api == "schedule":
-                hook.schedule(TaskSpec(f"c-{n}", at_ms=due))
+                for spec in specs:
+                    hook.schedule(spec)
             else:
                 hook.schedule_many(specs)
         except BaseException as exc:
@@ -333,7 +316,21 @@ def test_memory_stays_bounded_under_concurrent_schedule_calls(
         thread.join(60)
 
     assert not errors, errors
-    assert rows.count() == (45 + callers if api == "schedule" else 10 * callers)
+    assert now_ms() < due, "the calls took too long for this test"
+    total = callers * per_caller
+    assert rows.count() == total
+    # Memory fills up to its bound before anything is due, and no further.
+    assert wait_until(lambda: len(inventory) == 50, 3), len(inventory)
+    assert now_ms() < due
+    assert len({r.id for r in rows.rows().values() if r.firing}) == 50
+
+    events = event_consumer.collect(total, 30)
+
+    assert sorted(e.message_id or "" for e in events) == sorted(
+        f"c-{n}-{i}" for n in range(callers) for i in range(per_caller)
+    )
+    _assert_not_early(events)
+    assert wait_until(lambda: rows.count() == 0, 15), f"{rows.count()} rows left"
     record_property("inventory_peak", max(sizes))
-    log.info("concurrent %s: inventory peak %d", api, max(sizes))
+    log.info("concurrent %s: inventory peak %d over %d admits", api, max(sizes), len(sizes))
     assert max(sizes) <= 50, f"inventory grew to {max(sizes)} (> max_tasks_in_memory=50)"

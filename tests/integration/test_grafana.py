@@ -34,7 +34,7 @@ VARIABLE_QUERY = 'SHOW TAG VALUES FROM "triggerhook" WITH KEY = "instance"'
 REQUIRED_FIELDS = {
     "fired", "scheduled",
     "lateness_p50_ms", "lateness_p99_ms", "lateness_max_ms",
-    "heap", "send_buffer", "unconfirmed", "pending_arm", "in_memory",
+    "heap", "send_buffer", "unconfirmed", "in_memory", "shards", "members", "shards_lost",
     "tasks_db", "oldest_overdue_ms",
     "db_errors", "broker_reconnects", "returned", "nacked", "publish_retries", "metrics_dropped",
     "requests_2xx", "requests_4xx", "requests_5xx", "latency_p99_ms",

@@ -180,7 +180,11 @@ def test_database_errors_are_named_not_quoted_in_answers_and_logged(
         assert "WARNING" in reason, reason
         answered = daemon.wait_for_line("answered 503", 10, start=mark)
         assert "WARNING" in answered and "database unavailable:" in answered, answered
-        assert "127.0.0.1" in answered, answered  # the host the client must not see
+        # The driver's error, which the client must not see: a pooled
+        # connection lost mid-query, or a new one refused at the host.
+        lost = "(2013, 'Lost connection to MySQL server during query')"
+        refused = "(2003, \"Can't connect to MySQL server on '127.0.0.1'"
+        assert lost in answered or refused in answered, answered
         assert daemon.count("Traceback", mark) == 0, daemon.tail()
         assert_terminates(daemon)
 

@@ -7,12 +7,20 @@ Every assertion reads real state: rows through a separate PyMySQL connection
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from support.amqp import EventConsumer
-from support.hook import HookFactory, RowReader, collect_until
-from support.waiting import now_ms, wait_until
+from support.hook import (
+    SHARD_COUNT,
+    HookFactory,
+    RowReader,
+    collect_until,
+    header_int,
+    wait_for_shards,
+)
+from support.waiting import now_ms, wait_for, wait_until
 
 from triggerhook import (
     ConflictError,
@@ -22,8 +30,14 @@ from triggerhook import (
     TaskState,
     ValidationError,
 )
+from triggerhook.domain.arming import shard_of
 
 FAR_MS = 3_600_000  # an hour ahead: never fires during a test
+
+
+def _armed(rows: RowReader, task_id: str) -> bool:
+    row = rows.row(task_id)
+    return row is not None and row.firing == 1
 
 
 # -- 1. a returned schedule call has its row committed ---------------------------
@@ -40,14 +54,18 @@ def test_schedule_without_engine_commits_before_return(hooks: HookFactory, rows:
     assert result.created is True
     assert result.task == Task("direct-1", due, "a.b", b"\x00p")
     assert (row.due_ms, row.routing_key, row.payload) == (due, "a.b", b"\x00p")
-    assert (row.claimed_by, row.claim_until_ms, row.firing) == (None, 0, 0)
+    # Written unarmed, to fire at its due time, in the shard its id hashes to.
+    assert (row.fire_ms, row.firing, row.attempts) == (due, 0, 0)
+    assert row.shard == shard_of("direct-1", SHARD_COUNT)
 
 
 def test_schedule_on_running_engine_commits_before_return(
     hooks: HookFactory, rows: RowReader, database_url: str
 ) -> None:
-    # Large window and arm lead so claimed-on-insert rows stay put during the test.
-    hook = hooks(preload_window_ms=30_000, claim_lease_ms=60_000, arm_ahead_ms=1000)
+    # A long arming interval: a soon-due row armed well within it was armed
+    # because the insert woke this instance's armer (it owns every shard).
+    hook = hooks(arm_ahead_ms=30_000, arm_interval_ms=29_000)
+    wait_for_shards(hook)
     start = now_ms()
     threads_count, per_thread = 8, 25
     missing: list[str] = []
@@ -58,9 +76,8 @@ def test_schedule_on_running_engine_commits_before_return(
         try:
             for i in range(per_thread):
                 task_id = f"gc-{n}-{i}"
-                # Alternate: beyond the window (left for preloaders) and inside it
-                # (claimed by this instance in the same transaction).
-                due = start + (FAR_MS if i % 2 else 20_000)
+                # Alternate: far ahead, and nearer (but beyond arm_ahead_ms).
+                due = start + (FAR_MS if i % 2 else 120_000)
                 hook.schedule(TaskSpec(task_id, at_ms=due, payload=task_id))
                 if reader.row(task_id) is None:
                     missing.append(task_id)
@@ -82,16 +99,18 @@ def test_schedule_on_running_engine_commits_before_return(
     assert len(stored) == threads_count * per_thread
     for task_id, row in stored.items():
         assert row.payload == task_id.encode()
-        if row.due_ms == start + 20_000:
-            assert (row.claimed_by, row.firing) == (hook.instance_id, 0), row
-        else:
-            assert row.claimed_by is None, row
+        assert row.shard == shard_of(task_id, SHARD_COUNT), row
+        assert row.firing == 0, row  # not due within arm_ahead_ms: left unarmed
 
-    # Due within arm_ahead_ms: committed armed (firing = 1) before schedule returns.
-    hook.schedule(TaskSpec("gc-armed", delay_ms=800))
-    armed = rows.row("gc-armed")
-    assert armed is not None
-    assert (armed.claimed_by, armed.firing) == (hook.instance_id, 1)
+    # Due within arm_ahead_ms: armed by this instance (its shard's owner) at
+    # once, not at the next arming interval.
+    hook.schedule(TaskSpec("gc-armed", delay_ms=20_000))
+    returned = time.monotonic()
+    wait_for(lambda: _armed(rows, "gc-armed"), 10, lambda: f"not armed: {rows.row('gc-armed')}")
+    armed_after_s = time.monotonic() - returned
+    assert armed_after_s < 1.5, f"armed {armed_after_s:.2f}s after the insert (interval 29 s)"
+    assert "gc-armed" in hook.engine.inventory.snapshot()
+    assert {r.firing for r in rows.rows().values() if r.id != "gc-armed"} == {0}
 
 
 @pytest.mark.parametrize("started", [False, True], ids=["no-engine", "engine"])
@@ -180,7 +199,7 @@ def test_schedule_many_with_a_conflict_writes_nothing(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer, started: bool
 ) -> None:
     hook = hooks(start=started)
-    soon = now_ms() + 300  # inside the preload window: a running engine plans to claim
+    soon = now_ms() + 300  # due soon: a running engine would arm them at once
     hook.schedule(TaskSpec("taken", at_ms=soon + FAR_MS, payload="v1"))
     before = rows.row("taken")
     specs = [
@@ -278,19 +297,19 @@ def test_schedule_validation_error_names_the_field_and_writes_nothing(
 def test_get_reports_scheduled_firing_and_gone(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
-    hook = hooks(arm_ahead_ms=1000, preload_window_ms=2000, claim_lease_ms=4000)
+    hook = hooks(arm_ahead_ms=3000)
     far = now_ms() + FAR_MS
     hook.schedule(TaskSpec("future", at_ms=far, routing_key="g.k", payload=b"pl"))
-    armed = hook.schedule(TaskSpec("armed", delay_ms=800))  # within arm_ahead_ms: armed on insert
+    armed = hook.schedule(TaskSpec("armed", delay_ms=2000))  # within arm_ahead_ms
 
+    # Armed by the shard's owner (this instance) soon after the insert.
+    wait_for(lambda: _armed(rows, "armed"), 1.5, lambda: f"not armed: {rows.row('armed')}")
     future_info = hook.get("future")
     armed_info = hook.get("armed")
 
     assert future_info == TaskInfo(Task("future", far, "g.k", b"pl"), TaskState.SCHEDULED)
     assert armed_info == TaskInfo(armed.task, TaskState.FIRING)
     assert armed_info.task.routing_key == "triggerhook.fire"
-    row = rows.row("armed")
-    assert row is not None and row.firing == 1
     assert hook.get("never-scheduled") is None
 
     events = event_consumer.collect(1, 15)
@@ -311,32 +330,43 @@ def test_get_invalid_id_is_a_validation_error_naming_id(hooks: HookFactory, bad_
 # -- 10. graceful stop ------------------------------------------------------------
 
 
-def test_graceful_stop_releases_claims_of_tasks_not_yet_due(
+def test_graceful_stop_releases_shards_and_name_and_another_instance_fires_on_time(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
-    knobs: dict[str, Any] = {"preload_window_ms": 10_000, "claim_lease_ms": 20_000}
+    # A lease far longer than the test: the successor fires the tasks on time
+    # only because the stop released the shards (it did not wait for expiry).
+    knobs: dict[str, Any] = {"shard_lease_ms": 60_000}
     client = hooks(start=False, **knobs)
     start = now_ms()
-    # Due inside the window but long after the test: claimed, never armed.
-    client.schedule_many([TaskSpec(id=f"pre-{i}", at_ms=start + 8000 + i) for i in range(10)])
-    hook = hooks(**knobs)
-    for i in range(10):
-        hook.schedule(TaskSpec(f"ins-{i}", at_ms=start + 8000 + i))  # claimed on insert
-    ids = {f"pre-{i}" for i in range(10)} | {f"ins-{i}" for i in range(10)}
-
-    def all_claimed() -> bool:
-        return all(r.claimed_by == hook.instance_id for r in rows.rows().values())
-
-    assert wait_until(all_claimed, 10), rows.rows()
-    assert wait_until(lambda: len(hook.engine.inventory) == 20, 10)
-    assert all(r.claim_until_ms > start for r in rows.rows().values())
+    due = {f"pre-{i}": start + 3000 + i for i in range(10)}
+    due |= {f"ins-{i}": start + 3000 + i for i in range(10)}
+    # Due after the stop, not within arm_ahead_ms of it: never armed by the first.
+    client.schedule_many([TaskSpec(id=t, at_ms=d) for t, d in due.items() if t.startswith("pre-")])
+    hook = hooks(instance_id="first", **knobs)
+    wait_for_shards(hook)
+    for task_id, due_ms in due.items():
+        if task_id.startswith("ins-"):
+            hook.schedule(TaskSpec(task_id, at_ms=due_ms))  # through its engine
+    assert set(rows.owners().values()) == {"first"}
+    assert rows.members() == {"first"}
 
     clean = hook.stop()
 
     assert clean is True
-    after = rows.rows()
-    assert set(after) == ids
-    for row in after.values():
-        assert (row.claimed_by, row.claim_until_ms, row.firing) == (None, 0, 0), row
-    assert event_consumer.drain_quiet(0.3) == []
     assert not hook.engine.running
+    after = rows.rows()
+    assert set(after) == set(due)
+    assert {r.firing for r in after.values()} == {0}, after  # nothing armed...
+    assert event_consumer.drain_quiet(0.3) == []  # ...nothing fired
+    assert set(rows.owners().values()) == {None}  # every shard released
+    assert set(rows.leases().values()) == {0}
+    assert rows.members() == set()  # and the name
+
+    successor = hooks(instance_id="second", **knobs)
+    events = event_consumer.collect(len(due), (start + 3010 - now_ms()) / 1000 + 10)
+
+    assert sorted(e.message_id or "" for e in events) == sorted(due)
+    for event in events:
+        assert header_int(event, "x-fired-ms") >= due[event.message_id or ""]
+    assert wait_until(lambda: rows.count() == 0, 10), rows.rows()
+    assert successor.engine.counters()["inherited"] == 0  # nothing was left armed

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 from support.amqp import EventConsumer
-from support.hook import HookFactory, RowReader, collect_until, header_int
-from support.waiting import now_ms, wait_until
+from support.hook import HookFactory, RowReader, collect_until, header_int, wait_for_shards
+from support.waiting import now_ms, wait_for, wait_until
 
 from triggerhook import RescheduleResult, ValidationError
 from triggerhook.domain.spec import TaskSpec
@@ -29,8 +29,7 @@ def test_reschedule_a_far_task_to_soon_fires_it_at_the_new_time_only(
     assert moved.task is not None and moved.task.due_ms == start + 600
     assert (moved.task.payload, moved.task.routing_key) == (b"body", "rk.move")
     row = rows.row("move")
-    assert row is not None and row.due_ms == start + 600
-    assert row.claimed_by == hook.instance_id  # due within the window: held at once
+    assert row is not None and (row.due_ms, row.fire_ms) == (start + 600, start + 600)
     events = event_consumer.collect(1, 10)
     assert [e.message_id for e in events] == ["move"]
     assert header_int(events[0], "x-due-ms") == start + 600
@@ -44,10 +43,12 @@ def test_reschedule_a_held_task_later_it_never_fires_at_the_old_time(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer, via_engine: bool
 ) -> None:
     holder = hooks()
+    wait_for_shards(holder)  # the owner of every shard
     caller = holder if via_engine else hooks(start=False)  # another process, say
     start = now_ms()
     holder.schedule(TaskSpec("held", at_ms=start + 700))
-    assert "held" in holder.engine.inventory.snapshot()
+    row = rows.row("held")
+    assert row is not None and row.firing == 0  # to be armed by holder 200 ms before due
 
     moved = caller.reschedule("held", delay_ms=FAR_MS)
     assert moved.result is RescheduleResult.RESCHEDULED
@@ -57,15 +58,24 @@ def test_reschedule_a_held_task_later_it_never_fires_at_the_old_time(
     assert [r.message_id for r in received] == ["sentinel"]
     row = rows.row("held")
     assert row is not None and row.firing == 0 and row.due_ms >= start + FAR_MS
-    assert wait_until(lambda: "held" not in holder.engine.inventory.snapshot(), 5)
+    assert row.fire_ms == row.due_ms
+    assert holder.engine.counters()["armed"] == 1  # the sentinel: never the moved task
+    assert "held" not in holder.engine.inventory.snapshot()
 
 
 def test_reschedule_results_for_unknown_armed_and_invalid(
     hooks: HookFactory, rows: RowReader, event_consumer: EventConsumer
 ) -> None:
-    hook = hooks(arm_ahead_ms=500)
+    hook = hooks(arm_ahead_ms=3000)
+    wait_for_shards(hook)
     assert hook.reschedule("nobody", delay_ms=5).result is RescheduleResult.NOT_FOUND
-    hook.schedule(TaskSpec("armed", delay_ms=300))  # armed on insert
+    hook.schedule(TaskSpec("armed", delay_ms=2000))  # within arm_ahead_ms: armed at once
+
+    def armed() -> bool:
+        row = rows.row("armed")
+        return row is not None and row.firing == 1
+
+    wait_for(armed, 1.5, lambda: f"not armed: {rows.row('armed')}")
     late = hook.reschedule("armed", delay_ms=FAR_MS)
     assert late.result is RescheduleResult.TOO_LATE and late.task is None
     assert [e.message_id for e in event_consumer.collect(1, 10)] == ["armed"]

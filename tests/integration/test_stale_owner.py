@@ -1,76 +1,77 @@
-"""A paused owner's stale confirm must not delete a newer incarnation of the task.
+"""A stale owner's confirm must not delete a newer incarnation of the task.
 
-Issue 12, item 1 of "Why", with real processes: two daemons, A and B, on one
-database and one exchange.
+Issue 12, item 1 of "Why" (defect 1 of ownership v1), with real processes on
+the shard protocol (docs/design/ownership.md, R2-R5): two daemons, A and B,
+on one database; each publishes to its own exchange, so every event says who
+published it. A's broker connection runs through a TCP proxy the test can
+hold (bytes accepted, none forwarded), so A can be caught with a published,
+unconfirmed event: the one moment its confirm can come stale.
 
-1. A holds task X armed: X is scheduled through A's HTTP API due inside A's
-   ``arm_ahead_ms``, so A claims and arms it in the INSERT itself (B, already
-   running, can never claim a row claimed in the statement that creates it).
-2. A is paused (SIGSTOP) while X is still well before its due time: A's
-   scheduler holds X in memory, unpublished.
-3. A's lease expires; B takes X over, fires it (the OLD payload) and deletes
-   its row after the broker's confirm.
-4. The client schedules X again through B's HTTP API, new payload, due inside
-   B's ``arm_ahead_ms``: B claims and arms the new row at once (``firing = 1``).
-5. A resumes (SIGCONT) and publishes its stale X (the old payload a second
-   time: a duplicate, which at-least-once allows). Its confirmer then deletes
-   X's row. Before the fix, ``DELETE ... WHERE id IN (...) AND firing = 1``
-   removes the NEW row, armed by B; with the fix only the revision A
-   published is deleted, and the new row stays.
-6. B is killed (-9) before the new X is due, so B never publishes it.
-7. A takes B's claim over after the lease and fires the new X; th_tasks ends
-   empty. Before the fix, nothing is left to fire: the new X is lost.
-
-When events carry ``x-rev`` (the revision of the row each was read from),
-both old copies carry A's row's revision and the new X B's, which differs.
+1. A and B share the 64 shards; X is an id in one of A's shards. The proxy
+   holds A's broker traffic, X is scheduled (OLD payload), A arms and fires
+   it: the event sits in the held connection, unconfirmed; X's row stays.
+2. A is paused (SIGSTOP) past its lease. B takes X's shard over (a new
+   epoch), inherits X (armed by A, never deleted), fires it (OLD, by B) and
+   deletes its row after the broker's confirm.
+3. X is scheduled again (NEW payload, a new revision), due in 2 s.
+4. The proxy lets A's traffic through and A resumes: its stale OLD event
+   reaches the broker, is confirmed, and A deletes "X's" row by the confirmed
+   revision, which matches nothing (v1 deleted by id: the NEW row). A's lease
+   renewal is fenced: it drops the shards B took, then gets its fair share
+   back by B's graceful handover.
+5. B is killed (-9) before the NEW X is due, so it never publishes it.
+6. The NEW X fires once (A, whether the shard came back by handover or after
+   B's lease), later than due, but not lost; th_tasks ends empty.
 
 A thread watches X's row throughout (every change, with its time), so a
-failure says when and after what the new row disappeared. Guarded against:
-A stopped inside its claim transaction (it would keep X locked from B's
-``SKIP LOCKED`` claim, so B would never take X over: A is stopped again at
-another moment); a machine too slow for the margins (A stopped too close to
-X's due time, B killed after the new X was due: the test says so rather than
-passing vacuously); A publishing its stale copy only after B's claim expired
-(the scenario would not have happened).
+failure says when the NEW row disappeared and after what. Guarded against: a
+machine too slow for the margins (B killed after the NEW X was due: the test
+says so rather than passing vacuously), and A publishing nothing stale (the
+scenario would not have happened).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import httpx
 import pytest
-from support.amqp import AmqpNames, EventConsumer, Received
-from support.daemon import Daemon, DaemonGroup, TaskTable, daemon_env, fired_ms, report
-from support.hook import header_int
-from support.waiting import now_ms, wait_for
+from support.daemon import (
+    FAST_SETTINGS,
+    Daemon,
+    DaemonGroup,
+    TaskTable,
+    daemon_env,
+    report,
+    schedule_tasks,
+)
+from support.mysql import ARMED_IDS
+from support.ownership import (
+    Event,
+    EventLog,
+    ShardWatch,
+    balanced,
+    db_now_ms,
+    instance_names,
+    task_shard,
+    unfenced,
+)
+from support.tcpproxy import TcpProxy, proxied
+from support.waiting import wait_for
 
-TASK_ID = "x"
 OLD = b"old incarnation"
 NEW = b"new incarnation"
+A, B = "stale-a", "owner-b"
 
-LEASE_MS = 3000  # claim_lease_ms: how long B waits for the paused A's claim (and A for B's)
-# Everything claimed is armed at once (arm_ahead_ms <= preload_window_ms < claim_lease_ms).
-WINDOW_MS = 2900
-ARM_AHEAD_MS = 2900
-DUE_AHEAD_MS = 2600  # each incarnation is due this long after it is scheduled: armed on insert
-STOP_MARGIN_MS = 1500  # A is stopped at least this long before X is due: X not yet published
-PAUSE_ATTEMPTS = 3  # A is stopped again if stopped holding a row lock
-TRX_SNAPSHOT_S = 0.15  # INNODB_TRX is at most 100 ms old: read it this long after the stop
-KILL_MARGIN_MS = 300  # B is killed at least this long before the new X is due
+LEASE_MS = int(FAST_SETTINGS["shard_lease_ms"])
+OLD_DUE_AHEAD_MS = 1000  # the OLD X is due this long after it is scheduled
+NEW_DUE_AHEAD_MS = 2000  # the NEW X: time for A to wake and confirm before it is due
+KILL_MARGIN_MS = 150  # B is killed at least this long before the NEW X is due
 QUIET_S = LEASE_MS / 1000 + 1.0  # after the last event: longer than a lease, for late copies
-# Daemon log lines of a lost broker connection (for the failure message).
-BROKER_TROUBLE = ("RabbitMQ connection closed", "cannot connect to RabbitMQ")
-SETTINGS: dict[str, int | str] = {
-    "claim_lease_ms": LEASE_MS,
-    "preload_window_ms": WINDOW_MS,
-    "arm_ahead_ms": ARM_AHEAD_MS,
-    "confirm_max_delay_ms": 10,
-}
+SETTINGS: dict[str, int | str] = {"confirm_max_delay_ms": 10}
 
 
 # -- X's row, watched -----------------------------------------------------------------
@@ -78,27 +79,42 @@ SETTINGS: dict[str, int | str] = {
 
 @dataclass(frozen=True)
 class RowState:
-    """X's row as read at ``at_ms`` (test clock); not ``present``: no row."""
+    """X's row as read at ``at_ms`` (database time); not ``present``: no row."""
 
     at_ms: int
-    claimed_by: str | None = None
-    claim_until_ms: int = 0
-    firing: int = 0
-    rev: int = 0
-    payload: bytes | None = None
     present: bool = False
+    rev: int = 0
+    payload: bytes = b""
+    armed: bool = False
+    shard_owner: str | None = None
+    shard_epoch: int = 0
 
     def key(self) -> tuple[object, ...]:
-        return (self.present, self.claimed_by, self.claim_until_ms, self.firing, self.rev)
+        return (self.present, self.rev, self.armed, self.shard_owner, self.shard_epoch)
 
     def describe(self, origin_ms: int) -> str:
         when = f"{self.at_ms - origin_ms:+7d} ms"
+        shard = f"shard owner {self.shard_owner} epoch {self.shard_epoch}"
         if not self.present:
-            return f"{when}: no row"
-        return (
-            f"{when}: claimed by {self.claimed_by} until {self.claim_until_ms - origin_ms:+d} ms, "
-            f"firing {self.firing}, rev {self.rev}, payload {self.payload!r}"
-        )
+            return f"{when}: no row; {shard}"
+        armed = "armed" if self.armed else "unarmed"
+        return f"{when}: rev {self.rev}, {self.payload!r}, {armed}; {shard}"
+
+
+def read_row(table: TaskTable, task_id: str) -> RowState:
+    rows = table.query(
+        "SELECT (TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000),"
+        " t.id, t.rev, t.payload, s.owner, s.epoch, a.id"
+        " FROM th_shards s LEFT JOIN th_tasks t ON t.shard = s.shard AND t.id = %s"
+        f" LEFT JOIN ({ARMED_IDS} AND t.id = %s) a ON a.id = t.id WHERE s.shard = %s",
+        (task_id, task_id, task_shard(task_id)),
+    )
+    at, found, rev, payload, owner, epoch, armed = rows[0]
+    if found is None:
+        return RowState(int(at), shard_owner=owner, shard_epoch=int(epoch))
+    return RowState(
+        int(at), True, int(rev), bytes(payload or b""), armed is not None, owner, int(epoch)
+    )
 
 
 class RowWatch:
@@ -115,22 +131,11 @@ class RowWatch:
         self._thread = threading.Thread(target=self._run, name="row-watch", daemon=True)
         self.errors: list[BaseException] = []
 
-    def _read(self, table: TaskTable) -> RowState:
-        rows = table.query(
-            "SELECT claimed_by, claim_until_ms, firing, rev, payload FROM th_tasks WHERE id = %s",
-            (self._task_id,),
-        )
-        at_ms = now_ms()
-        if not rows:
-            return RowState(at_ms)
-        by, until, firing, rev, payload = rows[0]
-        return RowState(at_ms, by, int(until), int(firing), int(rev), bytes(payload or b""), True)
-
     def _run(self) -> None:
         try:
             with TaskTable(self._database_url) as table:
                 while not self._stop.is_set():
-                    state = self._read(table)
+                    state = read_row(table, self._task_id)
                     with self._lock:
                         if not self._history or self._history[-1].key() != state.key():
                             self._history.append(state)
@@ -154,291 +159,253 @@ class RowWatch:
         self._thread.join(10)
 
 
-def current_row(table: TaskTable) -> RowState:
-    rows = table.query(
-        "SELECT claimed_by, claim_until_ms, firing, rev, payload FROM th_tasks WHERE id = %s",
-        (TASK_ID,),
-    )
-    if not rows:
-        return RowState(now_ms())
-    by, until, firing, rev, payload = rows[0]
-    return RowState(now_ms(), by, int(until), int(firing), int(rev), bytes(payload or b""), True)
+# -- the scenario -----------------------------------------------------------------------
 
 
-# -- events ---------------------------------------------------------------------------
-
-
-class Events:
-    """Everything received for the test's exchange, in arrival order."""
-
-    def __init__(self, consumer: EventConsumer) -> None:
-        self._consumer = consumer
-        self.seen: list[Received] = []
-
-    def of(self, payload: bytes) -> list[Received]:
-        return [e for e in self.seen if e.body == payload]
-
-    def wait(self, payload: bytes, count: int, timeout_s: float) -> bool:
-        """Consume until ``count`` events with ``payload`` were seen (True) or
-        ``timeout_s`` passed (False); everything received is kept."""
-        deadline = time.monotonic() + timeout_s
-        while len(self.of(payload)) < count:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self.seen.extend(self._consumer.collect(1, timeout_s=min(left, 0.2)))
-        return True
-
-    def drain(self, quiet_s: float) -> None:
-        self.seen.extend(self._consumer.drain_quiet(quiet_s))
-
-    def describe(self, origin_ms: int) -> str:
-        return "\n".join(
-            f"  received {e.received_ms - origin_ms:+7d} ms: id {e.message_id!r}, body {e.body!r}, "
-            f"x-fired-ms {fired_ms(e) - origin_ms:+d}, x-rev {e.headers.get('x-rev')!r}"
-            for e in self.seen
-        )
-
-
-# -- the HTTP API ---------------------------------------------------------------------
-
-
-def schedule_through(daemon: Daemon, payload: bytes, due_ms: int) -> None:
+def status_totals(daemon: Daemon) -> dict[str, int]:
     with httpx.Client(base_url=daemon.http_url, timeout=10.0) as http:
-        answer = http.post(
-            "/v1/tasks", json={"id": TASK_ID, "at": due_ms / 1000, "payload": payload.decode()}
-        )
-    assert answer.status_code == 201, (daemon.name, answer.status_code, answer.text)
-
-
-def wait_row(
-    table: TaskTable, test: Callable[[RowState], bool], timeout_s: float, what: str
-) -> RowState:
-    found: list[RowState] = []
-
-    def check() -> bool:
-        found[:] = [current_row(table)]
-        return test(found[0])
-
-    wait_for(check, timeout_s, lambda: f"{what}; X's row: {found[0] if found else None}")
-    return found[0]
+        answer = http.get("/v1/status")
+    assert answer.status_code == 200, answer.text
+    return {str(k): int(v) for k, v in answer.json()["totals"].items()}
 
 
 @dataclass
 class Run:
     """The scenario's processes, observers and step times (ms after ``origin``)."""
 
+    task_id: str
     a: Daemon
     b: Daemon
+    proxy: TcpProxy
     table: TaskTable
-    events: Events
+    events: EventLog
     watch: RowWatch
+    shards: ShardWatch
     origin: int
     marks: dict[str, int] = field(default_factory=dict)
 
     def mark(self, step: str, at_ms: int | None = None) -> int:
-        at = now_ms() if at_ms is None else at_ms
+        at = db_now_ms(self.table) if at_ms is None else at_ms
         self.marks[step] = at - self.origin
         return at
 
+    def of(self, payload: bytes, by: str | None = None) -> list[Event]:
+        return [
+            e
+            for e in self.events.events()
+            if e.id == self.task_id and e.body == payload and (by is None or e.by == by)
+        ]
+
+    def wait(self, payload: bytes, count: int, timeout_s: float, by: str | None = None) -> bool:
+        return self.events.wait(
+            lambda evs: (
+                sum(
+                    e.id == self.task_id and e.body == payload and (by is None or e.by == by)
+                    for e in evs
+                )
+                >= count
+            ),
+            timeout_s,
+        )
+
     def story(self) -> str:
-        lost = [d.name for d in (self.a, self.b) if any(d.count(t) for t in BROKER_TROUBLE)]
+        shard = task_shard(self.task_id)
+        tenures = [
+            f"{t.owner}@{t.epoch} from {t.seen_ms - self.origin:+d} lease until "
+            f"{t.lease_until_ms - self.origin:+d}"
+            for t in self.shards.tenures(shard)
+        ]
+        events = "\n".join(
+            f"  by {e.by}: received {e.received_ms - self.origin:+7d} ms, body {e.body!r}, "
+            f"x-fired-ms {e.fired_ms - self.origin:+d}, x-rev {e.rev}"
+            for e in self.events.events()
+        )
         return (
-            f"X's row over time (ms after the start):\n{self.watch.describe(self.origin)}\n"
-            f"events:\n{self.events.describe(self.origin)}\nsteps (ms): {self.marks}"
-            + (
-                f"\nnote: {lost} lost the broker connection (another run restarting "
-                "RabbitMQ?): rerun"
-                if lost
-                else ""
-            )
+            f"X = {self.task_id!r} (shard {shard}); its row over time (ms after the start):\n"
+            f"{self.watch.describe(self.origin)}\nshard {shard}'s tenures: {tenures}\n"
+            f"events:\n{events}\nsteps (ms): {self.marks}"
         )
 
 
-def pause_holding_no_locks(run: Run) -> None:
-    """SIGSTOP A at a moment it holds no row lock. Stopped inside a transaction,
-    A would keep X locked: its claim query (``SELECT ... FOR UPDATE SKIP
-    LOCKED``) keeps a lock on every row it scanned, claimable or not, until it
-    commits, and B's claim query would pass X by for as long as A is stopped
-    (one run, before this guard, saw B never take X over). A holds such locks
-    only briefly at each poll, so another stop finds a moment without."""
-
-    def no_locks() -> bool:
-        return not run.table.locking_transactions(run.a.tcp_ports())
-
-    for attempt in range(PAUSE_ATTEMPTS):
-        run.a.pause()
-        # INNODB_TRX is a snapshot InnoDB refreshes at most every 100 ms: read
-        # it that long after the stop (a statement A sent just before has run
-        # by then, too).
-        threading.Event().wait(TRX_SNAPSHOT_S)
-        if no_locks():
-            run.marks["pauses retried"] = attempt
-            return
-        run.a.resume()
-        wait_for(no_locks, 10, lambda: f"A keeps its locks while running\n{run.a.tail()}")
-    raise AssertionError(f"A held row locks at each of {PAUSE_ATTEMPTS} pauses")
-
-
-def a_holds_x_then_pauses(run: Run) -> tuple[RowState, int]:
-    """Steps 1-2: A claims and arms X in the INSERT, then is stopped well before
-    X is due (its scheduler holds X, unpublished). Returns A's row and X's due time."""
-    due = now_ms() + DUE_AHEAD_MS
-    schedule_through(run.a, OLD, due)
-    held = current_row(run.table)
-    assert (held.claimed_by, held.firing, held.payload) == (run.a.name, 1, OLD), (
-        f"X should be claimed and armed by A on insert: {held}"
+def a_fires_x_into_a_held_connection(run: Run, database_url: str) -> int:
+    """Step 1. Returns the OLD X's revision."""
+    run.proxy.hold()
+    run.mark("A's broker traffic held")
+    due = db_now_ms(run.table) + OLD_DUE_AHEAD_MS
+    schedule_tasks(database_url, [(run.task_id, due)], OLD)
+    wait_for(
+        lambda: status_totals(run.a)["published"] >= 1,
+        OLD_DUE_AHEAD_MS / 1000 + 5,
+        lambda: f"A never published X\n{run.story()}\n{run.a.tail()}",
     )
-    pause_holding_no_locks(run)
-    stopped = run.mark("A stopped")
-    assert due - stopped >= STOP_MARGIN_MS, (
-        f"A stopped only {due - stopped} ms before X is due (need {STOP_MARGIN_MS}): too slow "
-        "to be sure it had not published X"
+    published = run.mark("A published X (held)")
+    assert published >= due, run.story()
+    row = read_row(run.table, run.task_id)
+    assert row.present and row.armed and row.payload == OLD and row.shard_owner == A, (
+        f"X should be armed by A, its row kept (unconfirmed): {row}\n{run.story()}"
     )
-    assert current_row(run.table).key() == held.key(), run.story()
-    return held, due
+    totals = status_totals(run.a)
+    assert totals["confirmed"] == 0 and not run.of(OLD), (
+        f"A's event got through the held proxy: {totals}\n{run.story()}"
+    )
+    return row.rev
 
 
-def b_takes_x_over(run: Run, held_by_a: RowState, due: int) -> Received:
-    """Step 3: B claims X once A's lease expired, fires it and deletes its row."""
-    budget_s = (held_by_a.claim_until_ms - now_ms() + LEASE_MS) / 1000 + 10
-    assert run.events.wait(OLD, 1, budget_s), (
-        f"B never fired X after A's lease; A's locking transactions: "
-        f"{run.table.locking_transactions(run.a.tcp_ports())}\n{run.story()}"
+def b_takes_the_shard_and_fires_x(run: Run, old_rev: int) -> None:
+    """Step 2."""
+    run.a.pause()
+    paused = run.mark("A paused")
+    shard = task_shard(run.task_id)
+    lease_end = max(u for s, (o, _, u) in run.table.shards().items() if s == shard and o == A)
+    taken = run.shards.wait_for(
+        lambda owners: owners.get(shard) == B, LEASE_MS / 1000 + 10, since_ms=paused
     )
-    fired = run.events.of(OLD)[0]
-    run.mark("B fired the old X", fired.received_ms)
-    # A is stopped, and B may take X only after A's claim expired.
-    assert fired_ms(fired) > held_by_a.claim_until_ms, (
-        f"X fired before A's claim expired\n{run.story()}"
+    assert taken is not None, f"B never took X's shard over\n{run.story()}"
+    run.mark("B owns X's shard", taken)
+    assert taken > lease_end, f"B took X's shard before A's lease ended\n{run.story()}"
+    assert run.wait(OLD, 1, 10, by=B), f"B never fired the inherited X\n{run.story()}"
+    fired = run.of(OLD, by=B)[0]
+    run.mark("B's OLD X received", fired.received_ms)
+    assert fired.rev == old_rev, run.story()
+    wait_for(
+        lambda: not read_row(run.table, run.task_id).present,
+        10,
+        lambda: f"B did not delete X's row after its confirm\n{run.story()}",
     )
-    assert fired_ms(fired) >= due, run.story()
-    wait_row(run.table, lambda r: not r.present, 10, "B did not delete X's row after its confirm")
-    run.mark("old row deleted")
+    run.mark("OLD row deleted")
     assert run.a.stopped(), f"A is not stopped any more\n{run.a.tail()}"
-    return fired
 
 
-def b_arms_the_new_x(run: Run, held_by_a: RowState) -> tuple[RowState, int]:
-    """Step 4: X again, new content, through B: B claims and arms it on insert.
-    Returns B's row and the new X's due time."""
-    due = now_ms() + DUE_AHEAD_MS
-    schedule_through(run.b, NEW, due)
-    held = current_row(run.table)
-    assert (held.claimed_by, held.firing, held.payload) == (run.b.name, 1, NEW), (
-        f"the new X should be claimed and armed by B on insert: {held}\n{run.story()}"
-    )
-    assert held.rev != held_by_a.rev, "both incarnations got the same revision"
-    run.mark("new X armed by B", held.at_ms)
-    return held, due
+def x_again_then_a_wakes(run: Run, database_url: str, old_rev: int) -> tuple[int, int]:
+    """Steps 3-4. Returns the NEW X's revision and due time."""
+    due = db_now_ms(run.table) + NEW_DUE_AHEAD_MS
+    schedule_tasks(database_url, [(run.task_id, due)], NEW)
+    row = read_row(run.table, run.task_id)
+    assert row.present and row.payload == NEW and not row.armed, f"{row}\n{run.story()}"
+    assert row.rev != old_rev, "both incarnations got the same revision"
+    run.mark("NEW X stored", row.at_ms)
 
-
-def a_resumes_and_b_dies(run: Run, held_by_b: RowState, due: int) -> Received:
-    """Steps 5-6: A resumes and publishes its stale X (its confirmer then deletes
-    "X's" row); B is killed before the new X is due. Returns A's stale copy."""
+    run.proxy.flow()
     run.a.resume()
     run.mark("A resumed")
-    # The stale copy comes at once; B must die before the new X is due, whatever.
-    run.events.wait(OLD, 2, max(0.0, (due - KILL_MARGIN_MS - now_ms()) / 1000))
+    assert run.wait(OLD, 1, 5, by=A), (
+        f"A's held OLD X never reached the broker after SIGCONT: the scenario did not happen\n"
+        f"{run.story()}\n{run.a.tail()}"
+    )
+    stale = run.of(OLD, by=A)[0]
+    run.mark("A's stale OLD X received", stale.received_ms)
+    assert stale.rev == old_rev, run.story()
+    # Its confirm reached A: A's delete by that revision follows within
+    # confirm_max_delay_ms. The row watch would see the NEW row go.
+    wait_for(
+        lambda: status_totals(run.a)["confirmed"] >= 1,
+        5,
+        lambda: f"A never got its stale confirm\n{run.story()}\n{run.a.tail()}",
+    )
+    run.mark("A confirmed its stale X")
+    return row.rev, due
+
+
+def b_dies_before_the_new_x_is_due(run: Run, new_due: int) -> None:
+    """Step 5."""
     assert run.b.kill9() == -9
     dead = run.mark("B killed")
-    assert dead < due, (
-        f"B died {dead - due} ms after the new X was due (it may have fired it): too slow for "
-        f"the scenario\n{run.story()}"
+    assert dead < new_due - KILL_MARGIN_MS, (
+        f"B died {dead - new_due} ms from the NEW X's due time (it may have fired it): too slow "
+        f"for the scenario\n{run.story()}"
     )
-    assert not run.events.of(NEW), f"the new X fired before B was killed\n{run.story()}"
-    assert run.events.wait(OLD, 2, 10), (
-        f"A never published its stale X after SIGCONT: the scenario did not happen\n{run.story()}"
-    )
-    stale = run.events.of(OLD)[1]
-    run.mark("A's stale X received", stale.received_ms)
-    assert stale.received_ms < held_by_b.claim_until_ms, (
-        "A published its stale X only after B's claim on the new X expired: the scenario did "
-        f"not happen\n{run.story()}"
-    )
-    report(
-        f"stale owner: {run.marks}; X's row after the kill: "
-        f"{current_row(run.table).describe(run.origin)}"
-    )
-    return stale
+    assert not run.of(NEW, by=B), f"B fired the NEW X before it was due\n{run.story()}"
 
 
-def the_new_x_fires(run: Run, held_by_b: RowState) -> None:
-    """Step 7: A takes B's claim over after the lease and fires the new X; then
-    nothing more arrives for longer than a lease."""
-    takeover_s = (max(held_by_b.claim_until_ms - now_ms(), 0) + LEASE_MS) / 1000 + 10
-    if not run.events.wait(NEW, 1, takeover_s):
+def the_new_x_fires(run: Run) -> Event:
+    """Step 6."""
+    takeover_s = LEASE_MS / 1000 + NEW_DUE_AHEAD_MS / 1000 + 10
+    if not run.wait(NEW, 1, takeover_s):
         history = run.watch.history()
-        vanished = [
-            after
-            for before, after in pairwise(history)
-            if before.present and before.payload == NEW and not after.present
+        gone = [
+            s.describe(run.origin)
+            for before, s in pairwise(history)
+            if before.present and before.payload == NEW and not s.present
         ]
-        lost = "the new X never fired"
-        if vanished:
-            resumed = run.origin + run.marks["A resumed"]
-            lost = (
-                f"the new X's row (payload {NEW!r}, armed by B) was gone at "
-                f"{vanished[0].at_ms - run.origin:+d} ms, {vanished[0].at_ms - resumed} ms after "
-                "A resumed, and the new X never fired"
-            )
         raise AssertionError(
-            f"LOST: {lost}; th_tasks now: {run.table.claims()}\n{run.story()}\n{run.a.tail()}"
+            f"LOST: the NEW X never fired{'; its row vanished at ' + gone[0] if gone else ''}\n"
+            f"{run.story()}\n{run.a.tail()}"
         )
-    run.mark("new X received", run.events.of(NEW)[0].received_ms)
-    run.events.drain(QUIET_S)
+    new = run.of(NEW)[0]
+    run.mark("NEW X received", new.received_ms)
+    run.events.quiet(QUIET_S)
+    return new
 
 
 @pytest.mark.slow
 def test_a_paused_owners_stale_confirm_leaves_the_new_incarnation(
-    database_url: str,
-    amqp_url: str,
-    amqp_names: AmqpNames,
-    event_consumer: EventConsumer,
-    table: TaskTable,
-    daemons: DaemonGroup,
+    database_url: str, amqp_url: str, table: TaskTable, daemons: DaemonGroup
 ) -> None:
     started = time.monotonic()
-    a, b = (
-        daemons.start(
-            daemon_env(database_url, amqp_url, amqp_names.exchange, name, **SETTINGS), name
+    with (
+        instance_names(amqp_url, [A, B]) as names,
+        proxied(amqp_url) as (proxy, a_amqp_url),
+        EventLog(amqp_url, names) as events,
+        ShardWatch(database_url) as shards,
+    ):
+        a = daemons.start(
+            daemon_env(
+                database_url,
+                a_amqp_url,
+                names[A].exchange,
+                A,
+                commands_enabled="false",
+                **SETTINGS,
+            ),
+            A,
         )
-        for name in ("stale-a", "owner-b")
-    )
-    a.wait_ready()
-    b.wait_ready()
-    events = Events(event_consumer)
-    with RowWatch(database_url, TASK_ID) as watch:
-        run = Run(a, b, table, events, watch, origin=now_ms())
-        held_by_a, old_due = a_holds_x_then_pauses(run)
-        b_takes_x_over(run, held_by_a, old_due)
-        held_by_b, new_due = b_arms_the_new_x(run, held_by_a)
-        stale = a_resumes_and_b_dies(run, held_by_b, new_due)
-        the_new_x_fires(run, held_by_b)
-    assert not watch.errors, watch.errors
+        b = daemons.start(daemon_env(database_url, amqp_url, names[B].exchange, B, **SETTINGS), B)
+        a.wait_ready()
+        b.wait_ready()
+        wait_for(lambda: balanced(shards_now(table), [A, B]), 20, lambda: str(table.owner_counts()))
+        mine = {s for s, (o, _, _) in table.shards().items() if o == A}
+        task_id = next(f"x-{n}" for n in range(10_000) if task_shard(f"x-{n}") in mine)
 
-    new_events = events.of(NEW)
-    report(
-        f"stale owner: {len(events.of(OLD))} old and {len(new_events)} new events, "
-        f"{time.monotonic() - started:.1f} s in all\n{run.story()}"
-    )
-    assert len(new_events) == 1, f"the new X fired {len(new_events)} times\n{run.story()}"
-    new = new_events[0]
-    assert new.received_ms >= new_due and fired_ms(new) >= new_due, (
-        f"the new X fired before its due time\n{run.story()}"
-    )
-    # Once by B, once stale from A; nothing else.
-    assert len(events.of(OLD)) == 2, (
-        f"the old X fired {len(events.of(OLD))} times, not 2\n{run.story()}"
-    )
-    assert {e.message_id for e in events.seen} == {TASK_ID}, run.story()
-    if any("x-rev" in e.headers for e in events.seen):
-        # x-rev: the revision of the row an event was read from. Both old copies
-        # are one incarnation (a consumer may deduplicate them), the new X another.
-        revs = [header_int(e, "x-rev") for e in (*events.of(OLD), new)]
-        assert revs == [held_by_a.rev, held_by_a.rev, held_by_b.rev], run.story()
-        assert header_int(stale, "x-rev") != header_int(new, "x-rev"), run.story()
-    wait_for(lambda: table.count() == 0, 15, lambda: f"rows left: {table.claims()}")
-    assert a.alive(), a.tail()
-    assert a.terminate() == 0, a.tail()
-    assert a.count("Traceback") == 0, a.tail()
+        with RowWatch(database_url, task_id) as watch:
+            run = Run(task_id, a, b, proxy, table, events, watch, shards, db_now_ms(table))
+            old_rev = a_fires_x_into_a_held_connection(run, database_url)
+            b_takes_the_shard_and_fires_x(run, old_rev)
+            new_rev, new_due = x_again_then_a_wakes(run, database_url, old_rev)
+            b_dies_before_the_new_x_is_due(run, new_due)
+            new = the_new_x_fires(run)
+        assert not watch.errors, watch.errors
+        assert not shards.errors and not events.errors, (shards.errors, events.errors)
+
+        story = run.story()
+        report(
+            f"stale owner: {len(run.of(OLD))} OLD and {len(run.of(NEW))} NEW events; NEW X "
+            f"{new.received_ms - new_due} ms late (fired by {new.by}); "
+            f"{time.monotonic() - started:.1f} s in all\n{story}"
+        )
+        assert len(run.of(NEW)) == 1, f"the NEW X fired {len(run.of(NEW))} times\n{story}"
+        assert new.rev == new_rev and new.by == A, story
+        assert new.received_ms >= new_due and new.fired_ms >= new_due, (
+            f"the NEW X fired before its due time\n{story}"
+        )
+        # The NEW row stayed from its insert until it fired: A's stale delete
+        # (by the OLD revision) removed nothing.
+        stored = run.origin + run.marks["NEW X stored"]
+        vanished = [
+            s for s in watch.history() if stored <= s.at_ms < new.fired_ms and not s.present
+        ]
+        assert not vanished, f"the NEW row vanished before it fired\n{story}"
+        # Once by B (inherited), once stale from A (the held event); nothing else.
+        assert [e.by for e in run.of(OLD)] == [B, A], story
+        assert {e.rev for e in run.of(OLD)} == {old_rev}, story
+        assert {e.id for e in events.events()} == {task_id}, story
+        # Every event's x-fired-ms lies within a lease its publisher held.
+        assert not unfenced(events.events(), shards), unfenced(events.events(), shards)
+        assert a.count("lost shard") >= 1, a.tail()  # A's renewal was fenced
+        wait_for(lambda: table.count() == 0, 15, lambda: f"rows left: {table.ids()}")
+        assert a.alive(), a.tail()
+        assert a.terminate() == 0, a.tail()
+        assert a.count("Traceback") == 0, a.tail()
+
+
+def shards_now(table: TaskTable) -> dict[int, str | None]:
+    return {s: o for s, (o, _, _) in table.shards().items()}

@@ -62,7 +62,7 @@ def test_status_shows_the_engine_at_work(api: Api) -> None:
     assert 100 <= period["period_ms"] <= 5000
     assert period["tasks_db"] >= 1  # st-far
     assert period["oldest_overdue_ms"] == 0
-    assert {"in_memory", "heap", "send_buffer", "unconfirmed", "pending_arm"} <= set(period)
+    assert {"in_memory", "heap", "send_buffer", "unconfirmed", "shards", "members"} <= set(period)
     assert status["http"]["period_ms"] == period["period_ms"]
     with api.client(authorized=False) as anonymous:
         assert anonymous.get("/v1/status").status_code == 401

@@ -33,15 +33,14 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 from support.amqp import EventConsumer, Received
-from support.mysql import MARK_FIRING, connect
+from support.mysql import ARMED_IDS, MARK_FIRING, connect
 from support.waiting import wait_for
 
 # Settings every test daemon gets unless the test overrides them: short knobs
 # keep the tests fast (see Settings for the meaning of each).
 FAST_SETTINGS: dict[str, int | str] = {
-    "preload_window_ms": 1000,
-    "claim_lease_ms": 2000,
-    "poll_interval_ms": 50,
+    "shard_lease_ms": 2000,
+    "database_idle_transaction_timeout_s": 1,
     "shutdown_timeout_s": 5,
     "log_level": "INFO",
 }
@@ -440,17 +439,33 @@ class TaskTable:
     def ids(self) -> set[str]:
         return {str(row[0]) for row in self.query("SELECT id FROM th_tasks")}
 
-    def claims(self) -> dict[str, tuple[str | None, int, int]]:
-        """id -> (claimed_by, claim_until_ms, firing) of every row."""
-        rows = self.query("SELECT id, claimed_by, claim_until_ms, firing FROM th_tasks")
-        return {str(r[0]): (r[1], int(r[2]), int(r[3])) for r in rows}
+    def armed_ids(self) -> set[str]:
+        """The rows armed now (committed to fire), by their shards' marks."""
+        return {str(row[0]) for row in self.query(ARMED_IDS)}
+
+    def shards(self) -> dict[int, tuple[str | None, int, int]]:
+        """shard -> (owner, epoch, lease_until_ms) of every shard row."""
+        rows = self.query("SELECT shard, owner, epoch, lease_until_ms FROM th_shards")
+        return {int(r[0]): (r[1], int(r[2]), int(r[3])) for r in rows}
+
+    def owner_counts(self) -> dict[str | None, int]:
+        """owner -> how many shards it holds (None: free)."""
+        rows = self.query("SELECT owner, COUNT(*) FROM th_shards GROUP BY owner")
+        return {r[0]: int(r[1]) for r in rows}
+
+    def members(self) -> dict[str, int]:
+        """instance -> heartbeat_until_ms of every th_members row."""
+        rows = self.query("SELECT instance, heartbeat_until_ms FROM th_members")
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def mark_firing(self, task_id: str) -> None:
         """Make the row look armed by another instance (as if being published
         there): cancel and reschedule must then answer too late."""
         with self._conn.cursor() as cur:
-            changed = cur.execute(MARK_FIRING, (task_id,))
+            changed = cur.execute(MARK_FIRING[0], (task_id,))
+            cur.execute(MARK_FIRING[1], (task_id,))
         assert changed == 1, f"no row {task_id!r} to mark firing"
+        assert task_id in self.armed_ids(), f"{task_id!r} not armed"
 
     def locking_transactions(self, client_ports: set[int]) -> list[tuple[Any, ...]]:
         """Open InnoDB transactions holding locks, of the sessions connected from
@@ -464,16 +479,12 @@ class TaskTable:
         )
         return [r for r in rows if str(r[1]).rsplit(":", 1)[-1] in {str(p) for p in client_ports}]
 
-    def claimed_by_counts(self) -> dict[str | None, int]:
-        rows = self.query("SELECT claimed_by, COUNT(*) FROM th_tasks GROUP BY claimed_by")
-        return {r[0]: int(r[1]) for r in rows}
-
 
 def schedule_tasks(
     database_url: str, tasks: Sequence[tuple[str, int]], payload: bytes = b""
 ) -> None:
     """Store ``(id, due_ms)`` tasks in one transaction through a TriggerHook that is
-    never started (a plain database client, its own instance id): nothing is claimed."""
+    never started (a plain database client, its own instance id): nothing is armed."""
     from triggerhook import Settings, TaskSpec, build
 
     hook = build(Settings(database_url=database_url, instance_id="test-client"))
@@ -533,8 +544,8 @@ def report(text: str) -> None:
     sys.stderr.write(f"[report] {text}\n")
 
 
-class ClaimSampler:
-    """Records which instances held claims, polling th_tasks every
+class OwnerSampler:
+    """Records which instances held shards, polling th_shards every
     ``interval_s`` in a thread (a context manager)."""
 
     def __init__(self, database_url: str, interval_s: float = 0.05) -> None:
@@ -542,14 +553,14 @@ class ClaimSampler:
         self._database_url = database_url
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="claim-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="owner-sampler", daemon=True)
 
     def _run(self) -> None:
         with TaskTable(self._database_url) as reader:
             while not self._stop.wait(self._interval_s):
-                self.seen.update(k for k in reader.claimed_by_counts() if k is not None)
+                self.seen.update(k for k in reader.owner_counts() if k is not None)
 
-    def __enter__(self) -> ClaimSampler:
+    def __enter__(self) -> OwnerSampler:
         self._thread.start()
         return self
 

@@ -4,8 +4,9 @@
 * :class:`FakeStore`: the package's in-memory store,
   :class:`triggerhook.store.memory.MemoryStore` (held to the same rules as the
   MySQL store by the contract suite in ``tests/contract``), with test controls:
-  it records calls, :meth:`FakeStore.put` writes a row directly, and
-  :meth:`FakeStore.fail_next` makes the next call(s) of a method raise.
+  it records calls, :meth:`FakeStore.put` writes a row directly (unarmed, or
+  armed), :meth:`FakeStore.fail_next` makes the next call(s) of a method
+  raise; its "database" clock is the ``now_ms`` it is given (a FakeClock's).
 * :class:`FakePublisher`: an :class:`~triggerhook.interfaces.EventPublisher`
   that publishes nothing (for an :class:`~triggerhook.engine.engine.Engine`
   whose scheduling into memory is under test, not its firing).
@@ -15,33 +16,38 @@
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from triggerhook.domain.arming import Mark, ShardMarks, shard_of
 from triggerhook.domain.task import CancelResult, Task, TaskInfo
 from triggerhook.errors import SchemaError
 from triggerhook.interfaces import (
-    Claim,
+    Acquired,
+    Armed,
     Clock,
+    DeferOutcome,
     Deferral,
     EventPublisher,
     InsertOutcome,
+    Lease,
     Move,
     Moved,
     NewRow,
     TaskStore,
     new_rev,
 )
-from triggerhook.store.memory import MemoryStore, StoredRow
+from triggerhook.store.memory import MemoryStore, ShardRow, StoredRow
 
 __all__ = [
     "DEFAULT_NOW_MS",
-    "ClaimCall",
+    "ArmCall",
     "FakeClock",
     "FakePublisher",
     "FakeStore",
-    "RenewCall",
+    "LeaseCall",
+    "ShardRow",
     "StoredRow",
 ]
 
@@ -74,34 +80,48 @@ class FakeClock:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimCall:
+class ArmCall:
     instance: str
-    now_ms: int
+    leases: tuple[Lease, ...]
     horizon_ms: int
-    arm_until_ms: int
-    lease_until_ms: int
     limit: int
 
 
 @dataclass(frozen=True, slots=True)
-class RenewCall:
+class LeaseCall:
+    """A call of renew (with ``lease_ms``) or release (``lease_ms`` 0)."""
+
     instance: str
-    ids: tuple[str, ...]
-    lease_until_ms: int
+    leases: tuple[Lease, ...]
+    lease_ms: int = 0
 
 
 class FakeStore(MemoryStore):
     """The in-memory :class:`~triggerhook.store.memory.MemoryStore`, with test
-    controls: direct access to its rows, recorded calls, injected failures."""
+    controls: direct access to its tables, recorded calls, injected failures.
 
-    def __init__(self) -> None:
-        super().__init__()
+    ``now_ms`` is the "database" clock (pass a :class:`FakeClock`'s
+    ``now_ms``; default: the wall clock). Every TaskStore method first raises
+    what :meth:`fail_next` queued for it; the calls that got past that are
+    recorded in ``*_calls`` (a failed call is not recorded).
+    """
+
+    def __init__(
+        self,
+        now_ms: Callable[[], float] | None = None,
+        shard_count: int = 64,
+        default_routing_key: str = "",
+    ) -> None:
+        super().__init__(default_routing_key, shard_count, now_ms)
         self._failures: defaultdict[str, deque[BaseException]] = defaultdict(deque)
-        self.claim_calls: list[ClaimCall] = []
-        self.arm_calls: list[list[str]] = []
+        self.insert_calls: list[list[NewRow]] = []
+        self.arm_calls: list[ArmCall] = []
+        self.inherited_calls: list[tuple[Acquired, Mark | None, int]] = []
         self.delete_calls: list[list[str]] = []
-        self.renew_calls: list[RenewCall] = []
-        self.release_calls: list[tuple[str, list[str] | None]] = []
+        self.defer_calls: list[list[Deferral]] = []
+        self.acquire_calls: list[tuple[str, int, int]] = []
+        self.renew_calls: list[LeaseCall] = []
+        self.release_calls: list[LeaseCall] = []
         self.schema_ok = True
         self.closed = False
         self.count_calls = 0
@@ -110,8 +130,13 @@ class FakeStore(MemoryStore):
 
     @property
     def rows(self) -> dict[str, StoredRow]:
-        """The table itself (live: read it while no call is running)."""
+        """th_tasks itself (live: read it while no call is running)."""
         return self._rows
+
+    @property
+    def shards(self) -> list[ShardRow]:
+        """th_shards itself, indexed by shard (live)."""
+        return self._shards
 
     def fail_next(self, method: str, *errors: BaseException) -> None:
         """The next ``len(errors)`` calls of ``method`` raise these errors, in order."""
@@ -120,22 +145,40 @@ class FakeStore(MemoryStore):
         with self._lock:
             self._failures[method].extend(errors)
 
+    def shard_of(self, task_id: str) -> int:
+        return shard_of(task_id, self.shard_count())
+
     def put(
         self,
         task: Task,
-        claimed_by: str | None = None,
-        claim_until_ms: int = 0,
-        firing: bool = False,
+        *,
         rev: int | None = None,
+        fire_ms: int | None = None,
+        armed: bool = False,
     ) -> int:
         """Store a row directly, as if inserted earlier; returns its revision.
 
-        Without ``rev`` the row gets a fresh one (a new row, as an insert would
-        write); pass the revision of an existing row to change it in place.
+        The row is unarmed (its shard's current generation), firing at
+        ``fire_ms`` (default: its due time), with ``task.attempts``. Without
+        ``rev`` it gets a fresh revision (a new row, as an insert would
+        write); pass an existing row's to change it in place. With ``armed``
+        it is armed under its shard's marks, as if an arming pass had taken
+        it: its gen is the one before the shard's, and the shard's watermark
+        is raised to the row if below it (which arms, too, any row of an
+        earlier generation in between; put those armed as well, or first).
         """
         row_rev = new_rev() if rev is None else rev
         with self._lock:
-            self._rows[task.id] = StoredRow(task, claimed_by, claim_until_ms, firing, row_rev)
+            shard = self.shard_of(task.id)
+            marks = self._shards[shard].marks
+            content = Task(task.id, task.due_ms, task.routing_key, task.payload, task.attempts)
+            row = StoredRow(content, shard, row_rev, marks.gen, task.due_ms)
+            if fire_ms is not None:
+                row.fire_ms = fire_ms
+            if armed:
+                row.gen = marks.gen - 1
+                self._shards[shard].marks = ShardMarks(max(marks.armed, row.mark), marks.gen)
+            self._rows[task.id] = row
         return row_rev
 
     def row(self, task_id: str) -> StoredRow | None:
@@ -146,8 +189,14 @@ class FakeStore(MemoryStore):
         with self._lock:
             return set(self._rows)
 
+    def is_armed(self, task_id: str) -> bool:
+        """The row is armed by its shard's marks (False: no such row)."""
+        with self._lock:
+            row = self._rows.get(task_id)
+            return row is not None and self._armed(row)
+
     def deleted_ids(self) -> list[str]:
-        """Every id passed to delete_fired by a call that succeeded, in order."""
+        """Every id passed to delete_fired by a call that was not failed, in order."""
         with self._lock:
             return [tid for batch in self.delete_calls for tid in batch]
 
@@ -160,34 +209,25 @@ class FakeStore(MemoryStore):
     # -- TaskStore: each call may fail first, and some are recorded -----------------
     # (self._lock is re-entrant: the whole call is one "transaction", as in MemoryStore)
 
-    def insert(
-        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int, atomic: bool
-    ) -> list[InsertOutcome]:
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
         with self._lock:
             self._maybe_fail("insert")
-            return super().insert(rows, instance, lease_until_ms, atomic)
+            self.insert_calls.append(list(rows))
+            return super().insert(rows, atomic)
 
-    def claim(
-        self,
-        instance: str,
-        now_ms: int,
-        horizon_ms: int,
-        arm_until_ms: int,
-        lease_until_ms: int,
-        limit: int,
-    ) -> list[Claim]:
-        with self._lock:
-            self._maybe_fail("claim")
-            self.claim_calls.append(
-                ClaimCall(instance, now_ms, horizon_ms, arm_until_ms, lease_until_ms, limit)
-            )
-            return super().claim(instance, now_ms, horizon_ms, arm_until_ms, lease_until_ms, limit)
-
-    def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
+    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
         with self._lock:
             self._maybe_fail("arm")
-            self.arm_calls.append([c.task.id for c in claims])
-            return super().arm(instance, claims)
+            self.arm_calls.append(ArmCall(instance, tuple(leases), horizon_ms, limit))
+            return super().arm(instance, leases, horizon_ms, limit)
+
+    def inherited(
+        self, acquired: Acquired, after: Mark | None, limit: int
+    ) -> tuple[list[Task], Mark | None]:
+        with self._lock:
+            self._maybe_fail("inherited")
+            self.inherited_calls.append((acquired, after, limit))
+            return super().inherited(acquired, after, limit)
 
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         with self._lock:
@@ -195,32 +235,59 @@ class FakeStore(MemoryStore):
             self.delete_calls.append([task_id for task_id, _rev in fired])
             return super().delete_fired(fired)
 
-    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
         with self._lock:
             self._maybe_fail("defer")
+            self.defer_calls.append(list(deferrals))
             return super().defer(instance, deferrals)
-
-    def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
-        with self._lock:
-            self._maybe_fail("renew_claims")
-            self.renew_calls.append(RenewCall(instance, tuple(ids), lease_until_ms))
-            return super().renew_claims(instance, ids, lease_until_ms)
-
-    def release_claims(self, instance: str, ids: Sequence[str] | None = None) -> int:
-        with self._lock:
-            self._maybe_fail("release_claims")
-            self.release_calls.append((instance, None if ids is None else list(ids)))
-            return super().release_claims(instance, ids)
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
         with self._lock:
             self._maybe_fail("cancel")
             return super().cancel(task_ids)
 
-    def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
+    def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
         with self._lock:
             self._maybe_fail("reschedule")
-            return super().reschedule(moves, instance, lease_until_ms)
+            return super().reschedule(moves)
+
+    def acquire(self, instance: str, count: int, lease_ms: int) -> list[Acquired]:
+        with self._lock:
+            self._maybe_fail("acquire")
+            self.acquire_calls.append((instance, count, lease_ms))
+            return super().acquire(instance, count, lease_ms)
+
+    def renew(self, instance: str, leases: Sequence[Lease], lease_ms: int) -> list[Lease]:
+        with self._lock:
+            self._maybe_fail("renew")
+            self.renew_calls.append(LeaseCall(instance, tuple(leases), lease_ms))
+            return super().renew(instance, leases, lease_ms)
+
+    def release(self, instance: str, leases: Sequence[Lease]) -> int:
+        with self._lock:
+            self._maybe_fail("release")
+            self.release_calls.append(LeaseCall(instance, tuple(leases)))
+            return super().release(instance, leases)
+
+    def register(self, instance: str, token: int, host: str, pid: int, lease_ms: int) -> None:
+        with self._lock:
+            self._maybe_fail("register")
+            super().register(instance, token, host, pid, lease_ms)
+
+    def heartbeat(self, instance: str, token: int, lease_ms: int) -> bool:
+        with self._lock:
+            self._maybe_fail("heartbeat")
+            return super().heartbeat(instance, token, lease_ms)
+
+    def leave(self, instance: str, token: int) -> None:
+        with self._lock:
+            self._maybe_fail("leave")
+            super().leave(instance, token)
+
+    def live_members(self) -> int:
+        with self._lock:
+            self._maybe_fail("live_members")
+            return super().live_members()
 
     def count_tasks(self) -> int:
         with self._lock:
@@ -232,6 +299,11 @@ class FakeStore(MemoryStore):
         with self._lock:
             self._maybe_fail("earliest_due_ms")
             return super().earliest_due_ms()
+
+    def database_time_us(self) -> int:
+        with self._lock:
+            self._maybe_fail("database_time_us")
+            return super().database_time_us()
 
     def check_schema(self) -> None:
         with self._lock:

@@ -8,8 +8,10 @@
   closes it. :class:`HookFactory` (the ``hooks`` fixture) builds several per
   test and closes them all at its end.
 * :func:`wait_until`: poll a condition until it holds or a deadline passes.
-* :class:`RowReader`: reads ``th_tasks`` back over its own PyMySQL connection,
-  independent of the engine's pool.
+* :class:`RowReader`: reads ``th_tasks`` (and the shard and member rows) back
+  over its own PyMySQL connection, independent of the engine's pool.
+* :func:`wait_for_shards`: wait (with a deadline) until a started hook holds
+  a given number of shard leases (all of them, by default).
 * :func:`collect_until`: consume events until one with a given id arrived
   (the "sentinel" technique to prove that something never fired).
 """
@@ -26,21 +28,23 @@ from typing import Any
 
 from support.amqp import EventConsumer, Received
 from support.mysql import MARK_FIRING, connect
+from support.waiting import wait_for
 from triggerhook import Settings, TriggerHook, build
 from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.store.mysql import init_schema
 
 # Knobs that keep integration tests fast; a test overrides what it needs.
 SHORT_KNOBS: dict[str, Any] = {
-    "preload_window_ms": 1000,
     "arm_ahead_ms": 200,
-    "claim_lease_ms": 2000,
-    "poll_interval_ms": 50,
+    "shard_lease_ms": 2000,
+    "database_idle_transaction_timeout_s": 1,
     "shutdown_timeout_s": 5,
     "publish_retry_max_ms": 1000,
     "confirm_max_delay_ms": 10,
 }
 CONNECT_TIMEOUT_S = 20.0
+# The shard count of a test database (init_schema's default).
+SHARD_COUNT = 64
 
 
 def make_settings(database_url: str, amqp_url: str, exchange: str, **overrides: Any) -> Settings:
@@ -116,16 +120,20 @@ class TaskRow:
     due_ms: int
     routing_key: str | None
     payload: bytes | None
-    claimed_by: str | None
-    claim_until_ms: int
-    firing: int
+    shard: int
+    fire_ms: int
+    gen: int
+    firing: int  # 1: armed, by its shard's marks (docs/design/ownership.md)
     created_at: object
     attempts: int = 0
 
 
 _ROW_COLUMNS = (
-    "id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing, created_at, attempts"
+    "t.id, t.due_ms, t.routing_key, t.payload, t.shard, t.fire_ms, t.gen,"
+    " (t.fire_ms < s.armed_ms OR (t.fire_ms = s.armed_ms AND t.id <= s.armed_id))"
+    " AND t.gen < s.arm_gen, t.created_at, t.attempts"
 )
+_ROWS = "th_tasks t JOIN th_shards s ON s.shard = t.shard"
 
 
 class RowReader:
@@ -143,14 +151,32 @@ class RowReader:
 
     def row(self, task_id: str) -> TaskRow | None:
         with self._cursor() as cur:
-            cur.execute(f"SELECT {_ROW_COLUMNS} FROM th_tasks WHERE id = %s", (task_id,))
+            cur.execute(f"SELECT {_ROW_COLUMNS} FROM {_ROWS} WHERE t.id = %s", (task_id,))
             found = cur.fetchone()
         return None if found is None else _task_row(found)
 
     def rows(self) -> dict[str, TaskRow]:
         with self._cursor() as cur:
-            cur.execute(f"SELECT {_ROW_COLUMNS} FROM th_tasks")
+            cur.execute(f"SELECT {_ROW_COLUMNS} FROM {_ROWS}")
             return {r[0]: _task_row(r) for r in cur.fetchall()}
+
+    def owners(self) -> dict[int, str | None]:
+        """shard -> its owner (None: free), of every shard row."""
+        with self._cursor() as cur:
+            cur.execute("SELECT shard, owner FROM th_shards")
+            return {int(r[0]): r[1] for r in cur.fetchall()}
+
+    def leases(self) -> dict[int, int]:
+        """shard -> lease_until_ms, of every shard row (0: released)."""
+        with self._cursor() as cur:
+            cur.execute("SELECT shard, lease_until_ms FROM th_shards")
+            return {int(r[0]): int(r[1]) for r in cur.fetchall()}
+
+    def members(self) -> set[str]:
+        """The instance names registered in th_members."""
+        with self._cursor() as cur:
+            cur.execute("SELECT instance FROM th_members")
+            return {str(r[0]) for r in cur.fetchall()}
 
     def count(self) -> int:
         with self._cursor() as cur:
@@ -165,7 +191,8 @@ class RowReader:
 
     def mark_firing(self, task_id: str) -> None:
         """See :data:`support.mysql.MARK_FIRING`."""
-        assert self.execute(MARK_FIRING, (task_id,)) == 1, f"no row {task_id!r} to mark firing"
+        assert self.execute(MARK_FIRING[0], (task_id,)) == 1, f"no row {task_id!r} to mark firing"
+        self.execute(MARK_FIRING[1], (task_id,))
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -175,7 +202,19 @@ class RowReader:
 
 def _task_row(r: tuple[Any, ...]) -> TaskRow:
     payload = None if r[3] is None else bytes(r[3])
-    return TaskRow(r[0], int(r[1]), r[2], payload, r[4], int(r[5]), int(r[6]), r[7], int(r[8]))
+    return TaskRow(
+        r[0], int(r[1]), r[2], payload, int(r[4]), int(r[5]), int(r[6]), int(r[7]), r[8], int(r[9])
+    )
+
+
+def wait_for_shards(hook: TriggerHook, count: int = SHARD_COUNT, timeout_s: float = 10.0) -> None:
+    """Wait until the started ``hook`` holds exactly ``count`` shard leases."""
+    wait_for(
+        lambda: len(hook.engine.shards) == count,
+        timeout_s,
+        lambda: f"{hook.instance_id} holds {len(hook.engine.shards)} shards, not {count}",
+        interval_s=0.01,
+    )
 
 
 def collect_until(consumer: EventConsumer, message_id: str, timeout_s: float) -> list[Received]:

@@ -10,10 +10,25 @@ from urllib.parse import unquote, urlsplit
 import pymysql
 
 # Make a row look armed by another instance (as if being published there): a
-# cancel or reschedule must then answer too late, and no engine here takes it.
+# cancel or reschedule must then answer too late. Armed by the shard's marks
+# (docs/design/ownership.md): the row moves to the very bottom of the shard's
+# order, in generation 0, and the watermark is raised just enough to cover it
+# (no other row is that low), so no other row changes state. No engine holds
+# it in memory; one that acquires the shard afterwards inherits it and fires it.
+_ARMED_FIRE_MS = -4611686018427387903  # one above the schema's bottom watermark
 MARK_FIRING = (
-    "UPDATE th_tasks SET firing = 1, claimed_by = 'elsewhere', claim_until_ms = 4611686018427387904"
-    " WHERE id = %s"
+    f"UPDATE th_tasks SET fire_ms = {_ARMED_FIRE_MS}, gen = 0 WHERE id = %s",
+    # armed_id before armed_ms: MySQL assigns left to right, each seeing the last.
+    "UPDATE th_shards s JOIN th_tasks t ON t.shard = s.shard"
+    f" SET s.armed_id = IF(s.armed_ms > {_ARMED_FIRE_MS}, s.armed_id, '~'),"
+    f" s.armed_ms = GREATEST(s.armed_ms, {_ARMED_FIRE_MS}) WHERE t.id = %s",
+)
+
+# The ids of the rows armed now, by their shards' marks.
+ARMED_IDS = (
+    "SELECT t.id FROM th_tasks t JOIN th_shards s ON s.shard = t.shard"
+    " WHERE (t.fire_ms < s.armed_ms OR (t.fire_ms = s.armed_ms AND t.id <= s.armed_id))"
+    " AND t.gen < s.arm_gen"
 )
 
 

@@ -1,10 +1,12 @@
 """The task stores the contract suite (``tests/contract``) runs against.
 
-* ``memory``: :class:`triggerhook.store.memory.MemoryStore`;
+* ``memory``: :class:`triggerhook.store.memory.MemoryStore` on this process's
+  wall clock (the clock the local test database has too);
 * ``mysql``: :class:`triggerhook.store.mysql.MySQLStore` on a database with
   the schema applied.
 
-Both resolve a NULL (empty) routing key to :data:`DEFAULT_ROUTING_KEY`.
+Both have :data:`SHARD_COUNT` shards and resolve a NULL (empty) routing key
+to :data:`DEFAULT_ROUTING_KEY`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from triggerhook.store.mysql import MySQLStore, init_schema
 
 DEFAULT_ROUTING_KEY = "default.rk"
 STORES = ["memory", "mysql"]
+# Few, so that tests can find ids of one shard and lease every shard cheaply.
+SHARD_COUNT = 4
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,8 @@ class Backend:
     null_routing_key: Callable[[str], None]
 
 
-def memory_backend() -> Backend:
-    store = MemoryStore(DEFAULT_ROUTING_KEY)
+def memory_backend(shard_count: int = SHARD_COUNT) -> Backend:
+    store = MemoryStore(DEFAULT_ROUTING_KEY, shard_count)
 
     def null_routing_key(task_id: str) -> None:
         row = store._rows[task_id]  # the memory store's NULL is the empty key
@@ -40,9 +44,9 @@ def memory_backend() -> Backend:
     return Backend("memory", store, null_routing_key)
 
 
-def mysql_backend(database_url: str) -> Backend:
+def mysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backend:
     """A MySQL store on ``database_url`` (an empty database: the schema is applied)."""
-    init_schema(database_url)
+    init_schema(database_url, shard_count)
 
     def null_routing_key(task_id: str) -> None:
         conn = connect(database_url)

@@ -7,6 +7,10 @@ Point the code under test at ``127.0.0.1:proxy.port`` instead of the real server
   EOF) and closes the listening socket, so new connections are refused: the
   upstream looks unreachable.
 * :meth:`TcpProxy.restore` listens again, on the same port, and forwards again.
+* :meth:`TcpProxy.hold` stops forwarding without closing anything: connections
+  stay open, bytes sent meanwhile wait (in the proxy and the kernel's buffers)
+  until :meth:`TcpProxy.flow`, which forwards them in order (a stalled network
+  path: a peer sees its writes accepted and nothing come back).
 
 One acceptor thread (selector over the listening socket and a wake-up socket)
 and one thread per direction per connection, blocking in ``recv``/``sendall``.
@@ -43,13 +47,16 @@ class _Link:
         upstream: socket.socket,
         name: str,
         on_finished: Callable[[_Link], None],
+        flowing: threading.Event | None = None,
     ) -> None:
         self._client = client
         self._upstream = upstream
         self._on_finished = on_finished
+        self._flowing = flowing  # cleared: hold what was read (TcpProxy.hold)
         self._lock = threading.Lock()
         self._pumps_running = 2
         self._closed = False
+        self._aborted = threading.Event()
         self._threads = [
             threading.Thread(
                 target=self._pump, args=(client, upstream), name=f"{name}-up", daemon=True
@@ -66,6 +73,7 @@ class _Link:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(_BUFSIZE):
+                self._wait_flowing()
                 dst.sendall(data)
         except OSError:
             # Reset, broken pipe, or our own abort(): tear down both directions.
@@ -77,6 +85,14 @@ class _Link:
                     _shutdown(dst, socket.SHUT_WR)
         finally:
             self._pump_done()
+
+    def _wait_flowing(self) -> None:
+        """Block while the proxy holds traffic; OSError once the link is aborted."""
+        if self._flowing is None:
+            return
+        while not self._flowing.wait(0.05):
+            if self._aborted.is_set():
+                raise OSError("link aborted while held")
 
     def _pump_done(self) -> None:
         with self._lock:
@@ -90,10 +106,17 @@ class _Link:
 
     def abort(self) -> None:
         """Close both sides now: wakes both pumps (recv returns b"", sendall fails)."""
+        self._aborted.set()
         with self._lock:
             if not self._closed:
                 _shutdown(self._client, socket.SHUT_RDWR)
                 _shutdown(self._upstream, socket.SHUT_RDWR)
+
+    def upstream_port(self) -> int | None:
+        """The local port of the connection to the upstream server (None once closed)."""
+        with contextlib.suppress(OSError):
+            return int(self._upstream.getsockname()[1])
+        return None
 
     def join(self, timeout_s: float) -> None:
         for thread in self._threads:
@@ -165,6 +188,8 @@ class TcpProxy:
         self._acceptor: _Acceptor | None = None
         self._stopped = False
         self._counter = 0
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     # -- public API --------------------------------------------------------------
 
@@ -176,6 +201,10 @@ class TcpProxy:
         return self._port
 
     @property
+    def is_held(self) -> bool:
+        return not self._flowing.is_set()
+
+    @property
     def is_cut(self) -> bool:
         return self._port is not None and self._acceptor is None and not self._stopped
 
@@ -183,6 +212,13 @@ class TcpProxy:
     def active_connections(self) -> int:
         with self._links_lock:
             return len(self._links)
+
+    def upstream_ports(self) -> set[int]:
+        """Local ports of the proxy's open connections to the upstream server
+        (a MariaDB session's ``host`` is ``127.0.0.1:<one of these>``)."""
+        with self._links_lock:
+            links = list(self._links)
+        return {port for link in links if (port := link.upstream_port()) is not None}
 
     def start(self) -> None:
         """Bind an ephemeral port on listen_host and start forwarding."""
@@ -208,6 +244,15 @@ class TcpProxy:
             self._require_started()
             if self._acceptor is None:
                 self._start_acceptor(self._listen(self.port))
+
+    def hold(self) -> None:
+        """Stop forwarding (both directions, every connection, new ones too)
+        without closing anything, until :meth:`flow`."""
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        """Forward again, first what was held, in order."""
+        self._flowing.set()
 
     def stop(self) -> None:
         """Close everything and join all threads. Idempotent."""
@@ -280,7 +325,8 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._counter += 1
-        link = _Link(client, upstream, f"tcpproxy-{self.port}-conn{self._counter}", self._forget)
+        name = f"tcpproxy-{self.port}-conn{self._counter}"
+        link = _Link(client, upstream, name, self._forget, self._flowing)
         with self._links_lock:
             self._links.add(link)
         link.start()

@@ -52,9 +52,8 @@ def schedule(backend: LibraryBackend, task_id: str | None = "t-1", **kw: object)
 
 def arm(store: MemoryStore) -> None:
     """Another instance commits every stored task to firing."""
-    far = 2**53
-    claims = store.claim("other", NOW_MS, far, far, far, 100)
-    assert all(claim.armed for claim in claims)
+    acquired = store.acquire("other", store.shard_count(), 2**40)
+    assert store.arm("other", [a.lease for a in acquired], 2**53, 100).tasks
 
 
 # -- the backend ----------------------------------------------------------------------

@@ -7,11 +7,15 @@ import pytest
 from support.fakes import FakeClock
 
 from triggerhook.clock import DatabaseClock
+from triggerhook.domain.arming import BOTTOM, ShardMarks
 from triggerhook.domain.clocksync import ClockEstimate, Sample
 from triggerhook.domain.task import Task
+from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
+from triggerhook.engine.shards import ShardTable
 from triggerhook.errors import StoreUnavailable
+from triggerhook.interfaces import Acquired, Lease
 
 DB_US = 1_800_000_000_000_000  # the database's time at the first read
 MS = 1_000_000  # ns
@@ -133,8 +137,10 @@ class UnboundedClock(FakeClock):
 
 def test_the_scheduler_fires_nothing_while_the_clock_is_unbounded() -> None:
     clock = UnboundedClock(1000.0)
-    scheduler = Scheduler(clock, SendBuffer(10), 10, lambda _name, _exc: None)
-    scheduler.push_many([Task("due", 900, "rk")])
+    shards = ShardTable(clock, 0)
+    shards.add([Acquired(Lease(0, 1), ShardMarks(BOTTOM, 1))], 10**9)
+    scheduler = Scheduler(clock, SendBuffer(10), shards, Inventory(10), 10, lambda _n, _e: None)
+    scheduler.push_many([Task("due", 900, "rk", shard=0, epoch=1)])
     batch, wait_s = scheduler.poll(clock.now_ms())
     assert batch == [] and wait_s is not None and wait_s > 0
     assert scheduler.holding

@@ -133,7 +133,7 @@ def test_redelivered_delay_create_is_the_same_command(hook: TriggerHook, clock: 
 
 def test_cancel_outcomes(hook: TriggerHook, store: FakeStore) -> None:
     store.put(Task("c", NOW_MS + 60_000, "r"))
-    store.put(Task("armed", NOW_MS + 100, "r"), claimed_by="unit", firing=True)
+    store.put(Task("armed", NOW_MS + 100, "r"), armed=True)
     assert run(hook, "cancel", {"id": "c"}) == {"ok": True, "id": "c"}
     assert store.ids() == {"armed"}
     assert _code(run(hook, "cancel", {"id": "c"})) == "not_found"
@@ -142,7 +142,7 @@ def test_cancel_outcomes(hook: TriggerHook, store: FakeStore) -> None:
 
 def test_reschedule_outcomes(hook: TriggerHook, store: FakeStore) -> None:
     store.put(Task("r", NOW_MS + 60_000, "k"))
-    store.put(Task("armed", NOW_MS + 100, "k"), claimed_by="unit", firing=True)
+    store.put(Task("armed", NOW_MS + 100, "k"), armed=True)
     assert run(hook, "reschedule", {"id": "r", "at": 1_800_000_000.5}) == {
         "ok": True,
         "id": "r",

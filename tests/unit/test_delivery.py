@@ -9,7 +9,7 @@ import pika
 import pika.frame
 import pika.spec
 import pytest
-from support.fakes import FakeStore
+from support.fakes import FakeClock, FakeStore
 from support.waiting import wait_until
 
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
@@ -17,7 +17,10 @@ from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy, RetryLater
 from triggerhook.domain.task import Task
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
-from triggerhook.interfaces import Claim
+from triggerhook.engine.scheduler import Scheduler
+from triggerhook.engine.sendbuffer import SendBuffer
+from triggerhook.engine.shards import ShardTable
+from triggerhook.interfaces import Lease, NewRow
 
 NOW = 1_700_000_000_000
 ME = "me"
@@ -95,31 +98,45 @@ def test_dead_letter_frames_match_pika() -> None:
     assert ours == b"".join(bytes(f.marshal()) for f in theirs)
 
 
-# -- deferral: the row goes back unarmed, unclaimed, out of memory --------------------------
+# -- deferral: the row goes back unarmed, out of memory (R8) ---------------------------------
 
 
 @pytest.fixture
-def held() -> tuple[FakeStore, Inventory, int]:
-    store = FakeStore()
+def held() -> tuple[FakeStore, Inventory, Task, Scheduler]:
+    """Task "t" armed by this instance (its copy held), and the scheduler."""
+    clock = FakeClock(NOW)
+    store = FakeStore(now_ms=clock.now_ms)
+    store.insert([NewRow(_task())], atomic=False)
+    store.acquire(ME, store.shard_count(), 30_000)
+    leases = [Lease(s, row.epoch) for s, row in enumerate(store.shards) if row.owner == ME]
+    [copy] = store.arm(ME, leases, NOW, 10).tasks  # the watermark: (NOW, '~')
     inventory = Inventory(10)
-    rev = store.put(_task(), claimed_by=ME, claim_until_ms=NOW + 30_000, firing=True)
-    inventory.admit([Claim(_task(), rev, armed=True)], 0)
-    return store, inventory, rev
+    inventory.admit([copy], 0)
+    shards = ShardTable(clock, 0)
+    scheduler = Scheduler(clock, SendBuffer(10), shards, inventory, 10, _ignore)
+    return store, inventory, copy, scheduler
 
 
-def _run_confirmer(store: FakeStore, inventory: Inventory, *tasks: tuple[Task, int]) -> Confirmer:
-    confirmer = Confirmer(store, inventory, ME, 100, 0, lambda name, exc: None)
+def _ignore(_name: str, _exc: BaseException) -> None:
+    raise AssertionError("no thread may fail here")
+
+
+def _run_confirmer(
+    held: tuple[FakeStore, Inventory, Task, Scheduler], *tasks: tuple[Task, int]
+) -> Confirmer:
+    store, inventory, _copy, scheduler = held
+    confirmer = Confirmer(store, inventory, scheduler, ME, 100, 0, _ignore)
     confirmer.start()
     for task, not_before_ms in tasks:
         confirmer.defer(task, not_before_ms)
     return confirmer
 
 
-def test_a_deferred_row_is_disarmed_unclaimed_and_claimable_only_after_its_back_off(
-    held: tuple[FakeStore, Inventory, int],
+def test_a_deferred_row_is_unarmed_and_armed_again_only_after_its_back_off(
+    held: tuple[FakeStore, Inventory, Task, Scheduler],
 ) -> None:
-    store, inventory, rev = held
-    confirmer = _run_confirmer(store, inventory, (_task(), NOW + 400))
+    store, inventory, copy, _scheduler = held
+    confirmer = _run_confirmer(held, (copy, NOW + 400))
     try:
         assert wait_until(lambda: confirmer.deferred == 1, 5)
     finally:
@@ -127,24 +144,32 @@ def test_a_deferred_row_is_disarmed_unclaimed_and_claimable_only_after_its_back_
         confirmer.join(5)
     row = store.row("t")
     assert row is not None
-    assert (row.firing, row.claimed_by, row.claim_until_ms) == (False, None, NOW + 400)
-    assert row.rev != rev  # a copy held anywhere at the old revision cannot arm
+    assert not store.is_armed("t")  # cancellable while it waits
+    assert row.fire_ms == NOW + 400
+    assert row.rev != copy.rev  # a copy held anywhere at the old revision is stale
     assert row.task.attempts == 1
     assert len(inventory) == 0  # it holds no room while it waits
-    # Not claimable before its back-off ends; then it comes back armed, attempts kept.
-    assert store.claim("other", NOW + 399, NOW + 5000, NOW + 600, NOW + 30_000, 10) == []
-    [again] = store.claim("other", NOW + 401, NOW + 5000, NOW + 600, NOW + 30_000, 10)
-    assert again.armed and again.task.attempts == 1
+    # Not armed before its back-off ends; then it comes back, attempts kept.
+    leases = [Lease(s, r.epoch) for s, r in enumerate(store.shards) if r.owner == ME]
+    assert store.arm(ME, leases, NOW + 399, 10).tasks == []
+    [again] = store.arm(ME, leases, NOW + 400, 10).tasks
+    assert (again.id, again.attempts) == ("t", 1)
+    assert (again.due_ms, again.fire_at_ms) == (NOW, NOW + 400)  # fired at the retry time
 
 
-def test_a_row_no_longer_held_is_not_deferred(held: tuple[FakeStore, Inventory, int]) -> None:
-    store, inventory, rev = held
-    inventory.forget([("t", rev)])  # e.g. dropped: another instance took it over
-    store.put(_task(), claimed_by="other", claim_until_ms=NOW + 30_000, firing=True, rev=rev)
-    confirmer = _run_confirmer(store, inventory, (_task(), NOW + 400))
+def test_a_row_whose_shard_was_lost_is_not_deferred(
+    held: tuple[FakeStore, Inventory, Task, Scheduler],
+) -> None:
+    store, inventory, copy, _scheduler = held
+    shard = store.shard_of("t")
+    store.release(ME, [Lease(shard, copy.epoch)])
+    [taken] = store.acquire("other", 1, 30_000)  # a newer epoch: ours is stale
+    assert taken.lease.shard == shard
+    confirmer = _run_confirmer(held, (copy, NOW + 400))
     confirmer.stop()  # settles what it was handed before it ends
     assert confirmer.join(5)
     row = store.row("t")
     assert row is not None
-    assert (row.firing, row.claimed_by, row.rev) == (True, "other", rev)
+    assert (row.rev, store.is_armed("t")) == (copy.rev, True)  # left as it was
     assert confirmer.deferred == 0
+    assert len(inventory) == 0  # the stale copy is dropped

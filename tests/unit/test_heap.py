@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from triggerhook.domain.heap import DueHeap
 from triggerhook.domain.task import Task
-from triggerhook.interfaces import Claim
 
 
 def task(name: str, due_ms: int) -> Task:
@@ -163,16 +163,16 @@ def test_drain_returns_everything_earliest_first_and_empties() -> None:
     assert ids(heap.drain()) == ["again"]
 
 
-def test_holds_any_item_with_a_due_time() -> None:
-    # The armer's heap holds claims (a task plus its row revision), ordered by
-    # the task's due time like tasks; the items come back unchanged.
-    heap: DueHeap[Claim] = DueHeap()
-    late = Claim(task("x", 30), rev=1, armed=False)
-    old = Claim(task("x", 10), rev=2, armed=False)
-    new = Claim(task("x", 10), rev=3, armed=True)
+def test_holds_copies_by_due_time_and_comes_back_unchanged() -> None:
+    # Copies of one id at different revisions are distinct items, ordered by
+    # due time like any task; a retry is pushed at its own time.
+    heap: DueHeap[Task] = DueHeap()
+    late = replace(task("x", 30), rev=1)
+    old = replace(task("x", 10), rev=2)
+    new = replace(task("x", 10), rev=3)
     heap.push_many([late, old])
     heap.push(new)
-    heap.push(Claim(task("retry", 1), rev=4, armed=False), fire_at_ms=20)
+    heap.push(replace(task("retry", 1), rev=4), fire_at_ms=20)
     assert heap.next_fire_ms() == 10
-    assert heap.pop_until(10, 10) == [old, new]  # same task and due: arrival order
-    assert [c.rev for c in heap.drain()] == [4, 1]
+    assert [t.rev for t in heap.pop_until(10, 10)] == [2, 3]  # same due: arrival order
+    assert [t.rev for t in heap.drain()] == [4, 1]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,17 +40,17 @@ from triggerhook.settings import Settings
 from triggerhook.wiring import assemble, http_config
 
 NOW_MS = int(DEFAULT_NOW_MS)
-AT = "2030-01-01T00:00:00.250Z"  # far beyond the preload window: never claimed on insert
+AT = "2030-01-01T00:00:00.250Z"  # far beyond arm_ahead_ms: never armed meanwhile
 AT_MS = 1_893_456_000_250
 LATER_MS = AT_MS + 3_600_000
-DELAY_MS = 60_000  # beyond the preload window (5 s) too
+DELAY_MS = 60_000  # beyond arm_ahead_ms too
 MAX_PAYLOAD = 64
 TOKEN = "s3cret"
 DEFAULT_KEY = Settings().default_routing_key
 
 Client = TestClient[web.Request, web.Application]
 Scenario = Callable[[Client], Awaitable[None]]
-Row = tuple[Task, str | None, bool, int]  # a stored row: task, holder, firing, revision
+Row = tuple[Task, str | None, bool, int]  # a stored row: task, holder if armed, armed, revision
 
 
 @dataclass
@@ -88,8 +89,8 @@ def make_daemon() -> Iterator[Callable[..., Daemon]]:
             max_payload_bytes=overrides.pop("max_payload_bytes", MAX_PAYLOAD),
             **overrides,
         )
-        store = FakeStore()
         clock = FakeClock(NOW_MS)
+        store = FakeStore(now_ms=clock.now_ms)
         hook = assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
         executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-test")
         reasons: list[str] = []
@@ -108,7 +109,7 @@ def make_daemon() -> Iterator[Callable[..., Daemon]]:
                 failures.append(daemon.hook.health().failure)
                 # Past every due time armed on insert, so that stopping does
                 # not wait for the fake clock to reach it.
-                daemon.clock.advance(10 * daemon.settings.claim_lease_ms)
+                daemon.clock.advance(10 * daemon.settings.shard_lease_ms)
                 daemon.hook.close()
             finally:
                 daemon.executor.shutdown(wait=True)
@@ -150,17 +151,24 @@ def task_body(task_id: str | None = "t-1", **fields: object) -> dict[str, object
 
 
 def arm(store: FakeStore) -> None:
-    """Another instance commits every stored task to firing (being published)."""
-    far = 2**53
-    claims = store.claim("other", NOW_MS, far, far, far, 100)
-    assert claims and all(claim.armed for claim in claims)
+    """Every stored task committed to firing (being published), as if armed by
+    another instance (none here holds it in memory)."""
+    assert store.ids()
+    for task_id in store.ids():
+        stored = store.row(task_id)
+        assert stored is not None
+        store.put(stored.task, rev=stored.rev, fire_ms=stored.fire_ms, armed=True)
+        assert store.is_armed(task_id)
 
 
 def row(store: FakeStore, task_id: str) -> Row:
-    """One stored row (task, holder, firing, revision); it must exist."""
+    """One stored row (task, the owner of its shard if armed, armed, revision);
+    it must exist."""
     stored = store.row(task_id)
     assert stored is not None, f"no row {task_id!r}"
-    return stored.task, stored.claimed_by, stored.firing, stored.rev
+    armed = store.is_armed(task_id)
+    holder = store.shards[stored.shard].owner if armed else None
+    return stored.task, holder, armed, stored.rev
 
 
 def sized(task_id: str, size: int) -> bytes:
@@ -193,7 +201,7 @@ def test_create_answers_201_with_the_id_and_at_in_seconds(daemon: Daemon) -> Non
     assert daemon.store.ids() == {"t-1", "t-2"}
     task, holder, firing, _rev = row(daemon.store, "t-1")
     assert task == Task("t-1", AT_MS, "billing.charge", b"hi")
-    assert (holder, firing) == (None, False)  # due beyond the preload window
+    assert (holder, firing) == (None, False)  # due beyond arm_ahead_ms
     assert row(daemon.store, "t-2")[0] == Task("t-2", AT_MS, DEFAULT_KEY, b"")
 
 
@@ -268,7 +276,13 @@ def test_a_task_due_within_arm_ahead_is_being_published_at_once(daemon: Daemon) 
             201,
             {"id": "soon", "at": at_s(NOW_MS + 100)},
         )
-        status, data = await answer(client.get("/v1/tasks/soon"))
+        # Armed by this engine (it owns every shard) within moments of the insert.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            status, data = await answer(client.get("/v1/tasks/soon"))
+            if data.get("state") == "firing":
+                break
+            await asyncio.sleep(0.01)
         assert (status, data["state"]) == (200, "firing")
         assert await answer(client.delete("/v1/tasks/soon")) == (
             409,
@@ -276,7 +290,7 @@ def test_a_task_due_within_arm_ahead_is_being_published_at_once(daemon: Daemon) 
         )
 
     daemon.serve(scenario)
-    assert row(daemon.store, "soon")[1:3] == ("unit", True)  # armed by this engine on insert
+    assert row(daemon.store, "soon")[1:3] == ("unit", True)  # armed by this engine
 
 
 def test_a_delay_create_sent_again_later_conflicts(daemon: Daemon) -> None:
@@ -719,7 +733,7 @@ def test_reschedule_of_a_task_being_published_is_409_too_late(daemon: Daemon) ->
 
     daemon.serve(scenario)
     assert row(daemon.store, "t-1") == before[0]
-    assert row(daemon.store, "t-1")[1:3] == ("other", True)
+    assert row(daemon.store, "t-1")[2] is True  # still armed
 
 
 # -- cancel -----------------------------------------------------------------------------
@@ -876,7 +890,7 @@ def test_status_shows_the_instance_and_the_totals(daemon: Daemon) -> None:
         assert set(data) == {"instance", "running", "period", "http", "totals"}
         assert (data["instance"], data["running"]) == ("unit", True)
         totals = data["totals"]
-        expected = {"scheduled", "cancelled", "rescheduled", "claimed", "fired", "deleted"}
+        expected = {"scheduled", "cancelled", "rescheduled", "armed", "fired", "deleted"}
         assert expected | {"db_errors", "commits_refused", "commits_abandoned"} <= set(totals)
         assert all(isinstance(value, int) for value in totals.values())
         assert (totals["scheduled"], totals["rescheduled"], totals["cancelled"]) == (2, 1, 1)
@@ -954,7 +968,7 @@ def test_after_the_engine_stopped_writes_are_503_stopping_and_write_nothing(
     async def scenario(client: Client) -> None:
         assert (await answer(client.post("/v1/tasks", json=task_body())))[0] == 201
         before.append(row(daemon.store, "t-1"))
-        daemon.clock.advance(10 * daemon.settings.claim_lease_ms)
+        daemon.clock.advance(10 * daemon.settings.shard_lease_ms)
         await asyncio.to_thread(daemon.hook.stop)
         assert await answer(client.post("/v1/tasks", json=task_body("t-2"))) == (503, stopping)
         patch = {"at": at_s(LATER_MS)}

@@ -1,4 +1,5 @@
-"""Inventory: bounded memory (reserve, then admit or release) and row revisions."""
+"""Inventory: bounded memory (reserve, then admit or release), row revisions,
+and copies held per shard."""
 
 from __future__ import annotations
 
@@ -11,18 +12,18 @@ import pytest
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
-from triggerhook.interfaces import Claim
 
 THREADS = 16
 JOIN_S = 30.0
 
 
-def claim(task_id: str, rev: int = 1, due_ms: int = 1000, armed: bool = False) -> Claim:
-    return Claim(Task(task_id, due_ms, "rk"), rev, armed)
+def claim(task_id: str, rev: int = 1, due_ms: int = 1000, shard: int = 0) -> Task:
+    """An armed copy of ``task_id``'s row at ``rev`` in ``shard``."""
+    return Task(task_id, due_ms, "rk", rev=rev, shard=shard)
 
 
-def ids(claims: list[Claim]) -> list[str]:
-    return [c.task.id for c in claims]
+def ids(tasks: list[Task]) -> list[str]:
+    return [t.id for t in tasks]
 
 
 @pytest.fixture
@@ -110,7 +111,9 @@ def test_concurrent_reserve_admit_and_release_keep_memory_bounded() -> None:
             size = len(inventory)
             with lock:
                 peaks.append(size)
-            inventory.drop(fresh[: len(fresh) // 2 + 1])  # some fire or are dropped
+            inventory.forget(
+                (t.id, t.rev) for t in fresh[: len(fresh) // 2 + 1]
+            )  # some fire or are dropped
 
     assert run_together(claimer) == []
 
@@ -171,15 +174,14 @@ def test_admit_settles_the_whole_reservation_even_for_fewer_claims() -> None:
 # -- admit and revisions ------------------------------------------------------------------
 
 
-def test_admit_of_an_already_held_claim_at_the_same_revision_is_not_fresh() -> None:
+def test_admit_of_an_already_held_copy_at_the_same_revision_is_not_fresh() -> None:
     inventory = Inventory(10)
     first = claim("x", rev=11)
     assert inventory.admit([first], 0) == [first]
     assert inventory.reserve(2) == 2
-    # Claimed again (say its lease ran out and nobody else took it): same row,
-    # same revision; it may come back armed this time.
-    again = claim("x", rev=11, armed=True)
-    assert inventory.admit([again, claim("y")], 2) == [claim("y")]
+    # Read again (inherited after this instance took its own shard back): same
+    # row, same revision.
+    assert inventory.admit([claim("x", rev=11), claim("y")], 2) == [claim("y")]
     assert sorted(inventory.snapshot()) == ["x", "y"]
     assert len(inventory) == 2
     assert inventory.room() == 8  # the reservation was settled all the same
@@ -198,31 +200,32 @@ def test_admit_replaces_an_older_revision_and_reports_it_fresh() -> None:
     assert len(inventory) == 1  # one task in memory, not two
     assert inventory.room() == 9
     assert inventory.admit([new], 0) == []  # the new revision is what is held now
+    assert inventory.rev_of("x") == 2
     # An id is held at one revision only: the older one comes back fresh too.
     assert inventory.admit([old], 0) == [old]
+    assert inventory.rev_of("x") == 1
 
 
-def test_drop_of_an_old_copy_keeps_the_newer_revision_held() -> None:
+def test_forgetting_an_old_copy_keeps_the_newer_revision_held() -> None:
     inventory = Inventory(10)
-    old, new = claim("x", rev=1), claim("x", rev=2)
-    inventory.admit([old], 0)
-    inventory.admit([new], 0)
-    inventory.drop([old])  # the old copy failed to arm
+    inventory.admit([claim("x", rev=1)], 0)
+    inventory.admit([claim("x", rev=2)], 0)
+    inventory.forget([("x", 1)])  # the old copy's confirm, or its shard was lost
     assert inventory.snapshot() == ["x"]
-    assert inventory.admit([new], 0) == []  # still held at the new revision
+    assert inventory.rev_of("x") == 2
     assert inventory.room() == 9
-    inventory.drop([new])  # the new copy failed to arm as well
+    inventory.forget([("x", 2)])
     assert inventory.snapshot() == []
+    assert inventory.rev_of("x") is None
     assert inventory.room() == 10
 
 
-def test_drop_forgets_only_the_given_copies() -> None:
+def test_forget_drops_only_the_given_copies() -> None:
     inventory = Inventory(10)
-    a, b, c = claim("a", rev=1), claim("b", rev=2), claim("c", rev=3)
-    inventory.admit([a, b, c], 0)
-    inventory.drop([a, c, claim("unknown", rev=4)])
+    inventory.admit([claim("a", rev=1), claim("b", rev=2), claim("c", rev=3)], 0)
+    inventory.forget([("a", 1), ("c", 3), ("unknown", 4)])
     assert inventory.snapshot() == ["b"]
-    inventory.drop([a])  # dropping twice is harmless
+    inventory.forget([("a", 1)])  # forgetting twice is harmless
     assert inventory.snapshot() == ["b"]
     assert inventory.room() == 9
 
@@ -238,29 +241,25 @@ def test_a_confirmed_revision_is_forgotten_and_a_newer_one_stays() -> None:
     assert sorted(inventory.snapshot()) == ["a", "b"]
 
 
-def test_claims_due_for_renewal_are_the_oldest_ones() -> None:
+# -- copies per shard (a shard is handed over once none of its copies is held) ----------
+
+
+def test_copies_are_counted_per_shard() -> None:
     inventory = Inventory(10)
-    inventory.admit([claim("a")], 0, claimed_ms=100)
-    inventory.admit([claim("b"), claim("c")], 0, claimed_ms=200)
-    assert inventory.claimed_before(99) == []
-    assert inventory.claimed_before(100) == ["a"]
-    assert inventory.claimed_before(200) == ["a", "b", "c"]
-
-    inventory.renewed(["a", "gone"], 300)  # an id no longer held is ignored
-    assert inventory.claimed_before(200) == ["b", "c"]
-    assert inventory.claimed_before(300) == ["b", "c", "a"]
-    assert inventory.snapshot() == ["a", "b", "c"]
-
-
-def test_forgotten_claims_are_not_renewed_and_a_reclaim_refreshes_the_stamp() -> None:
-    inventory = Inventory(10)
-    inventory.admit([claim("a"), claim("b", rev=1), claim("c")], 0, claimed_ms=100)
+    inventory.admit([claim("a", shard=1), claim("b", shard=1), claim("c", shard=2)], 0)
+    assert (inventory.in_shard(1), inventory.in_shard(2), inventory.in_shard(3)) == (2, 1, 0)
     inventory.forget([("a", 1)])
-    inventory.drop([claim("c")])
-    assert inventory.claimed_before(1000) == ["b"]
+    assert inventory.in_shard(1) == 1
+    inventory.forget([("b", 1), ("c", 1)])
+    assert (inventory.in_shard(1), inventory.in_shard(2)) == (0, 0)
 
-    inventory.admit([claim("b", rev=1)], 0, claimed_ms=500)  # re-claimed after its lease ran out
-    assert inventory.claimed_before(400) == []
-    inventory.admit([claim("b", rev=2)], 0, claimed_ms=600)  # re-created: the new claim's time
-    assert inventory.claimed_before(550) == []
-    assert inventory.claimed_before(600) == ["b"]
+
+def test_a_new_revision_counts_once_in_its_own_shard() -> None:
+    inventory = Inventory(10)
+    inventory.admit([claim("x", rev=1, shard=4)], 0)
+    inventory.admit([claim("x", rev=2, shard=4)], 0)  # re-created: replaces, not adds
+    assert inventory.in_shard(4) == 1
+    inventory.admit([claim("x", rev=1, shard=4)], 0)  # a stale copy read again
+    assert inventory.in_shard(4) == 1
+    inventory.forget([("x", 1)])
+    assert inventory.in_shard(4) == 0

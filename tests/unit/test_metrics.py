@@ -38,7 +38,7 @@ class FakeEngine:
             "returned": 0,
         }
         self.gauges = EngineStats(
-            in_memory=7, pending_arm=1, armed=2, send_buffer=3, unconfirmed=4, claimed=0, fired=0,
+            in_memory=7, shards=1, armed=2, send_buffer=3, unconfirmed=4, members=5, fired=0,
             deleted=0,
         )  # fmt: skip
         self.lateness: list[float] = []
@@ -125,7 +125,7 @@ def test_collector_reports_period_differences_gauges_and_lateness() -> None:
     assert fields["period_ms"] == 1000
     assert (fields["scheduled"], fields["fired"], fields["deleted"]) == (10, 4, 0)
     assert (fields["in_memory"], fields["heap"], fields["send_buffer"]) == (7, 2, 3)
-    assert (fields["unconfirmed"], fields["pending_arm"]) == (4, 1)
+    assert (fields["unconfirmed"], fields["shards"], fields["members"]) == (4, 1, 5)
     assert fields["oldest_overdue_ms"] == 6000  # "old" was due at NOW - 5000
     assert fields["tasks_db"] == 2
     assert (fields["lateness_p50_ms"], fields["lateness_max_ms"]) == (2.0, 3.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -82,40 +83,40 @@ def test_no_sources_gives_defaults() -> None:
 def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
     path = write_toml(
         tmp_path,
-        "poll_interval_ms = 10\n"
-        "claim_batch_size = 11\n"
+        "arm_interval_ms = 10\n"
+        "arm_batch_size = 11\n"
         "confirm_batch_size = 12\n"
         'exchange = "from.file"\n',
     )
     env = {
-        "TRIGGERHOOK_CLAIM_BATCH_SIZE": "21",
+        "TRIGGERHOOK_ARM_BATCH_SIZE": "21",
         "TRIGGERHOOK_CONFIRM_BATCH_SIZE": "22",
         "TRIGGERHOOK_EXCHANGE": "from.env",
     }
     overrides: dict[str, object] = {"confirm_batch_size": 32, "exchange": None}
     settings = load_settings(path, environ=env, overrides=overrides)
-    assert settings.poll_interval_ms == 10  # file only
-    assert settings.claim_batch_size == 21  # env beats file
+    assert settings.arm_interval_ms == 10  # file only
+    assert settings.arm_batch_size == 21  # env beats file
     assert settings.confirm_batch_size == 32  # override beats env
     assert settings.exchange == "from.env"  # a None override means "not given"
     assert settings.send_buffer_size == Settings().send_buffer_size  # default
 
 
 def test_environ_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRIGGERHOOK_POLL_INTERVAL_MS", "77")
+    monkeypatch.setenv("TRIGGERHOOK_ARM_INTERVAL_MS", "77")
     monkeypatch.setenv("TRIGGERHOOK_LOG_LEVEL", "debug")
     settings = load_settings()
-    assert settings.poll_interval_ms == 77
+    assert settings.arm_interval_ms == 77
     assert settings.log_level == "debug"
 
 
 def test_env_vars_without_the_prefix_or_unknown_are_ignored() -> None:
-    env = {"POLL_INTERVAL_MS": "5", "TRIGGERHOOK_NOT_A_SETTING": "x", "triggerhook_exchange": "y"}
+    env = {"ARM_INTERVAL_MS": "5", "TRIGGERHOOK_NOT_A_SETTING": "x", "triggerhook_exchange": "y"}
     assert load_settings(environ=env) == Settings()
 
 
 def test_env_var_names() -> None:
-    assert env_var("claim_lease_ms") == "TRIGGERHOOK_CLAIM_LEASE_MS"
+    assert env_var("shard_lease_ms") == "TRIGGERHOOK_SHARD_LEASE_MS"
 
 
 # -- the TOML file -------------------------------------------------------------------
@@ -131,7 +132,7 @@ def test_unknown_toml_key_is_rejected_by_name(tmp_path: Path) -> None:
 
 
 def test_toml_table_is_an_unknown_key(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, "[engine]\npoll_interval_ms = 5\n")
+    path = write_toml(tmp_path, "[engine]\narm_interval_ms = 5\n")
     with pytest.raises(ConfigError, match="engine"):
         load_settings(path, environ={})
 
@@ -139,10 +140,10 @@ def test_toml_table_is_an_unknown_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "name"),
     [
-        ('poll_interval_ms = "5"', "poll_interval_ms"),
-        ("poll_interval_ms = 5.0", "poll_interval_ms"),
-        ("poll_interval_ms = true", "poll_interval_ms"),
-        ("poll_interval_ms = [5]", "poll_interval_ms"),
+        ('arm_interval_ms = "5"', "arm_interval_ms"),
+        ("arm_interval_ms = 5.0", "arm_interval_ms"),
+        ("arm_interval_ms = true", "arm_interval_ms"),
+        ("arm_interval_ms = [5]", "arm_interval_ms"),
         ("exchange = 5", "exchange"),
         ("log_level = false", "log_level"),
         ("amqp_url = { host = 'x' }", "amqp_url"),
@@ -163,7 +164,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, "poll_interval_ms = = 5\n")
+    path = write_toml(tmp_path, "arm_interval_ms = = 5\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_settings(path, environ={})
 
@@ -174,19 +175,19 @@ def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("raw", ["abc", "", "1.5", "5ms", "0x10", "true"])
 def test_env_int_coercion_error_names_the_env_var(raw: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings(environ={"TRIGGERHOOK_POLL_INTERVAL_MS": raw})
-    assert "TRIGGERHOOK_POLL_INTERVAL_MS" in str(info.value)
+        load_settings(environ={"TRIGGERHOOK_ARM_INTERVAL_MS": raw})
+    assert "TRIGGERHOOK_ARM_INTERVAL_MS" in str(info.value)
     assert "integer" in str(info.value)
 
 
 def test_env_int_allows_surrounding_whitespace() -> None:
-    assert load_settings(environ={"TRIGGERHOOK_POLL_INTERVAL_MS": " 42\n"}).poll_interval_ms == 42
+    assert load_settings(environ={"TRIGGERHOOK_ARM_INTERVAL_MS": " 42\n"}).arm_interval_ms == 42
 
 
 def test_env_below_minimum_names_the_env_var() -> None:
     with pytest.raises(ConfigError) as info:
-        load_settings(environ={"TRIGGERHOOK_CLAIM_LEASE_MS": "999"})
-    assert "TRIGGERHOOK_CLAIM_LEASE_MS" in str(info.value)
+        load_settings(environ={"TRIGGERHOOK_SHARD_LEASE_MS": "999"})
+    assert "TRIGGERHOOK_SHARD_LEASE_MS" in str(info.value)
     assert "at least 1000" in str(info.value)
 
 
@@ -207,9 +208,9 @@ def test_unknown_override_is_rejected_by_name() -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("poll_interval_ms", "5"),
-        ("poll_interval_ms", True),
-        ("poll_interval_ms", 1.0),
+        ("arm_interval_ms", "5"),
+        ("arm_interval_ms", True),
+        ("arm_interval_ms", 1.0),
         ("exchange", 5),
     ],
 )
@@ -244,14 +245,18 @@ def test_every_int_setting_has_a_minimum_enforced_from_every_source(
         ("confirm_max_delay_ms", 0),
         ("switch_interval_us", 0),
         ("shutdown_timeout_s", 0),
-        ("poll_interval_ms", 1),
-        ("claim_batch_size", 1),
+        ("arm_interval_ms", 1),
+        ("arm_batch_size", 1),
         ("max_tasks_in_memory", 1),
-        ("arm_ahead_ms", 1),
     ],
 )
 def test_minimum_itself_is_accepted(name: str, value: int) -> None:
     assert getattr(load_settings(environ={}, overrides={name: value}), name) == value
+
+
+def test_arm_ahead_minimum_is_accepted_with_an_interval_under_it() -> None:
+    settings = load_settings(environ={}, overrides={"arm_ahead_ms": 2, "arm_interval_ms": 1})
+    assert (settings.arm_ahead_ms, settings.arm_interval_ms) == (2, 1)
 
 
 def test_direct_construction_enforces_minimums_and_types() -> None:
@@ -276,18 +281,49 @@ def test_direct_construction_enforces_minimums_and_types() -> None:
 # -- cross-field checks (__post_init__) ----------------------------------------------------
 
 
-def test_arm_ahead_must_not_exceed_preload_window() -> None:
-    with pytest.raises(ConfigError, match="arm_ahead_ms"):
-        Settings(preload_window_ms=1000, arm_ahead_ms=1001)
-    assert Settings(preload_window_ms=1000, arm_ahead_ms=1000).arm_ahead_ms == 1000
+def test_arm_interval_must_be_under_arm_ahead() -> None:
+    with pytest.raises(ConfigError, match="arm_interval_ms"):
+        Settings(arm_ahead_ms=100, arm_interval_ms=100)
+    assert Settings(arm_ahead_ms=100, arm_interval_ms=99).arm_interval_ms == 99
 
 
-def test_claim_lease_must_exceed_preload_window() -> None:
-    with pytest.raises(ConfigError, match="claim_lease_ms"):
-        Settings(preload_window_ms=5000, claim_lease_ms=5000)
-    with pytest.raises(ConfigError, match="claim_lease_ms"):
-        load_settings(environ={}, overrides={"preload_window_ms": 40_000})
-    assert Settings(preload_window_ms=5000, claim_lease_ms=5001).claim_lease_ms == 5001
+def test_idle_transaction_timeout_must_be_under_the_lease() -> None:
+    with pytest.raises(ConfigError, match="database_idle_transaction_timeout_s"):
+        Settings(shard_lease_ms=5000, database_idle_transaction_timeout_s=5)
+    with pytest.raises(ConfigError, match="database_idle_transaction_timeout_s"):
+        load_settings(environ={}, overrides={"shard_lease_ms": 2000})
+    assert (
+        Settings(shard_lease_ms=2000, database_idle_transaction_timeout_s=1).shard_lease_ms == 2000
+    )
+    assert (
+        Settings(shard_lease_ms=1000, database_idle_transaction_timeout_s=0).shard_lease_ms == 1000
+    )
+
+
+def test_shard_count_is_bounded() -> None:
+    with pytest.raises(ConfigError, match="shard_count"):
+        Settings(shard_count=4097)
+    assert Settings(shard_count=4096).shard_count == 4096
+
+
+@pytest.mark.parametrize(
+    ("old", "hint"),
+    [
+        ("claim_lease_ms = 30000", "claim_lease_ms is now shard_lease_ms"),
+        ("claim_batch_size = 10", "claim_batch_size is now arm_batch_size"),
+        ("poll_interval_ms = 10", "poll_interval_ms is now arm_interval_ms"),
+        ("preload_window_ms = 5000", "preload_window_ms is gone"),
+    ],
+)
+def test_a_setting_of_the_claim_protocol_is_refused_with_what_replaced_it(
+    tmp_path: Path, old: str, hint: str
+) -> None:
+    path = write_toml(tmp_path, old + "\n")
+    with pytest.raises(ConfigError, match="unknown setting") as raised:
+        load_settings(path, environ={})
+    assert hint in str(raised.value)
+    with pytest.raises(ConfigError, match=hint):
+        load_settings(environ={}, overrides={old.split(maxsplit=1)[0]: 1})
 
 
 @pytest.mark.parametrize(
@@ -343,7 +379,7 @@ def test_empty_instance_id_resolves_to_hostname_and_random_suffix() -> None:
     assert first != second
     for resolved in (first, second):
         assert ID_PATTERN.fullmatch(resolved), resolved
-        assert re.fullmatch(r".+-[0-9a-f]{8}", resolved)
+        assert re.fullmatch(rf".+-{os.getpid()}-[0-9a-f]{{6}}", resolved)
 
 
 @pytest.mark.parametrize(
@@ -403,3 +439,11 @@ def test_loopback_hosts_need_no_token(host: str) -> None:
 def test_command_queue_must_be_a_valid_name() -> None:
     with pytest.raises(ConfigError, match="command_queue"):
         Settings(command_queue="bad name")
+
+
+def test_an_environment_variable_of_the_claim_protocol_is_refused_with_its_new_name() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(environ={"TRIGGERHOOK_CLAIM_LEASE_MS": "30000"})
+    message = str(raised.value)
+    assert "TRIGGERHOOK_CLAIM_LEASE_MS" in message
+    assert "claim_lease_ms is now shard_lease_ms" in message

@@ -1,15 +1,27 @@
-"""The MySQL store's pure helpers (no database needed) and the SQL placeholder list."""
+"""The MySQL store's pure helpers (no database needed), the SQL placeholder
+lists, the migrations' bookkeeping, and how an arming pass reads several
+shards and shares its limit (store/arm_pass.py, used by both stores)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 
+from triggerhook.domain.arming import TOP_ID, Mark, ShardMarks
 from triggerhook.domain.task import CancelResult, Task
-from triggerhook.interfaces import ClaimMode, InsertOutcome, NewRow
+from triggerhook.interfaces import InsertOutcome, NewRow
+from triggerhook.store import alembic as revisions
 from triggerhook.store import mysql, sql
-from triggerhook.store.migrations import MIGRATIONS
+from triggerhook.store.arm_pass import (
+    NOTHING,
+    Frontier,
+    PassReads,
+    PassResult,
+    plan_pass,
+    split_read,
+)
 from triggerhook.store.mysql import (
     _cancel_result,
     _first_wins,
@@ -22,10 +34,8 @@ DUE = 1_700_000_000_000
 MIB = 1024 * 1024
 
 
-def new(
-    name: str, due_ms: int = DUE, payload: bytes = b"", claim: ClaimMode = ClaimMode.NONE
-) -> NewRow:
-    return NewRow(Task(name, due_ms, "rk", payload), claim)
+def new(name: str, due_ms: int = DUE, payload: bytes = b"", rev: int = 1) -> NewRow:
+    return NewRow(Task(name, due_ms, "rk", payload), rev)
 
 
 # -- placeholders ----------------------------------------------------------------------
@@ -49,7 +59,7 @@ def test_placeholders_refuse_an_empty_in_list(count: int) -> None:
 
 
 def test_in_list_statements_take_the_placeholders() -> None:
-    stmt = sql.CANCEL.format(ids=sql.placeholders(3))
+    stmt = sql.DELETE_TASKS.format(ids=sql.placeholders(3))
     assert stmt.count("%s") == 3
     assert "{" not in stmt
     pairs = sql.DELETE_FIRED.format(pairs=sql.placeholders(3, width=2))
@@ -88,9 +98,9 @@ def test_identical_repeat_is_a_safe_retry(earlier_outcome: InsertOutcome) -> Non
     assert _repeat_outcome(new("a"), new("a"), earlier_outcome) is InsertOutcome.EXISTS
 
 
-def test_identical_repeat_ignores_the_claim_mode() -> None:
-    # How a row is held is not part of its content.
-    outcome = _repeat_outcome(new("a", claim=ClaimMode.ARM), new("a"), InsertOutcome.CREATED)
+def test_identical_repeat_ignores_the_revision() -> None:
+    # The revision a row would be written with is not part of its content.
+    outcome = _repeat_outcome(new("a", rev=2), new("a", rev=3), InsertOutcome.CREATED)
     assert outcome is InsertOutcome.EXISTS
 
 
@@ -168,15 +178,15 @@ def test_insert_chunks_need_one_index_per_row() -> None:
 
 
 @pytest.mark.parametrize(
-    ("firing", "expected"),
+    ("armed", "expected"),
     [
         (None, CancelResult.NOT_FOUND),
-        (0, CancelResult.CANCELLED),
-        (1, CancelResult.TOO_LATE),
+        (False, CancelResult.CANCELLED),
+        (True, CancelResult.TOO_LATE),
     ],
 )
-def test_cancel_result_from_the_locked_row(firing: int | None, expected: CancelResult) -> None:
-    assert _cancel_result(firing) is expected
+def test_cancel_result_from_the_locked_row(armed: bool | None, expected: CancelResult) -> None:
+    assert _cancel_result(armed) is expected
 
 
 def test_first_wins_gives_one_result_per_id_asked() -> None:
@@ -197,13 +207,124 @@ def test_first_wins_gives_one_result_per_id_asked() -> None:
     assert _first_wins([], {}) == []
 
 
-def test_migrations_lead_step_by_step_to_the_schema_version() -> None:
-    """Every version from 2 up to the one schema.sql creates has its migration,
-    and each migration ends by writing its own version."""
-    assert sorted(MIGRATIONS) == list(range(2, sql.SCHEMA_VERSION + 1))
-    for version, statements in MIGRATIONS.items():
-        assert statements[-1] == (
-            f"UPDATE th_meta SET value = '{version}' WHERE name = 'schema_version'"
-        )
+def test_revisions_lead_step_by_step_to_the_schema_version() -> None:
+    """One Alembic revision per version, 0001 up to the one schema.sql creates,
+    each on the one before: head is this release's schema version."""
+    scripts = ScriptDirectory(str(revisions.SCRIPTS))
+    chain = [(s.revision, s.down_revision) for s in reversed(list(scripts.walk_revisions()))]
+    versions = range(1, sql.SCHEMA_VERSION + 1)
+    assert chain == [
+        (revisions.revision_of(v), revisions.revision_of(v - 1) if v > 1 else None)
+        for v in versions
+    ]
+    assert revisions.head() == revisions.revision_of(sql.SCHEMA_VERSION) == "0003"
+    for script in scripts.walk_revisions():
+        assert callable(script.module.upgrade)
     schema = (Path(mysql.__file__).parent.parent / "schema.sql").read_text()
     assert f"('schema_version', '{sql.SCHEMA_VERSION}')" in schema
+
+
+def test_case_and_derived_table_lists() -> None:
+    assert sql.cases(2) == "WHEN %s THEN %s WHEN %s THEN %s"
+    assert sql.moves(3).count("%s") == 12 and sql.moves(3).count("UNION ALL") == 2
+    assert sql.new_rows(2).count("%s") == 14 and sql.new_rows(1).count("UNION") == 0
+    for build in (sql.cases, sql.moves, sql.new_rows):
+        with pytest.raises(ValueError):
+            build(0)
+
+
+def test_every_now_is_the_databases() -> None:
+    """No statement takes "now" from the client: the lease and heartbeat
+    statements compute it with NOW_MS."""
+    for stmt in (sql.ACQUIRABLE, sql.ACQUIRE, sql.RENEW, sql.REGISTER, sql.HEARTBEAT):
+        assert sql.NOW_MS in stmt
+    assert sql.TAKE_OVER_MEMBER.count(sql.NOW_MS) == 2
+    assert "NOW()" not in sql.NOW_MS and "UTC_TIMESTAMP(6)" in sql.NOW_MS
+
+
+# -- arm_pass: the reads of a pass over several shards, and its limit ---------------------------
+
+
+START = ShardMarks((10, TOP_ID), 1)
+
+
+def marks_of(n: int, shard: int, due: int = 20) -> list[Mark]:
+    return [(due, f"s{shard}-{i:03d}") for i in range(n)]
+
+
+def _shard(row: tuple[int, Mark]) -> int:
+    return row[0]
+
+
+def _mark(row: tuple[int, Mark]) -> Mark:
+    return row[1]
+
+
+def read(rows: dict[int, list[Mark]], limit: int) -> tuple[dict[int, list[Mark]], Frontier | None]:
+    """A read of ``rows`` (shard -> marks) as MySQL makes it: in (shard, mark)
+    order, at most ``limit + 1`` rows; split back per shard."""
+    ordered = sorted((shard, m) for shard, marks in rows.items() for m in marks)[: limit + 1]
+    per_shard, frontier = split_read(ordered, limit, _shard, _mark)
+    return {s: [m for _, m in r] for s, r in per_shard.items()}, frontier
+
+
+def test_a_read_within_its_limit_is_complete() -> None:
+    rows, frontier = read({0: marks_of(2, 0), 3: marks_of(1, 3)}, 3)
+    assert (rows, frontier) == ({0: marks_of(2, 0), 3: marks_of(1, 3)}, None)
+
+
+def test_a_cut_read_stops_at_its_last_row_and_later_shards_are_unread() -> None:
+    rows, frontier = read({0: marks_of(2, 0), 1: marks_of(3, 1), 2: marks_of(1, 2)}, 3)
+    assert rows == {0: marks_of(2, 0), 1: marks_of(1, 1)}
+    assert frontier == Frontier(1, marks_of(3, 1)[0])
+    assert (frontier.cut(0, START.armed), frontier.cut(1, START.armed)) == (
+        None,
+        marks_of(3, 1)[0],
+    )
+    assert frontier.cut(2, START.armed) == START.armed  # not reached: as if not read
+
+
+def test_a_read_cut_just_before_a_shard_has_not_reached_it() -> None:
+    rows, frontier = read({0: marks_of(2, 0), 1: marks_of(3, 1)}, 2)
+    assert rows == {0: marks_of(2, 0)}
+    assert frontier == Frontier(1, None)
+    assert frontier.cut(1, NOTHING) == NOTHING
+
+
+def _pass(
+    ranged: dict[int, list[Mark]], fresh: dict[int, list[Mark]], limit: int
+) -> PassResult[Mark]:
+    held = {shard: START for shard in range(4)}
+    ranged_by, ranged_frontier = read(ranged, limit)
+    fresh_by, fresh_frontier = read(fresh, limit)
+    reads = PassReads(ranged_by, fresh_by, ranged_frontier, fresh_frontier)
+    return plan_pass(held, reads, 100, limit, lambda m: m)
+
+
+def test_a_pass_shares_its_limit_in_shard_order() -> None:
+    result = _pass({0: marks_of(3, 0), 2: marks_of(10, 2)}, {}, 8)
+    assert result.taken == {0: marks_of(3, 0), 2: marks_of(10, 2)[:5]}
+    assert len(result) == 8
+    assert result.marks[0] == ShardMarks((100, TOP_ID), 2)  # read to the horizon
+    assert result.marks[2] == ShardMarks(marks_of(10, 2)[4], 2)  # cut: its last row taken
+
+
+def test_a_pass_over_a_quiet_table_changes_nothing() -> None:
+    result = _pass({}, {}, 50)
+    assert (result.taken, result.marks, result.settle) == ({}, {}, [])
+
+
+def test_rows_written_below_the_watermark_beyond_the_room_are_settled() -> None:
+    below = marks_of(6, 1, due=5)  # fresh: written since the last pass, past due
+    result = _pass({}, {1: below}, 2)
+    assert result.taken == {1: below[:2]}
+    assert result.settle == below[:2]
+    assert result.marks == {}  # the watermark and generation stay
+
+
+def test_a_shard_past_the_fresh_frontier_arms_nothing_this_pass() -> None:
+    # The fresh read was cut in shard 0: shard 1's fresh rows were not read, so
+    # it may arm nothing (a bump would arm them unread), ranged rows or not.
+    result = _pass({1: marks_of(1, 1)}, {0: marks_of(3, 0, due=5), 1: marks_of(1, 1, due=5)}, 2)
+    assert set(result.taken) == {0}
+    assert 1 not in result.marks

@@ -7,9 +7,10 @@ persistent and ``mandatory``; up to ``max_unconfirmed`` are in flight at once.
 
 * Ack: the task is handed to the confirmer, which deletes its row.
 * Return (unroutable) or Nack: :class:`DeliveryPolicy` decides. Retry: the
-  row is stored back unarmed and unclaimed (the confirmer does it) and is
-  claimed again after a back-off, so meanwhile it can be cancelled and holds no
-  room in memory. Dead letter (after ``publish_max_attempts`` failures or
+  row is stored back unarmed (the confirmer does it) and is armed again after
+  a back-off, so meanwhile it can be cancelled and holds no room in memory (a
+  row armed by a shard's previous owner stays armed and is retried from
+  memory). Dead letter (after ``publish_max_attempts`` failures or
   ``publish_max_age_ms``): the event is published again at once with the
   dead-letter routing key and headers saying why; its row is deleted once that
   publish is confirmed. Logged per routing key, rate-limited; counted.
@@ -241,6 +242,8 @@ class AmqpPublisher(Worker):
             budget -= self._publish_dead(channel, min(budget, _SLICE))
         tasks = self._buffer.take(min(budget, _SLICE))
         if not tasks:
+            if len(self._buffer):  # the gate held some back: the rest may go
+                self.wake()
             return
         self._publish(channel, tasks)
         if (len(self._buffer) and len(tasks) < budget) or self._dead:

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 runtime failure (database, engine, or daemon
 unreachable); 2 bad input or configuration; 3 task not found; 4 too late to
-cancel or reschedule.
+cancel or reschedule. ``db status``: 0 at head, 1 behind, 2 newer than this
+release.
 
 With ``--url`` (or ``TRIGGERHOOK_URL``), the task commands (schedule,
 reschedule, cancel, get) go to a running daemon's HTTP API through
@@ -27,7 +28,7 @@ from triggerhook import logs
 from triggerhook.cli.backends import Backend, BackendError, HttpBackend, LibraryBackend
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
 from triggerhook.domain.timeparse import parse_duration_ms
-from triggerhook.errors import ConfigError, SchemaError, TriggerHookError
+from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
 from triggerhook.settings import (
     FIELDS,
     Settings,
@@ -38,7 +39,7 @@ from triggerhook.settings import (
     render_toml,
 )
 from triggerhook.status import render as status_text
-from triggerhook.store.mysql import init_schema
+from triggerhook.store.schema import init_schema, schema_status, upgrade_schema
 from triggerhook.wiring import build, build_daemon
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
@@ -130,9 +131,14 @@ def _parser() -> argparse.ArgumentParser:
             help=_literal(f"{spec.metadata['help']} [{env_var(name)}, default {spec.default!r}]"),
         )
     sub = parser.add_subparsers(dest="command", required=True)
-    db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command")
-    db.required = True
-    db.add_parser("init", help="create the database and apply schema.sql (idempotent)")
+    _db_commands(
+        sub.add_parser(
+            "db",
+            help="database schema: init, upgrade, status",
+            description=_DB_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     config = sub.add_parser("config", help="print the documented default config file (TOML)")
     config.add_argument(
         "--format",
@@ -141,7 +147,11 @@ def _parser() -> argparse.ArgumentParser:
         help="toml: the config file; markdown: the reference (docs/configuration.md)",
     )
     run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
-    run.add_argument("--init-db", action="store_true", help="apply the schema before starting")
+    run.add_argument(
+        "--init-db",
+        action="store_true",
+        help="create or upgrade the schema first, as `db init` does (upgrades are offline)",
+    )
     sched = sub.add_parser("schedule", help="schedule one task")
     sched.add_argument("--id", help="task id (default: a new UUIDv4)")
     _due_time_arguments(sched)
@@ -158,6 +168,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print the raw JSON")
     return parser
+
+
+_DB_HELP = """\
+The schema's versions are Alembic revisions (0003 = schema version 3).
+Upgrades are offline: stop every instance first (version 2 -> 3 rewrites
+every task row). db status exits 0 at head, 1 behind (or no schema or no
+database yet), 2 if the database is newer than this release."""
+
+
+def _db_commands(parser: argparse.ArgumentParser) -> None:
+    db = parser.add_subparsers(dest="db_command")
+    db.required = True
+    db.add_parser(
+        "init",
+        help="create the database if missing, and its schema at head when it has none, "
+        "else upgrade it (idempotent)",
+    )
+    db.add_parser(
+        "upgrade",
+        help="upgrade an existing database's schema to head (offline: stop every instance "
+        "first); refused (exit 2) for a database that does not exist",
+    )
+    db.add_parser(
+        "status",
+        help="print the schema version and revision and whether it is at head "
+        "(exit 0 at head, 1 behind, 2 newer than this release)",
+    )
 
 
 def _due_time_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
         logs.configure(settings.log_level)
         return _dispatch(args, settings)
-    except (ConfigError, SchemaError) as exc:  # set-up, not an outcome of a call
+    except (ConfigError, SchemaError, InstanceNameInUse) as exc:  # set-up, not a call's outcome
         _error(str(exc))
         return EXIT_USAGE
     except TriggerHookError as exc:
@@ -197,12 +234,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         print(render_toml() if args.format == "toml" else render_reference(), end="")
         return EXIT_OK
     if args.command == "db":
-        version = init_schema(settings.database_url)
-        print(f"schema version {version} ready")
-        return EXIT_OK
+        return DB_COMMANDS[args.db_command](settings)
     if args.command == "run":
         if args.init_db:
-            init_schema(settings.database_url)
+            init_schema(settings.database_url, settings.shard_count)
         return build_daemon(settings).run()
     if args.command == "status":
         with HttpBackend(args.url or _local_url(settings), settings) as remote:
@@ -214,6 +249,35 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     backend = HttpBackend(args.url, settings) if args.url else LibraryBackend(build(settings))
     with backend:
         return TASK_COMMANDS[args.command](backend, args)
+
+
+def _db_init(settings: Settings) -> int:
+    version = init_schema(settings.database_url, settings.shard_count)
+    print(f"schema version {version} ready")
+    return EXIT_OK
+
+
+def _db_upgrade(settings: Settings) -> int:
+    version = upgrade_schema(settings.database_url, settings.shard_count)
+    print(f"schema version {version} ready")
+    return EXIT_OK
+
+
+# db status: the exit code of each state.
+_STATUS_EXIT = {"current": EXIT_OK, "behind": EXIT_FAILURE, "ahead": EXIT_USAGE}
+
+
+def _db_status(settings: Settings) -> int:
+    status = schema_status(settings.database_url)
+    print(status.describe())
+    return _STATUS_EXIT[status.state]
+
+
+DB_COMMANDS: dict[str, Callable[[Settings], int]] = {
+    "init": _db_init,
+    "upgrade": _db_upgrade,
+    "status": _db_status,
+}
 
 
 def _local_url(settings: Settings) -> str:

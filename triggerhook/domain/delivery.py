@@ -19,7 +19,7 @@ _FIRST_RETRY_MS = 100
 
 @dataclass(frozen=True, slots=True)
 class RetryLater:
-    """Store the task back, claimable again ``delay_ms`` from now."""
+    """Store the task back, to be armed again ``delay_ms`` from now."""
 
     delay_ms: int
 
@@ -62,7 +62,7 @@ class DeliveryPolicy:
         return RetryLater(self.retry_delay_ms(attempt))
 
     def exhausted(self, task: Task) -> bool:
-        """A task claimed again after its failures ran out (its dead letter
+        """A task armed again after its failures ran out (its dead letter
         failed too, or an instance stopped before sending it): it goes
         straight to the dead-letter routing key."""
         return task.attempts >= self.max_attempts

@@ -2,7 +2,7 @@
 
 Entries are plain tuples ``(fire_at_ms, seq, item)`` so that ``heapq`` (C code)
 does all comparisons; ``seq`` breaks ties in arrival order and keeps items
-themselves from ever being compared. An item is anything with a ``due_ms``.
+themselves from ever being compared. An item is anything with a ``fire_at_ms``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 class HasDue(Protocol):
     @property
-    def due_ms(self) -> int: ...
+    def fire_at_ms(self) -> int: ...
 
 
 Item = TypeVar("Item", bound=HasDue)
@@ -30,13 +30,13 @@ class DueHeap(Generic[Item]):
         return len(self._entries)
 
     def push(self, task: Item, fire_at_ms: int | None = None) -> None:
-        at = task.due_ms if fire_at_ms is None else fire_at_ms
+        at = task.fire_at_ms if fire_at_ms is None else fire_at_ms
         heapq.heappush(self._entries, (at, next(self._seq), task))
 
     def push_many(self, tasks: Iterable[Item]) -> None:
         seq = self._seq
         entries = self._entries
-        batch = [(t.due_ms, next(seq), t) for t in tasks]
+        batch = [(t.fire_at_ms, next(seq), t) for t in tasks]
         # heapify is O(n) in the whole heap: only worth it for a large batch.
         if len(batch) * 4 < len(entries):
             for entry in batch:

@@ -52,7 +52,9 @@ class Task:
     as unroutable or nacked), and ``rev`` is the revision of the stored row this
     copy was read from (0: not read from a row); neither is part of what a
     caller schedules. The event carries ``rev`` (``x-rev``), and the delete
-    after the broker's confirm removes that revision only.
+    after the broker's confirm removes that revision only. ``shard`` and
+    ``epoch`` say under which shard lease a copy in memory was armed, and
+    ``fire_ms`` when a retry of it is due.
     """
 
     id: str
@@ -61,6 +63,19 @@ class Task:
     payload: bytes = b""
     attempts: int = field(default=0, compare=False)
     rev: int = field(default=0, compare=False)
+    # Set on a copy armed by this instance: the shard the row belongs to and
+    # the epoch of this instance's lease on it when it armed the row (the
+    # copy may be published only while that lease holds).
+    shard: int = field(default=0, compare=False)
+    epoch: int = field(default=0, compare=False)
+    # The row's fire time when later than the due time: the next try of an
+    # event the broker did not take (0: none).
+    fire_ms: int = field(default=0, compare=False)
+
+    @property
+    def fire_at_ms(self) -> int:
+        """When the copy is fired: its due time, or its retry time if later."""
+        return self.due_ms if self.fire_ms <= self.due_ms else self.fire_ms
 
 
 @dataclass(frozen=True, slots=True)

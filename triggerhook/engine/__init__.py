@@ -1,19 +1,19 @@
 """The engine: one thread per job, joined by bounded in-memory stages.
 
-    Writes: plan --group commit--> store --adopt--+  (rows claimed on write)
-                                                  v
-    preloader --claims--> hold: Armer.pending or Scheduler.armed (due soon)
-    Armer.pending --arms--> Scheduler.armed --fires--> SendBuffer
-    SendBuffer --publisher--> broker --confirms--> Confirmer --deletes rows
+    Writes: plan --group commit--> store         (rows written unarmed: R6)
+    ShardKeeper --leases--> ShardTable           (R1, R2: docs/design/ownership.md)
+    Armer --arms under the leases--> Scheduler heap --fires (R4)--> SendBuffer
+    SendBuffer --publisher--> broker --confirms--> Confirmer --deletes (id, rev)
 
 :class:`~triggerhook.engine.writes.Writes` is the write path: every insert,
-reschedule and cancel the façade is asked for (one group committer per kind);
-rows it claims on insert enter memory through the preloader's ``hold``.
+reschedule and cancel the façade is asked for (one group committer per kind).
+A row enters memory only when the owner of its shard arms it.
 
-Ownership: each heap belongs to the thread named with it and is touched by
-other threads only through its locked ``push_*`` methods; the
+Ownership: the shard table is written by the keeper's thread alone; each heap
+belongs to the thread named with it and is touched by other threads only
+through its locked ``push_*`` methods; the
 :class:`~triggerhook.engine.inventory.Inventory` counts every task held in
-memory, from claim until its row is deleted or released.
+memory, from arming until its row is deleted or its copy dropped.
 
 Where it sits (imports point down; tests/unit/test_layers.py checks it):
 

@@ -1,59 +1,122 @@
-"""The armer thread: commits claimed tasks to firing shortly before they are due.
+"""The armer thread: loads soon-due tasks into memory by arming them (R3).
 
-Arming is the point of no return for cancel (see ``store/sql.py``). Doing it
-``arm_ahead_ms`` early keeps the database off the precise firing path.
+Arming is the point of no return for cancel, and the one pass that loads
+tasks: every ``arm_interval_ms`` (or when woken by an insert into a shard this
+instance owns) it arms, under the leases it holds, the rows due within
+``arm_ahead_ms`` — one write per shard, none per task — and hands them to the
+scheduler. Doing it ``arm_ahead_ms`` early keeps the database off the precise
+firing path. After an acquisition it first reads the shard's inherited rows
+(armed by an earlier owner, perhaps never published): they fire again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
+from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
-from triggerhook.engine.timed import TimedWorker
+from triggerhook.engine.shards import ShardTable
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import Claim, Clock, TaskStore
-from triggerhook.runtime.worker import FailureHandler
+from triggerhook.interfaces import Clock, TaskStore
+from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 
 
-class Armer(TimedWorker[Claim]):
+class Armer(Worker):
+    """A full pass (as many rows as it had room for) means more may be due:
+    the next pass starts at once; otherwise it waits ``interval_ms``."""
+
     def __init__(
         self,
         clock: Clock,
         store: TaskStore,
         instance: str,
+        shards: ShardTable,
         inventory: Inventory,
         scheduler: Scheduler,
+        *,
         arm_ahead_ms: int,
-        batch_limit: int,
+        interval_ms: int,
+        batch_size: int,
         on_failure: FailureHandler,
     ) -> None:
-        super().__init__("th-armer", clock, batch_limit, on_failure)
-        self.lead_ms = arm_ahead_ms
+        super().__init__("th-armer", on_failure)
+        self._clock = clock
         self._store = store
         self._instance = instance
+        self._shards = shards
         self._inventory = inventory
         self._scheduler = scheduler
-        self.armed = 0
-        self.dropped = 0
+        self._ahead_ms = arm_ahead_ms
+        self._interval_s = interval_ms / 1000.0
+        self._batch_size = batch_size
+        self._wakeup = threading.Event()
+        self.armed = 0  # tasks taken into memory (armed here or inherited)
+        self.inherited = 0
+        self.settled = 0  # armed by a write of their own row (rare: see ArmPlan)
+        self.beat_s = time.monotonic()
 
-    def handle(self, tasks: list[Claim], now_ms: float) -> None:
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def run(self) -> None:
+        while not self.stopping:
+            self.beat_s = time.monotonic()
+            try:
+                more = self.step(self._clock.now_ms())
+            except TransientError as exc:
+                self.back_off(exc, "arming tasks")
+                continue
+            self.succeeded("arming tasks")
+            if not more:
+                self._wakeup.wait(self._interval_s)
+                self._wakeup.clear()
+
+    def step(self, now_ms: float) -> bool:
+        """One pass; True when it filled the room it had (more may be due)."""
+        limit = self._inventory.reserve(self._batch_size)
+        if limit == 0:
+            return False
         try:
-            armed = self._store.arm(self._instance, tasks)
-        except TransientError as exc:
-            # Not armed, so not fired: they wait (late) rather than risk
-            # firing a task that was cancelled meanwhile.
-            self.push_many(tasks)
-            self.back_off(exc, "arming tasks")
-            return
-        self.succeeded("arming tasks")
-        self.armed += len(armed)
-        if len(armed) != len(tasks):
-            kept = {id(c) for c in armed}  # the store returns the objects it was given
-            gone = [c for c in tasks if id(c) not in kept]
-            self.dropped += len(gone)
-            log.debug("dropping %d cancelled, re-created or taken-over tasks", len(gone))
-            self._inventory.drop(gone)
-        self._scheduler.push_many([c.task for c in armed])
+            taken = self._read_inherited(limit)
+            if len(taken) < limit:
+                taken += self._arm(int(now_ms) + self._ahead_ms, limit - len(taken))
+        except BaseException:
+            self._inventory.release(limit)
+            raise
+        fresh = self._inventory.admit(taken, limit)
+        self.armed += len(fresh)
+        self._scheduler.push_many(fresh)
+        return len(taken) == limit
+
+    def _arm(self, horizon_ms: int, limit: int) -> list[Task]:
+        leases = self._shards.for_arming()
+        if not leases:
+            return []
+        armed = self._store.arm(self._instance, leases, horizon_ms, limit)
+        if armed.lost:
+            self._shards.drop(armed.lost)
+        self.settled += armed.settled
+        return armed.tasks
+
+    def _read_inherited(self, limit: int) -> list[Task]:
+        out: list[Task] = []
+        for acquired, after in self._shards.inherited_to_read():
+            room = limit - len(out)
+            if room <= 0:
+                break
+            tasks, last = self._store.inherited(acquired, after, room)
+            self._shards.inherited_read(acquired.lease, last or after, len(tasks) < room)
+            if tasks:
+                log.info(
+                    "firing %d tasks armed by the shard's previous owner",
+                    len(tasks),
+                    extra={"shard": acquired.lease.shard},
+                )
+            self.inherited += len(tasks)
+            out += tasks
+        return out

@@ -2,9 +2,11 @@
 
 * Confirmed by the broker: the row is deleted (at-least-once: only after the
   confirm).
-* Not taken by the broker and to be tried again: the row is deferred — disarmed,
-  unclaimed and claimable again after a back-off (see ``TaskStore.defer``) — and
-  leaves this instance's memory, so it blocks neither cancel nor claiming.
+* Not taken by the broker and to be tried again (R8): the row is deferred —
+  rewritten unarmed, to be armed again after a back-off (``TaskStore.defer``) —
+  and leaves this instance's memory, so it can be cancelled meanwhile and holds
+  no room; a row armed by an earlier owner (inherited) stays armed and is
+  retried from memory instead.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
+from triggerhook.engine.scheduler import Scheduler
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import Deferral, TaskStore
+from triggerhook.interfaces import DeferOutcome, Deferral, TaskStore
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,7 @@ class Confirmer(Worker):
         self,
         store: TaskStore,
         inventory: Inventory,
+        scheduler: Scheduler,
         instance: str,
         batch_size: int,
         max_delay_ms: int,
@@ -46,6 +51,7 @@ class Confirmer(Worker):
         super().__init__("th-confirmer", on_failure)
         self._store = store
         self._inventory = inventory
+        self._scheduler = scheduler
         self._instance = instance
         self._batch_size = batch_size
         self._max_delay_s = max_delay_ms / 1000.0
@@ -65,7 +71,7 @@ class Confirmer(Worker):
 
     def defer(self, task: Task, not_before_ms: int) -> None:
         """Called by the publisher thread: ``task`` was not delivered; store it
-        back, claimable from ``not_before_ms``."""
+        back, to fire again from ``not_before_ms``."""
         with self._cond:
             self._deferred.append((task, not_before_ms))
             self._cond.notify()
@@ -122,14 +128,13 @@ class Confirmer(Worker):
         self._inventory.forget(fired)
 
     def _defer(self, deferred: list[tuple[Task, int]]) -> None:
-        held = []
-        rows = []
-        for task, not_before_ms in deferred:
-            rev = self._inventory.rev_of(task.id)
-            if rev is None:  # dropped meanwhile (taken over): not ours to move
+        rows = [Deferral(task, not_before_ms) for task, not_before_ms in deferred]
+        outcomes = self._store.defer(self._instance, rows)
+        for row, outcome in zip(rows, outcomes, strict=True):
+            task = row.task
+            if outcome is DeferOutcome.INHERITED:  # stays armed and held: retried from here
+                retry = replace(task, attempts=task.attempts + 1, fire_ms=row.not_before_ms)
+                self._scheduler.push_many([retry])
                 continue
-            held.append((task.id, rev))
-            rows.append(Deferral(task.id, rev, not_before_ms))
-        if rows:
-            self.deferred += self._store.defer(self._instance, rows)
-        self._inventory.forget(held)
+            self.deferred += outcome is DeferOutcome.DEFERRED
+            self._inventory.forget([(task.id, task.rev)])

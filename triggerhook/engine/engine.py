@@ -1,9 +1,18 @@
-"""The engine: builds the threads, starts them, stops them gracefully."""
+"""The engine: builds the threads, starts them, stops them gracefully.
+
+Threads and what each owns: ``th-shards`` (:class:`ShardKeeper`) writes the
+:class:`ShardTable`; ``th-armer`` arms tasks into the :class:`Inventory` and
+the scheduler's heap; ``th-scheduler`` moves due tasks into the send buffer;
+the publisher's thread publishes them; ``th-confirmer`` deletes confirmed rows
+and defers undelivered ones; the group committers write what callers ask.
+"""
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import socket
 import sys
 import threading
 import time
@@ -14,11 +23,10 @@ from triggerhook.domain.task import Task
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
-from triggerhook.engine.preloader import Preloader
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
+from triggerhook.engine.shards import KeeperConfig, ShardKeeper, ShardTable
 from triggerhook.engine.writes import WriteLimits, Writes
-from triggerhook.errors import TransientError, TriggerHookError
 from triggerhook.interfaces import (
     Clock,
     ConfirmSink,
@@ -26,8 +34,8 @@ from triggerhook.interfaces import (
     EventPublisher,
     RetryHandler,
     TaskStore,
+    new_rev,
 )
-from triggerhook.retry import Backoff
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -44,11 +52,13 @@ class EngineConfig:
     instance: str
     max_tasks_in_memory: int
     send_buffer_size: int
-    preload_window_ms: int
     arm_ahead_ms: int
-    claim_lease_ms: int
-    claim_batch_size: int
-    poll_interval_ms: int
+    arm_interval_ms: int
+    arm_batch_size: int
+    shard_lease_ms: int
+    # A lease counts as lapsed this long before its end by this instance's
+    # clock (at least the clock's uncertainty bound).
+    lease_margin_ms: int
     confirm_batch_size: int
     confirm_max_delay_ms: int
     schedule_batch_size: int
@@ -74,21 +84,37 @@ class Engine:
         self._failure: tuple[str, BaseException] | None = None
         self.failed = threading.Event()
         self.inventory = Inventory(config.max_tasks_in_memory)
+        self.shards = ShardTable(clock, config.lease_margin_ms)
         self.buffer = SendBuffer(config.send_buffer_size)
-        self.scheduler = Scheduler(clock, self.buffer, config.send_buffer_size, self._fail)
+        self.scheduler = Scheduler(
+            clock, self.buffer, self.shards, self.inventory, config.send_buffer_size, self._fail
+        )
         self.armer = Armer(
             clock,
             store,
             instance,
+            self.shards,
             self.inventory,
             self.scheduler,
-            config.arm_ahead_ms,
-            config.claim_batch_size,
+            arm_ahead_ms=config.arm_ahead_ms,
+            interval_ms=config.arm_interval_ms,
+            batch_size=config.arm_batch_size,
+            on_failure=self._fail,
+        )
+        self.token = new_rev()  # this process's hold on the instance name (R1)
+        self.keeper = ShardKeeper(
+            KeeperConfig(instance, self.token, config.shard_lease_ms),
+            store,
+            clock,
+            self.shards,
+            self.inventory.in_shard,
+            self.armer.wake,
             self._fail,
         )
         self.confirmer = Confirmer(
             store,
             self.inventory,
+            self.scheduler,
             instance,
             config.confirm_batch_size,
             config.confirm_max_delay_ms,
@@ -97,30 +123,14 @@ class Engine:
         self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
         self.buffer.on_put = self.publisher.wake
         self.buffer.on_room = self.scheduler.wake
-        self.preloader = Preloader(
-            clock,
-            store,
-            instance,
-            self.inventory,
-            self.armer,
-            self.scheduler,
-            window_ms=config.preload_window_ms,
-            arm_ahead_ms=config.arm_ahead_ms,
-            lease_ms=config.claim_lease_ms,
-            batch_size=config.claim_batch_size,
-            poll_interval_ms=config.poll_interval_ms,
-            on_failure=self._fail,
-        )
+        self.buffer.gate = lambda tasks: self.scheduler.screen(tasks, clock.now_ms())
         limits = WriteLimits(
-            instance,
-            config.claim_lease_ms,
-            config.preload_window_ms,
-            config.arm_ahead_ms,
+            config.arm_ahead_ms + config.arm_interval_ms,
             config.schedule_batch_size,
             config.commit_queue_max,
         )
         self.writes = Writes(
-            store, clock, self.inventory, self.preloader, limits, lambda: self.running, self._fail
+            store, clock, self.shards, self.armer.wake, limits, lambda: self.running, self._fail
         )
         self._running = False
         self.publish_retries = 0  # the publisher's thread only
@@ -140,11 +150,10 @@ class Engine:
             # takes to walk the live objects; leave out those that exist at
             # start (modules, configuration, the caller's data) for good.
             gc.freeze()
-        # A previous run under this instance id (crashed or killed) may have
-        # left claims: take them back at once instead of waiting for the lease.
-        released = self._store.release_claims(self.instance)
-        if released:
-            log.info("released %d claims left by a previous run of this instance", released)
+        # R1: refuses (InstanceNameInUse) while a live process holds the name.
+        self._store.register(
+            self.instance, self.token, socket.gethostname(), os.getpid(), self.config.shard_lease_ms
+        )
         for worker in self._workers():
             worker.start()
         self.writes.start()
@@ -153,25 +162,26 @@ class Engine:
 
     def _workers(self) -> list[Worker | EventPublisher]:
         # Downstream first, so nothing is handed to a stage that is not running.
-        return [self.confirmer, self.publisher, self.scheduler, self.armer, self.preloader]
+        return [self.confirmer, self.publisher, self.scheduler, self.armer, self.keeper]
 
     def alive(self) -> bool:
         """Every thread of a running engine is alive (a wedged one is not seen here)."""
         return self.running and all(w.is_alive() for w in self._workers())
 
     def responsive(self, max_silence_s: float) -> bool:
-        """Alive, and the timed threads (scheduler, armer) went round their loops
+        """Alive, and the looping threads (scheduler, armer) went round their loops
         within ``max_silence_s``: not wedged."""
         now_s = time.monotonic()
         beats = (self.scheduler.beat_s, self.armer.beat_s)
         return self.alive() and all(now_s - beat <= max_silence_s for beat in beats)
 
     def stop(self, timeout_s: float | None = None) -> bool:
-        """Graceful stop; True when everything due was published and confirmed.
+        """Graceful stop; True when everything armed was published and confirmed.
 
-        Order: stop claiming and scheduling, stop arming (claimed tasks are
-        released), fire what is armed, wait for the broker's confirms, delete
-        the confirmed rows, release every remaining claim.
+        Order: stop writing and arming, fire what is armed and due soon, wait
+        for the broker's confirms, delete the confirmed rows, then release the
+        shards and the instance name. Leases are renewed until then; what is
+        left armed (due later, or unconfirmed) the shards' next owners inherit.
         """
         if not self._running:
             return True
@@ -179,10 +189,8 @@ class Engine:
         timeout = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         self.writes.stop()
-        self.preloader.stop()
         self.armer.stop()
         self.writes.join(_left(deadline))
-        self.preloader.join(_left(deadline))
         self.armer.join(_left(deadline))
         self.scheduler.drain_until(self._clock.now_ms() + self.config.arm_ahead_ms)
         self.scheduler.join(_left(deadline))
@@ -190,26 +198,12 @@ class Engine:
         clean = self.publisher.join(_left(deadline) + 1.0)
         self.confirmer.stop(deadline)
         self.confirmer.join(_left(deadline) + 1.0)
+        self.keeper.stop()
+        self.keeper.join(_left(deadline) + 1.0)
         left = len(self.buffer) + self.confirmer.pending() + len(self.scheduler)
-        self._release_claims()
+        self.keeper.finish()
         log.info("engine stopped", extra={"instance": self.instance, "unpublished": left})
         return clean and left == 0 and not self.failed.is_set()
-
-    def _release_claims(self) -> None:
-        backoff = Backoff(max_s=1.0)
-        for _ in range(5):
-            try:
-                released = self._store.release_claims(self.instance)
-            except TransientError as exc:
-                log.warning("releasing claims failed: %s", exc)
-                threading.Event().wait(backoff.next_delay_s())
-                continue
-            except TriggerHookError as exc:
-                log.error("cannot release claims: %s", exc)
-                break
-            log.info("released %d claims", released)
-            return
-        log.error("claims not released; they expire after claim_lease_ms")
 
     # -- failures and retries --------------------------------------------------
 
@@ -227,18 +221,20 @@ class Engine:
 
     def _retry(self, task: Task, delay_ms: int) -> None:
         """An unroutable or nacked event: its row goes back to the store, unarmed
-        and out of memory, to be claimed and fired again after ``delay_ms``
+        and out of memory, to be armed and fired again after ``delay_ms``
         (the publisher decided; it also logs, rate-limited)."""
         self.publish_retries += 1
         self.confirmer.defer(task, int(self._clock.now_ms()) + delay_ms)
 
     def counters(self) -> dict[str, int]:
         """Totals since start, for metrics (the metrics thread takes differences)."""
-        db_errors = sum(w.transient_errors for w in (self.preloader, self.armer, self.confirmer))
+        db_errors = sum(w.transient_errors for w in (self.keeper, self.armer, self.confirmer))
         db_errors += self.writes.failed_writes()
         return {
             **self.writes.counters(),
-            "claimed": self.preloader.claimed,
+            "armed": self.armer.armed,
+            "inherited": self.armer.inherited,
+            "shards_lost": self.shards.lost,
             "fired": self.scheduler.fired,
             "deleted": self.confirmer.deleted,
             "publish_retries": self.publish_retries,
@@ -253,11 +249,11 @@ class Engine:
     def stats(self) -> EngineStats:
         return EngineStats(
             in_memory=len(self.inventory),
-            pending_arm=len(self.armer),
+            shards=len(self.shards),
             armed=len(self.scheduler),
             send_buffer=len(self.buffer),
             unconfirmed=self.publisher.unconfirmed(),
-            claimed=self.preloader.claimed,
+            members=self.keeper.members,
             fired=self.scheduler.fired,
             deleted=self.confirmer.deleted,
         )

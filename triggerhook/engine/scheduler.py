@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 
 from triggerhook.domain.task import Task
+from triggerhook.engine.inventory import Inventory
+from triggerhook.engine.shards import ShardTable, Verdict
 from triggerhook.engine.timed import TimedWorker
 from triggerhook.interfaces import Clock, FiredSink
 from triggerhook.runtime.worker import FailureHandler
@@ -13,6 +15,8 @@ log = logging.getLogger(__name__)
 
 # While the clock is not bounded, look again this often.
 _UNBOUNDED_RECHECK_S = 0.1
+# A copy whose lease may have lapsed is looked at again this much later.
+_LAPSED_RECHECK_MS = 100
 
 
 class Scheduler(TimedWorker[Task]):
@@ -21,17 +25,29 @@ class Scheduler(TimedWorker[Task]):
     Fire times are integer milliseconds and the clock is fractional, so a task
     due at ``t`` leaves no earlier than ``t.000``: its ``x-fired-ms`` is >= ``t``.
     While the clock is not :meth:`~triggerhook.interfaces.Clock.bounded` (the
-    database's time is not known well enough) nothing is fired.
+    database's time is not known well enough) nothing is fired; nor is a copy
+    whose shard lease may have lapsed (it waits), and a copy whose shard was
+    lost is dropped (R4).
     """
 
     lead_ms = 0
 
     def __init__(
-        self, clock: Clock, sink: FiredSink, batch_limit: int, on_failure: FailureHandler
+        self,
+        clock: Clock,
+        sink: FiredSink,
+        shards: ShardTable,
+        inventory: Inventory,
+        batch_limit: int,
+        on_failure: FailureHandler,
     ) -> None:
         super().__init__("th-scheduler", clock, batch_limit, on_failure)
         self._sink = sink
+        self._shards = shards
+        self._inventory = inventory
         self.fired = 0
+        self.dropped = 0  # copies of lost shards
+        self.held_back = 0  # times a copy waited for its lease
         self.holding = False  # fired nothing: the clock was not bounded
 
     def poll(self, now_ms: float) -> tuple[list[Task], float | None]:
@@ -49,5 +65,25 @@ class Scheduler(TimedWorker[Task]):
         return self._sink.room()
 
     def handle(self, tasks: list[Task], now_ms: float) -> None:
-        self.fired += len(tasks)
-        self._sink.put_many(tasks)
+        fire = self.screen(tasks, now_ms)
+        self.fired += len(fire)
+        self._sink.put_many(fire)
+
+    def screen(self, tasks: list[Task], now_ms: float) -> list[Task]:
+        """R4 for copies about to fire or be published (also as they leave
+        the send buffer, which a broker outage can make them wait in): those
+        whose lease holds; those whose lease may have lapsed wait in the heap,
+        those of lost shards are dropped. Thread-safe."""
+        verdicts = self._shards.verdicts(tasks)
+        if all(v is Verdict.FIRE for v in verdicts):
+            return tasks
+        pairs = list(zip(tasks, verdicts, strict=True))
+        wait = [t for t, v in pairs if v is Verdict.WAIT]
+        drop = [t for t, v in pairs if v is Verdict.DROP]
+        if wait:
+            self.held_back += len(wait)
+            self.push_at(wait, int(now_ms) + _LAPSED_RECHECK_MS)
+        if drop:
+            self.dropped += len(drop)
+            self._inventory.forget((t.id, t.rev) for t in drop)
+        return [t for t, v in pairs if v is Verdict.FIRE]

@@ -13,9 +13,15 @@ def _nothing() -> None:
     pass
 
 
+def _everything(tasks: list[Task]) -> list[Task]:
+    return tasks
+
+
 class SendBuffer:
     """Thread-safe FIFO of fired tasks. ``on_put`` wakes the publisher after a put;
-    ``on_room`` wakes the scheduler when a full buffer gets room again."""
+    ``on_room`` wakes the scheduler when a full buffer gets room again; ``gate``
+    screens what :meth:`take` hands out (the engine's lease check: a task
+    that waited here through a broker outage may no longer be ours to send)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -23,6 +29,7 @@ class SendBuffer:
         self._lock = threading.Lock()
         self.on_put: Callable[[], None] = _nothing
         self.on_room: Callable[[], None] = _nothing
+        self.gate: Callable[[list[Task]], list[Task]] = _everything
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -41,6 +48,8 @@ class SendBuffer:
             self._tasks.extendleft(reversed(tasks))
 
     def take(self, limit: int) -> list[Task]:
+        """Up to ``limit`` tasks, oldest first, as the gate lets them through
+        (fewer, possibly none, while more are buffered)."""
         with self._lock:
             was_full = len(self._tasks) >= self.capacity
             count = min(limit, len(self._tasks))
@@ -48,4 +57,4 @@ class SendBuffer:
             out = [popleft() for _ in range(count)]
         if was_full and out:
             self.on_room()
-        return out
+        return self.gate(out) if out else out

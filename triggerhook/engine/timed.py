@@ -52,6 +52,18 @@ class TimedWorker(Worker, Generic[Item]):
             if head is None or self._heap.next_fire_ms() != head:
                 self._cond.notify()
 
+    def push_at(self, tasks: Sequence[Item], at_ms: int) -> None:
+        """Add tasks to be handled at ``at_ms`` rather than by their due time
+        (a retry, or a copy held back)."""
+        if not tasks:
+            return
+        with self._cond:
+            head = self._heap.next_fire_ms()
+            for task in tasks:
+                self._heap.push(task, at_ms)
+            if head is None or self._heap.next_fire_ms() != head:
+                self._cond.notify()
+
     def wake(self) -> None:
         with self._cond:
             self._cond.notify()

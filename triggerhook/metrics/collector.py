@@ -77,7 +77,8 @@ class Collector:
         stats = self._engine.stats()
         gauges: dict[str, Field] = {
             "in_memory": stats.in_memory,
-            "pending_arm": stats.pending_arm,
+            "shards": stats.shards,
+            "members": stats.members,
             "heap": stats.armed,
             "send_buffer": stats.send_buffer,
             "unconfirmed": stats.unconfirmed,

@@ -1,36 +1,75 @@
-"""The MySQL/MariaDB task store (implements :class:`triggerhook.interfaces.TaskStore`)."""
+"""The MySQL/MariaDB task store (implements :class:`triggerhook.interfaces.TaskStore`).
+
+The protocol is ``docs/design/ownership.md`` (rules R1-R10), the SQL is in
+``store/sql.py``, and what a pass arms is decided by ``domain/arming.py``
+through ``store/arm_pass.py`` (the memory store applies the same functions).
+Every "now" is the server's, computed in the statement (:data:`sql.NOW_MS`).
+
+Locks: a transaction that writes for a shard locks the shard row first, in
+shard order: arming exclusively (R3), insert, cancel, reschedule and the
+rewrite of a returned event in shared mode (R6-R8), each with one statement
+that takes all its shard locks before anything else; task rows are locked
+after. So one arming pass of a shard and any of those happen one entirely
+before the other, and no two of them wait for each other in a cycle (the
+contract suite races them over many rows: tests/contract/test_mysql_store.py).
+
+Round trips (each statement is one; a transaction adds its COMMIT):
+
+* insert: 1 (one autocommit statement, when no id exists and the batch fits
+  one statement), else lock, insert per chunk (and a look at the ids that
+  exist), commit;
+* arm: 1 after a pass that armed nothing, if it again finds nothing (one
+  unlocked read); else lock, read, commit (3), plus the marks (4) and, rarely,
+  the settled rows (store/arm_pass.py);
+* cancel, reschedule and defer: 4 (lock shards, lock rows, write, commit);
+* delete_fired: 1 per 2,000 rows; renew 2; release 1; acquire 3.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from importlib import resources
-from typing import Any
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import pymysql
 
+from triggerhook.domain.arming import (
+    BOTTOM,
+    TOP_ID,
+    Mark,
+    ShardMarks,
+    arm_horizon,
+    is_armed,
+    is_inherited,
+    shard_of,
+)
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
-from triggerhook.errors import ConflictError, SchemaError, StoreError
+from triggerhook.errors import ConflictError, InstanceNameInUse, SchemaError, StoreError
 from triggerhook.interfaces import (
-    Claim,
-    ClaimMode,
+    Acquired,
+    Armed,
+    DeferOutcome,
     Deferral,
     InsertOutcome,
+    Lease,
     Move,
     Moved,
     NewRow,
 )
 from triggerhook.store import sql
+from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
 from triggerhook.store.connection import (
     ConnectionPool,
     Cursor,
     connect_params,
     database_name,
     is_duplicate_key,
-    open_connection,
-    translate,
 )
-from triggerhook.store.migrations import MIGRATIONS
+from triggerhook.store.schema import init_schema, read_shard_count, read_version
+
+# init_schema lives in store/schema.py; it is imported from here too, as before.
+__all__ = ["MySQLStore", "init_schema"]
 
 log = logging.getLogger(__name__)
 
@@ -39,62 +78,105 @@ log = logging.getLogger(__name__)
 _INSERT_CHUNK_ROWS = 2000
 _INSERT_CHUNK_BYTES = 4 * 1024 * 1024
 _IN_LIST_CHUNK = 2000
-_RENEW_CHUNK = 500
 _DUPLICATE_RETRIES = 3
-_DUPLICATE_COLUMN = 1060  # ER_DUP_FIELDNAME
+_REGISTER_TRIES = 3
 
 Row = tuple[Any, ...]
 
 
-def init_schema(url: str) -> int:
-    """Create the database if missing and apply ``schema.sql``; returns the version."""
-    name = database_name(url)
-    server = open_connection(connect_params(url, with_database=False))
-    try:
-        with server.cursor() as cur:
-            cur.execute(sql.CREATE_DATABASE.format(name=name.replace("`", "``")))
-            cur.execute(f"USE `{name.replace('`', '``')}`")
-            for statement in _schema_statements():
-                cur.execute(statement)
-            server.commit()
-            return _migrate(cur)
-    except pymysql.err.MySQLError as exc:
-        raise translate(exc, name) from exc
-    finally:
-        server.close()
+class TaskRow(NamedTuple):
+    """A th_tasks row as sql.TASK_COLUMNS reads it."""
+
+    id: str
+    due_ms: int
+    routing_key: str | None
+    payload: bytes | None
+    rev: int
+    attempts: int
+    shard: int
+    fire_ms: int
+    gen: int
+
+    @property
+    def mark(self) -> Mark:
+        return (self.fire_ms, self.id)
 
 
-def _schema_statements() -> list[str]:
-    text = resources.files("triggerhook").joinpath("schema.sql").read_text("utf-8")
-    blocks = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
-    return [b.strip() for b in blocks.split("\n;") if b.strip()]
+class ShardRow(NamedTuple):
+    """A th_shards row as sql.SHARD_COLUMNS reads it."""
+
+    shard: int
+    owner: str | None
+    epoch: int
+    armed_ms: int
+    armed_id: str
+    arm_gen: int
+    took_ms: int
+    took_id: str
+    took_gen: int
+    lease_until_ms: int
+
+    @property
+    def marks(self) -> ShardMarks:
+        return ShardMarks((self.armed_ms, self.armed_id), self.arm_gen)
+
+    @property
+    def took(self) -> ShardMarks:
+        return ShardMarks((self.took_ms, self.took_id), self.took_gen)
+
+    def held_by(self, instance: str, epoch: int) -> bool:
+        return self.owner == instance and self.epoch == epoch
 
 
-def _migrate(cur: Cursor) -> int:
-    """Upgrade a database made by an older version, one version at a time."""
-    version = _read_version(cur)
-    while version < sql.SCHEMA_VERSION:
-        version += 1
-        log.info("migrating the schema to version %d", version)
-        for statement in MIGRATIONS[version]:
-            try:
-                cur.execute(statement)
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != _DUPLICATE_COLUMN:  # an interrupted run added it
-                    raise
-        cur.connection.commit()
-    return _read_version(cur)
+def _schema_hint(version: int) -> str:
+    if version == 0:
+        return "run `triggerhook db init`"
+    if version < sql.SCHEMA_VERSION:
+        return "stop every instance, then run `triggerhook db upgrade`"
+    return "this release is older than the database: run the release that upgraded it"
 
 
-def _read_version(cur: Cursor) -> int:
-    cur.execute(sql.READ_SCHEMA_VERSION)
-    row = cur.fetchone()
-    return int(row[0]) if row else 0
+def _mark(row: TaskRow) -> Mark:
+    return row.mark
+
+
+def _shard(row: TaskRow) -> int:
+    return row.shard
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _pairs(leases: Iterable[Lease]) -> list[int]:
+    return [value for lease in leases for value in (lease.shard, lease.epoch)]
+
+
+def arm_reads(held: dict[int, ShardMarks], horizon_ms: int, limit: int) -> tuple[str, list[Any]]:
+    """The statement of a pass's two reads (sql.ARM_READS) and its values."""
+    ranged: list[str] = []
+    ranged_params: list[Any] = []
+    fresh: list[str] = []
+    fresh_params: list[Any] = []
+    for shard in sorted(held):
+        marks = held[shard]
+        (armed_ms, armed_id), gen = marks.armed, marks.gen
+        ranged.append(sql.ARM_RANGED_SHARD)
+        ranged_params += (shard, armed_ms, arm_horizon(horizon_ms, marks))
+        if armed_id == TOP_ID:  # no id sorts after '~': no tie above, all of it below
+            fresh.append(sql.ARM_FRESH_UPTO)
+            fresh_params += (shard, gen, armed_ms)
+            continue
+        ranged.append(sql.ARM_RANGED_TIE)
+        ranged_params += (shard, armed_ms, armed_id)
+        if marks.armed != BOTTOM:  # nothing is at or below the bottom
+            fresh += (sql.ARM_FRESH_BELOW, sql.ARM_FRESH_TIE)
+            fresh_params += (shard, gen, armed_ms, shard, gen, armed_ms, armed_id)
+    statement = sql.ARM_READS.format(
+        ranged=" OR ".join(ranged), fresh=" OR ".join(fresh) or "FALSE"
+    )
+    return statement, [*ranged_params, limit + 1, *fresh_params, limit + 1]
 
 
 class MySQLStore:
@@ -106,62 +188,124 @@ class MySQLStore:
         default_routing_key: str,
         pool_size: int = 16,
         idle_transaction_timeout_s: int = 0,
+        pool_recycle_s: int = 3600,
+        pool_ping_idle_s: int = 2,
     ) -> None:
         self._database = database_name(url)
+        params = connect_params(url)
         self._pool = ConnectionPool(
-            connect_params(url), pool_size, idle_transaction_timeout_s=idle_transaction_timeout_s
+            params,
+            pool_size,
+            idle_transaction_timeout_s=idle_transaction_timeout_s,
+            recycle_s=pool_recycle_s,
+            ping_idle_s=pool_ping_idle_s,
         )
-        self._autocommit_pool = ConnectionPool(connect_params(url), pool_size, autocommit=True)
+        self._autocommit_pool = ConnectionPool(
+            params,
+            pool_size,
+            autocommit=True,
+            recycle_s=pool_recycle_s,
+            ping_idle_s=pool_ping_idle_s,
+        )
         self._default_routing_key = default_routing_key
+        self._shard_count: int | None = None
+        # The armer thread's hints (see _nothing_to_arm): the marks each lease's
+        # shard had after the last locked pass, and whether it armed nothing.
+        self._arm_cache: dict[int, tuple[int, ShardMarks]] = {}
+        self._probe_next = False
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the database holds the current schema version."""
-        with self._pool.transaction() as cur:
-            version = _read_version(cur)
+        with self._autocommit_pool.transaction() as cur:
+            version = read_version(cur)
         if version != sql.SCHEMA_VERSION:
             raise SchemaError(
                 f"database {self._database!r} has schema version {version}, "
-                f"expected {sql.SCHEMA_VERSION}: run `triggerhook db init`"
+                f"expected {sql.SCHEMA_VERSION}: {_schema_hint(version)}"
             )
 
-    # -- rows <-> tasks -------------------------------------------------------
+    def shard_count(self) -> int:
+        """Read once from th_meta: it never changes while an instance runs."""
+        if self._shard_count is None:
+            with self._autocommit_pool.transaction() as cur:
+                count = read_shard_count(cur)
+            if count is None:
+                raise SchemaError(
+                    f"database {self._database!r} has no shard count: run `triggerhook db init`"
+                )
+            self._shard_count = count
+        return self._shard_count
 
-    def _task(self, row: Row, attempts: int = 0, rev: int = 0) -> Task:
+    def _shard(self, task_id: str) -> int | None:
+        """The id's shard; None for an id no row can have (not ASCII)."""
+        try:
+            return shard_of(task_id, self.shard_count())
+        except UnicodeEncodeError:
+            return None
+
+    def _shards_of(self, task_ids: Sequence[str]) -> dict[str, int]:
+        """Each distinct id that a row can have, with its shard, in order."""
+        found: dict[str, int] = {}
+        for tid in task_ids:
+            shard = self._shard(tid)
+            if shard is not None:
+                found[tid] = shard
+        return found
+
+    def _task(self, row: TaskRow, epoch: int = 0) -> Task:
         return Task(
-            row[0], row[1], row[2] or self._default_routing_key, row[3] or b"", attempts, rev
+            row.id,
+            row.due_ms,
+            row.routing_key or self._default_routing_key,
+            bytes(row.payload or b""),
+            row.attempts,
+            row.rev,
+            row.shard,
+            epoch,
+            row.fire_ms,
         )
+
+    def _content(self, row: Row) -> Task:
+        """A task as get and the duplicate check compare it (no attempts, rev)."""
+        return Task(row[0], row[1], row[2] or self._default_routing_key, bytes(row[3] or b""))
+
+    # -- shard and task row locks ---------------------------------------------------
 
     @staticmethod
-    def _insert_params(row: NewRow, instance: str, lease_until_ms: int) -> Row:
-        task = row.task
-        claimed = row.claim is not ClaimMode.NONE
-        return (
-            task.id,
-            task.due_ms,
-            task.routing_key,
-            task.payload or None,
-            instance if claimed else None,
-            lease_until_ms if claimed else 0,
-            1 if row.claim is ClaimMode.ARM else 0,
-            row.rev,
-        )
+    def _lock_shards(cur: Cursor, shards: Iterable[int], statement: str) -> dict[int, ShardRow]:
+        ordered = sorted(set(shards))
+        if not ordered:
+            return {}
+        cur.execute(statement.format(shards=sql.placeholders(len(ordered))), ordered)
+        return {int(r[0]): ShardRow(*r) for r in cur.fetchall()}
 
-    # -- scheduling -----------------------------------------------------------
+    def _lock_shared(self, cur: Cursor, shards: Iterable[int]) -> dict[int, ShardRow]:
+        return self._lock_shards(cur, shards, sql.LOCK_SHARDS_SHARED)
 
-    def insert(
-        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int, atomic: bool
-    ) -> list[InsertOutcome]:
+    @staticmethod
+    def _lock_tasks(cur: Cursor, ids: Sequence[str]) -> dict[str, TaskRow]:
+        found: dict[str, TaskRow] = {}
+        for part in _chunks(ids, _IN_LIST_CHUNK):
+            cur.execute(sql.LOCK_TASKS.format(ids=sql.placeholders(len(part))), part)
+            for r in cur.fetchall():
+                found[r[0]] = TaskRow(*r)
+        return found
+
+    # -- R6: insert -----------------------------------------------------------------
+
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+        if not rows:
+            return []
         first, repeats = _split_repeats(rows)
-        if (
-            not atomic
-            and not repeats
-            and self._insert_one_statement(rows, instance, lease_until_ms)
-        ):
+        if not repeats and self._insert_one_statement(rows):
             return [InsertOutcome.CREATED] * len(rows)
         outcomes: list[InsertOutcome | None] = [None] * len(rows)
+        count = self.shard_count()
         with self._pool.transaction() as cur:
+            locked = self._lock_shared(cur, (shard_of(rows[i].task.id, count) for i in first))
+            gens = {shard: row.arm_gen for shard, row in locked.items()}
             for chunk in _insert_chunks([rows[i] for i in first], first):
-                self._insert_chunk(cur, rows, chunk, instance, lease_until_ms, outcomes)
+                self._insert_chunk(cur, rows, chunk, gens, outcomes)
             for index, earlier in repeats.items():
                 outcomes[index] = _repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
             if atomic:
@@ -170,24 +314,32 @@ class MySQLStore:
                         raise ConflictError(rows[index].task.id)
         return [o or InsertOutcome.CONFLICT for o in outcomes]
 
-    def _insert_one_statement(
-        self, rows: Sequence[NewRow], instance: str, lease_until_ms: int
-    ) -> bool:
-        """Fast path of group commit: rows that fit one statement, none existing,
-        committed by that statement alone. False: take the general path."""
+    def _insert_one_statement(self, rows: Sequence[NewRow]) -> bool:
+        """Group commit's usual case: rows that fit one statement, none existing,
+        committed by that statement alone (see sql.INSERT_TASKS_LOCKING). False:
+        take the general path."""
         if (
             len(rows) > _INSERT_CHUNK_ROWS
             or sum(len(r.task.payload) for r in rows) > _INSERT_CHUNK_BYTES
         ):
             return False
-        params = [self._insert_params(row, instance, lease_until_ms) for row in rows]
+        count = self.shard_count()
+        params: list[Any] = []
+        shards: set[int] = set()
+        for row in rows:
+            task, shard = row.task, shard_of(row.task.id, count)
+            shards.add(shard)
+            params += (task.id, shard, row.rev, task.due_ms, task.due_ms)
+            params += (task.routing_key, task.payload or None)
+        params += sorted(shards)
+        statement = sql.INSERT_TASKS_LOCKING.format(
+            rows=sql.new_rows(len(rows)), shards=sql.placeholders(len(shards))
+        )
         try:
             with self._autocommit_pool.transaction() as cur:
-                cur.executemany(sql.INSERT_TASKS, params)
+                cur.execute(statement, params)
         except StoreError as exc:
-            if isinstance(exc.__cause__, pymysql.err.IntegrityError) and is_duplicate_key(
-                exc.__cause__
-            ):
+            if is_duplicate_key(exc.__cause__ or exc):
                 return False
             raise
         return True
@@ -197,13 +349,13 @@ class MySQLStore:
         cur: Cursor,
         rows: Sequence[NewRow],
         chunk: list[int],
-        instance: str,
-        lease_until_ms: int,
+        gens: dict[int, int],
         outcomes: list[InsertOutcome | None],
     ) -> None:
+        count = self.shard_count()
         pending = chunk
         for _ in range(_DUPLICATE_RETRIES):
-            params = [self._insert_params(rows[i], instance, lease_until_ms) for i in pending]
+            params = [_insert_params(rows[i], count, gens) for i in pending]
             try:
                 cur.executemany(sql.INSERT_TASKS, params)
             except pymysql.err.IntegrityError as exc:
@@ -231,162 +383,295 @@ class MySQLStore:
     def _fetch(self, cur: Cursor, ids: Sequence[str]) -> dict[str, Task]:
         found: dict[str, Task] = {}
         for part in _chunks(ids, _IN_LIST_CHUNK):
-            cur.execute(sql.SELECT_TASKS_BY_IDS.format(ids=sql.placeholders(len(part))), part)
+            cur.execute(sql.SELECT_CONTENT_BY_IDS.format(ids=sql.placeholders(len(part))), part)
             for row in cur.fetchall():
-                found[row[0]] = self._task(row)
+                found[row[0]] = self._content(row)
         return found
 
-    # -- engine ---------------------------------------------------------------
+    # -- R3: arming -----------------------------------------------------------------
 
-    def claim(
-        self,
-        instance: str,
-        now_ms: int,
-        horizon_ms: int,
-        arm_until_ms: int,
-        lease_until_ms: int,
-        limit: int,
-    ) -> list[Claim]:
+    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
+        epochs = {lease.shard: lease.epoch for lease in leases}
+        if not epochs or limit <= 0:
+            return Armed([], [])
+        if self._nothing_to_arm(epochs, horizon_ms, limit):
+            return Armed([], [])
         with self._pool.transaction() as cur:
-            cur.execute(sql.SELECT_CLAIMABLE, (horizon_ms, now_ms, limit))
-            found = cur.fetchall()
-            if not found:
-                return []
-            ids = [row[0] for row in found]
-            cur.execute(
-                sql.CLAIM_ROWS.format(ids=sql.placeholders(len(ids))),
-                [instance, lease_until_ms, arm_until_ms, *ids],
-            )
-        task = self._task
-        return [
-            Claim(task(row, row[6], row[5]), row[5], bool(row[4]) or row[1] <= arm_until_ms)
-            for row in found
-        ]
+            locked = self._lock_shards(cur, epochs, sql.LOCK_SHARDS_FOR_ARMING)
+            held = {
+                r.shard: r.marks for r in locked.values() if r.held_by(instance, epochs[r.shard])
+            }
+            lost = sorted(set(epochs) - set(held))
+            if not held:
+                return Armed([], lost)
+            reads = self._read_for_arming(cur, held, horizon_ms, limit)
+            result = plan_pass(held, reads, horizon_ms, limit, _mark)
+            self._write_marks(cur, result.marks)
+            for part in _chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
+                cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
+        held.update(result.marks)
+        self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
+        self._probe_next = not result.taken
+        tasks = [self._task(row, epochs[s]) for s, rows in result.taken.items() for row in rows]
+        return Armed(tasks, lost, len(result.settle))
 
-    def arm(self, instance: str, claims: Sequence[Claim]) -> list[Claim]:
-        armed: list[Claim] = []
-        with self._pool.transaction() as cur:
-            for part in _chunks(claims, _IN_LIST_CHUNK):
-                ids = [c.task.id for c in part]
-                cur.execute(
-                    sql.LOCK_ARMABLE.format(ids=sql.placeholders(len(ids))), [*ids, instance]
-                )
-                current = {tid: (rev, firing) for tid, rev, firing in cur.fetchall()}
-                # Only a copy of the row's current revision may fire: an older
-                # one is the content of a task cancelled and created again.
-                ok = [c for c in part if current.get(c.task.id, (None, 0))[0] == c.rev]
-                unarmed = [c.task.id for c in ok if not current[c.task.id][1]]
-                if unarmed:
-                    cur.execute(sql.ARM_ROWS.format(ids=sql.placeholders(len(unarmed))), unarmed)
-                armed.extend(ok)
-        return armed
+    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, limit: int) -> bool:
+        """After a pass that armed nothing: the same reads, without a lock or
+        a transaction, from the marks that pass left (only the owner moves
+        them, and only up: the reads are a superset). Finding nothing, the
+        pass is skipped, so an idle pass costs one statement. Any doubt (a
+        lease the last pass did not see): False."""
+        cache = self._arm_cache
+        if not self._probe_next or any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
+            return False
+        held = {s: cache[s][1] for s in epochs}
+        with self._autocommit_pool.transaction() as cur:
+            reads = self._read_for_arming(cur, held, horizon_ms, limit)
+        return not reads.ranged and not reads.fresh
+
+    @staticmethod
+    def _read_for_arming(
+        cur: Cursor, held: dict[int, ShardMarks], horizon_ms: int, limit: int
+    ) -> PassReads[TaskRow]:
+        """Both reads of every shard (store/arm_pass.py), in one statement."""
+        cur.execute(*arm_reads(held, horizon_ms, limit))
+        parts: tuple[list[TaskRow], list[TaskRow]] = ([], [])
+        for r in cur.fetchall():
+            parts[int(r[0])].append(TaskRow(*r[1:]))
+        ranged_by, ranged_frontier = split_read(parts[0], limit, _shard, _mark)
+        fresh_by, fresh_frontier = split_read(parts[1], limit, _shard, _mark)
+        return PassReads(ranged_by, fresh_by, ranged_frontier, fresh_frontier)
+
+    @staticmethod
+    def _write_marks(cur: Cursor, marks: dict[int, ShardMarks]) -> None:
+        """Every changed shard's new marks, in one statement."""
+        if not marks:
+            return
+        shards = sorted(marks)
+        armed_ms = [v for shard in shards for v in (shard, marks[shard].armed[0])]
+        armed_id = [v for shard in shards for v in (shard, marks[shard].armed[1])]
+        arm_gen = [v for shard in shards for v in (shard, marks[shard].gen)]
+        when = sql.cases(len(shards))
+        statement = sql.SET_MARKS.format(
+            armed_ms=when, armed_id=when, arm_gen=when, shards=sql.placeholders(len(shards))
+        )
+        cur.execute(statement, [*armed_ms, *armed_id, *arm_gen, *shards])
+
+    def inherited(
+        self, acquired: Acquired, after: Mark | None, limit: int
+    ) -> tuple[list[Task], Mark | None]:
+        took, start = acquired.took, BOTTOM if after is None else after
+        if limit <= 0 or took.armed <= start:
+            return [], None
+        params = (acquired.lease.shard, start[0], start[0], start[1])
+        params_took = (took.armed[0], took.armed[0], took.armed[1], took.gen, limit)
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.INHERITED, (*params, *params_took))
+            rows = [TaskRow(*r) for r in cur.fetchall()]
+        tasks = [self._task(row, acquired.lease.epoch) for row in rows]
+        return tasks, (rows[-1].mark if rows else None)
+
+    # -- R5: the delete after the broker's confirm ------------------------------------------
 
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         deleted = 0
-        with self._pool.transaction() as cur:
-            for part in _chunks(fired, _IN_LIST_CHUNK):
-                params = [value for pair in part for value in pair]
-                deleted += cur.execute(
-                    sql.DELETE_FIRED.format(pairs=sql.placeholders(len(part), width=2)), params
-                )
-        return deleted
+        # Each chunk commits by itself: every delete stands alone (R5).
+        for part in _chunks(list(dict.fromkeys(fired)), _IN_LIST_CHUNK):
+            params = [value for pair in part for value in pair]
+            statement = sql.DELETE_FIRED.format(pairs=sql.placeholders(len(part), width=2))
+            with self._autocommit_pool.transaction() as cur:
+                deleted += cur.execute(statement, params)
+        return int(deleted)
 
-    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> int:
+    # -- R8: an event the broker did not take -------------------------------------------
+
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
         if not deferrals:
-            return 0
+            return []
         with self._pool.transaction() as cur:
-            cur.executemany(
-                sql.DEFER_UNDELIVERED,
-                [(d.not_before_ms, d.new_rev, d.task_id, d.rev, instance) for d in deferrals],
-            )
-            return int(cur.rowcount)
+            locked = self._lock_shared(cur, (d.task.shard for d in deferrals))
+            found = self._lock_tasks(cur, list(dict.fromkeys(d.task.id for d in deferrals)))
+            outcomes: list[DeferOutcome] = []
+            writes: list[Any] = []
+            for d in deferrals:
+                row = found.get(d.task.id)
+                outcome = _defer_outcome(instance, d, locked.get(d.task.shard), row)
+                outcomes.append(outcome)
+                if outcome is DeferOutcome.DEFERRED:
+                    gen = locked[d.task.shard].arm_gen
+                    writes += (d.task.id, d.not_before_ms, d.new_rev, gen)
+                    # A second deferral of the row in this call finds the new revision.
+                    found[d.task.id] = found[d.task.id]._replace(rev=d.new_rev, gen=gen)
+            if writes:
+                cur.execute(sql.DEFER.format(moves=sql.moves(len(writes) // 4)), writes)
+        return outcomes
 
-    def renew_claims(self, instance: str, ids: Sequence[str], lease_until_ms: int) -> int:
-        # Small transactions: a renewal must not hold many row locks that the
-        # armer is waiting for just before those tasks are due.
-        renewed = 0
-        for part in _chunks(ids, _RENEW_CHUNK):
-            with self._pool.transaction() as cur:
-                stmt = sql.RENEW_CLAIMS.format(ids=sql.placeholders(len(part)))
-                renewed += cur.execute(stmt, [lease_until_ms, instance, *part])
-        return int(renewed)
-
-    def release_claims(self, instance: str, ids: Sequence[str] | None = None) -> int:
-        released = 0
-        with self._pool.transaction() as cur:
-            if ids is None:
-                released = cur.execute(sql.RELEASE_CLAIMS, (instance,))
-            else:
-                for part in _chunks(ids, _IN_LIST_CHUNK):
-                    stmt = sql.RELEASE_SOME_CLAIMS.format(ids=sql.placeholders(len(part)))
-                    released += cur.execute(stmt, [instance, *part])
-        return int(released)
-
-    # -- lookups --------------------------------------------------------------
+    # -- R7: cancel, R6: reschedule -----------------------------------------------------
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
         if not task_ids:
             return []
-        unique = list(dict.fromkeys(task_ids))
-        if len(unique) <= _IN_LIST_CHUNK and self._cancel_all_unarmed(unique):
-            return _first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))
-        results: dict[str, CancelResult] = {}
-        with self._pool.transaction() as cur:
-            for part in _chunks(list(dict.fromkeys(task_ids)), _IN_LIST_CHUNK):
-                stmt = sql.LOCK_FOR_CANCEL.format(ids=sql.placeholders(len(part)))
-                cur.execute(stmt, part)
-                firing = dict(cur.fetchall())
-                unarmed = [tid for tid in part if tid in firing and not firing[tid]]
-                if unarmed:
-                    cur.execute(sql.CANCEL.format(ids=sql.placeholders(len(unarmed))), unarmed)
-                for tid in part:
-                    results[tid] = _cancel_result(firing.get(tid))
+        shards = self._shards_of(task_ids)
+        unique = list(shards)
+        results = dict.fromkeys(task_ids, CancelResult.NOT_FOUND)
+        if unique:
+            with self._pool.transaction() as cur:
+                locked = self._lock_shared(cur, shards.values())
+                for part in _chunks(unique, _IN_LIST_CHUNK):
+                    found = self._lock_tasks(cur, part)
+                    for tid, row in found.items():
+                        results[tid] = _cancel_result(_is_armed(row, locked))
+                    gone = [tid for tid in part if results[tid] is CancelResult.CANCELLED]
+                    if gone:
+                        cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(gone))), gone)
         return _first_wins(task_ids, results)
 
-    def reschedule(self, moves: Sequence[Move], instance: str, lease_until_ms: int) -> list[Moved]:
+    def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
         last = {move.task_id: move for move in moves}  # an id moved twice: the last move
-        moved: dict[str, Moved] = {}
-        with self._pool.transaction() as cur:
-            for part in _chunks(list(last), _IN_LIST_CHUNK):
-                cur.execute(sql.LOCK_FOR_RESCHEDULE.format(ids=sql.placeholders(len(part))), part)
-                found = {row[0]: row for row in cur.fetchall()}
-                params = []
-                for tid in part:
-                    row = found.get(tid)
-                    if row is None:
-                        moved[tid] = Moved(RescheduleResult.NOT_FOUND)
-                    elif row[4]:
-                        moved[tid] = Moved(RescheduleResult.TOO_LATE)
-                    else:
-                        move = last[tid]
-                        task = self._task((tid, move.due_ms, row[2], row[3]))
-                        moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
-                        params.append(_move_params(move, instance, lease_until_ms))
-                if params:
-                    cur.executemany(sql.RESCHEDULE, params)
+        shards = self._shards_of(list(last))
+        moved = {tid: Moved(RescheduleResult.NOT_FOUND) for tid in last}
+        unique = list(shards)
+        if unique:
+            with self._pool.transaction() as cur:
+                locked = self._lock_shared(cur, shards.values())
+                for part in _chunks(unique, _IN_LIST_CHUNK):
+                    self._reschedule_part(cur, part, last, locked, moved)
         return [moved[move.task_id] for move in moves]
 
-    def _cancel_all_unarmed(self, ids: Sequence[str]) -> bool:
-        """The usual case in one statement: every id exists and is not armed.
-        Commits only when the DELETE took every id; otherwise rolls back (the
-        caller then locks and classifies each id). The DELETE locks the rows
-        as LOCK_FOR_CANCEL does, so it excludes an arm in progress the same way."""
-        try:
-            with self._pool.transaction() as cur:
-                deleted = cur.execute(sql.CANCEL.format(ids=sql.placeholders(len(ids))), ids)
-                if deleted != len(ids):
-                    raise _NotEvery
-        except _NotEvery:
-            return False
-        return True
+    def _reschedule_part(
+        self,
+        cur: Cursor,
+        part: Sequence[str],
+        last: dict[str, Move],
+        locked: dict[int, ShardRow],
+        moved: dict[str, Moved],
+    ) -> None:
+        writes: list[Any] = []
+        for tid, row in self._lock_tasks(cur, part).items():
+            if _is_armed(row, locked):
+                moved[tid] = Moved(RescheduleResult.TOO_LATE)
+                continue
+            move = last[tid]
+            writes += (tid, move.due_ms, move.rev, locked[row.shard].arm_gen)
+            task = self._content((tid, move.due_ms, row.routing_key, row.payload))
+            moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
+        if writes:
+            cur.execute(sql.RESCHEDULE.format(moves=sql.moves(len(writes) // 4)), writes)
+
+    # -- R2: shard leases -----------------------------------------------------------
+
+    def acquire(self, instance: str, count: int, lease_ms: int) -> list[Acquired]:
+        if count <= 0:
+            return []
+        with self._pool.transaction() as cur:
+            cur.execute(sql.ACQUIRABLE)
+            free = list(cur.fetchall())
+            chosen = sorted(random.sample(free, min(count, len(free))))
+            if not chosen:
+                return []
+            shards = [int(r[0]) for r in chosen]
+            statement = sql.ACQUIRE.format(shards=sql.placeholders(len(shards)))
+            cur.execute(statement, [instance, lease_ms, *shards])
+        return [
+            Acquired(Lease(int(shard), int(epoch) + 1), ShardMarks((armed_ms, armed_id), arm_gen))
+            for shard, epoch, armed_ms, armed_id, arm_gen in chosen
+        ]
+
+    def renew(self, instance: str, leases: Sequence[Lease], lease_ms: int) -> list[Lease]:
+        if not leases:
+            return []
+        shards = sorted({lease.shard for lease in leases})
+        listed = sql.placeholders(len(shards))
+        pairs = sql.placeholders(len(leases), width=2)
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(
+                sql.RENEW.format(shards=listed, pairs=pairs),
+                [lease_ms, instance, *shards, *_pairs(leases)],
+            )
+            # Matched, not changed, is what counts (a renewal within the same
+            # millisecond changes nothing): read back what is ours. A lease
+            # lost in between is reported lost, which is what it is.
+            cur.execute(sql.OWNED.format(shards=listed), [instance, *shards])
+            owned = {(int(shard), int(epoch)) for shard, epoch in cur.fetchall()}
+        return [lease for lease in leases if (lease.shard, lease.epoch) in owned]
+
+    def release(self, instance: str, leases: Sequence[Lease]) -> int:
+        if not leases:
+            return 0
+        shards = sorted({lease.shard for lease in leases})
+        statement = sql.RELEASE.format(
+            shards=sql.placeholders(len(shards)), pairs=sql.placeholders(len(leases), width=2)
+        )
+        with self._autocommit_pool.transaction() as cur:
+            return int(cur.execute(statement, [instance, *shards, *_pairs(leases)]))
+
+    # -- R1: members ----------------------------------------------------------------------
+
+    def register(self, instance: str, token: int, host: str, pid: int, lease_ms: int) -> None:
+        for _ in range(_REGISTER_TRIES):
+            registered, holder = self._try_register(instance, token, host, pid, lease_ms)
+            if registered:
+                return
+            if holder is not None:
+                raise InstanceNameInUse(instance, holder[0], holder[1])
+            # The holder left between our INSERT and our look: try again.
+        raise StoreError(f"instance name {instance!r} kept changing hands; retry")
+
+    def _try_register(
+        self, instance: str, token: int, host: str, pid: int, lease_ms: int
+    ) -> tuple[bool, tuple[str, int] | None]:
+        """(True, None): registered; (False, (host, pid)): a live holder;
+        (False, None): no holder after all."""
+        with self._autocommit_pool.transaction() as cur:
+            try:
+                cur.execute(sql.REGISTER, (instance, token, lease_ms, host, pid))
+                return True, None
+            except pymysql.err.IntegrityError as exc:
+                if not is_duplicate_key(exc):
+                    raise
+            if cur.execute(sql.TAKE_OVER_MEMBER, (token, lease_ms, host, pid, instance)):
+                log.warning("took over instance name %r: its holder's heartbeat expired", instance)
+                return True, None
+            cur.execute(sql.MEMBER, (instance,))
+            holder = cur.fetchone()
+        if holder is None:
+            return False, None
+        if int(holder[0]) == token:  # registered already, by this process
+            return self.heartbeat(instance, token, lease_ms), None
+        return False, (str(holder[1]), int(holder[2]))
+
+    def heartbeat(self, instance: str, token: int, lease_ms: int) -> bool:
+        with self._autocommit_pool.transaction() as cur:
+            if cur.execute(sql.HEARTBEAT, (lease_ms, instance, token)):
+                return True
+            # Matched but unchanged (the same millisecond) counts as renewed.
+            cur.execute(sql.MEMBER, (instance,))
+            row = cur.fetchone()
+        return row is not None and int(row[0]) == token
+
+    def leave(self, instance: str, token: int) -> None:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.LEAVE, (instance, token))
+
+    def live_members(self) -> int:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.LIVE_MEMBERS)
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    # -- lookups --------------------------------------------------------------------------
 
     def get(self, task_id: str) -> TaskInfo | None:
-        with self._pool.transaction() as cur:
-            cur.execute(sql.SELECT_TASK, (task_id,))
+        if self._shard(task_id) is None:
+            return None
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.SELECT_TASK_STATE, (task_id,))
             row = cur.fetchone()
         if row is None:
             return None
-        return TaskInfo(self._task(row), TaskState.FIRING if row[4] else TaskState.SCHEDULED)
+        fire_ms, gen, marks = row[4], row[5], ShardMarks((row[6], row[7]), row[8])
+        armed = is_armed((fire_ms, row[0]), gen, marks)
+        return TaskInfo(self._content(row), TaskState.FIRING if armed else TaskState.SCHEDULED)
 
     def count_tasks(self) -> int:
         with self._autocommit_pool.transaction() as cur:
@@ -395,6 +680,7 @@ class MySQLStore:
         return int(row[0]) if row else 0
 
     def earliest_due_ms(self) -> int | None:
+        """The earliest due time (a row waiting for a retry keeps its own)."""
         with self._autocommit_pool.transaction() as cur:
             cur.execute(sql.EARLIEST_DUE)
             row = cur.fetchone()
@@ -413,26 +699,48 @@ class MySQLStore:
         self._autocommit_pool.close()
 
 
-class _NotEvery(Exception):
-    """Rolls back a fast-path cancel that did not find every id unarmed."""
-
-
-def _move_params(move: Move, instance: str, lease_until_ms: int) -> Row:
-    claimed = move.claim is not ClaimMode.NONE
+def _insert_params(row: NewRow, shard_count: int, gens: dict[int, int]) -> Row:
+    task = row.task
+    shard = shard_of(task.id, shard_count)
+    if shard not in gens:
+        raise StoreError(f"the database has no row for shard {shard}: run `triggerhook db init`")
     return (
-        move.due_ms,
-        move.rev,
-        instance if claimed else None,
-        lease_until_ms if claimed else 0,
-        1 if move.claim is ClaimMode.ARM else 0,
-        move.task_id,
+        task.id,
+        shard,
+        row.rev,
+        gens[shard],
+        task.due_ms,
+        task.due_ms,
+        task.routing_key,
+        task.payload or None,
     )
 
 
-def _cancel_result(firing: int | None) -> CancelResult:
-    if firing is None:
+def _is_armed(row: TaskRow, locked: dict[int, ShardRow]) -> bool:
+    shard = locked.get(row.shard)
+    if shard is None:
+        raise StoreError(f"the database has no row for shard {row.shard}: run `db init`")
+    return is_armed(row.mark, row.gen, shard.marks)
+
+
+def _defer_outcome(
+    instance: str, deferral: Deferral, shard: ShardRow | None, row: TaskRow | None
+) -> DeferOutcome:
+    """R8 for one deferral, under the locks of its shard row and task row."""
+    task = deferral.task
+    if shard is None or not shard.held_by(instance, task.epoch):
+        return DeferOutcome.GONE  # fenced: the lease is no longer ours
+    if row is None or row.rev != task.rev or row.shard != task.shard:
+        return DeferOutcome.GONE  # cancelled, fired, or another incarnation
+    if is_inherited(row.mark, row.gen, shard.took):
+        return DeferOutcome.INHERITED  # never unarmed: a stale owner may hold a copy
+    return DeferOutcome.DEFERRED
+
+
+def _cancel_result(armed: bool | None) -> CancelResult:
+    if armed is None:
         return CancelResult.NOT_FOUND
-    return CancelResult.TOO_LATE if firing else CancelResult.CANCELLED
+    return CancelResult.TOO_LATE if armed else CancelResult.CANCELLED
 
 
 def _first_wins(task_ids: Sequence[str], results: dict[str, CancelResult]) -> list[CancelResult]:

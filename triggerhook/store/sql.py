@@ -1,99 +1,250 @@
-"""Every SQL statement triggerhook runs, in one reviewable place.
+"""Every SQL statement triggerhook runs, in one reviewable place (the schema's
+history, the migrations, lives in ``store/migrations.py``).
 
-All values are bound parameters (``%s``); the only text ever spliced in is a
-placeholder list ``%s, %s, ...`` (or ``(%s, %s), ...``) of a computed length
-(see :func:`placeholders`).
+All values are bound parameters (``%s``). The only text ever spliced in is
+built here from constants: a placeholder list ``%s, %s, ...`` (or ``(%s, %s),
+...``) of a computed length (:func:`placeholders`), a ``WHEN %s THEN %s ...``
+list (:func:`cases`), a UNION of one fixed SELECT repeated, and :data:`NOW_MS`.
+
+The protocol these statements implement: ``docs/design/ownership.md`` (rules
+R1-R10). Sessions run READ COMMITTED (``store/connection.py``): a plain
+SELECT reads what was committed when *it* started, so a read that follows a
+locking read of the shard rows sees every write that held those locks.
 """
 
 from __future__ import annotations
 
-# The version schema.sql creates: the last of store/migrations.py's MIGRATIONS.
-SCHEMA_VERSION = 2
+# The version schema.sql creates: Alembic's head revision (store/alembic/versions).
+SCHEMA_VERSION = 3
+
+# The database's clock in epoch milliseconds, in SQL: UTC arithmetic only, so
+# no session time zone (and no daylight-saving fold) is involved. Every "now"
+# of the protocol is this expression, never a value computed by the client.
+NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 
 CREATE_DATABASE = "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
 READ_SCHEMA_VERSION = "SELECT value FROM th_meta WHERE name = 'schema_version'"
 
-# Plain INSERT on purpose: a duplicate id fails the statement (error 1062) and
-# the caller falls back to comparing contents; the fast path costs nothing extra.
+# -- th_meta and th_shards: fixed when the database is created --------------------------
+
+READ_SHARD_COUNT = "SELECT value FROM th_meta WHERE name = 'shard_count'"
+
+# A database created before keeps its count: IGNORE leaves a stored one alone.
+STORE_SHARD_COUNT = "INSERT IGNORE INTO th_meta (name, value) VALUES ('shard_count', %s)"
+
+# One row per shard, made with the column defaults (free, nothing armed);
+# IGNORE keeps the rows that exist. executemany makes it one statement.
+ADD_SHARD = "INSERT IGNORE INTO th_shards (shard) VALUES (%s)"
+
+DROP_SHARDS_BEYOND = "DELETE FROM th_shards WHERE shard < 0 OR shard >= %s"
+
+# -- rows <-> tasks ------------------------------------------------------------------------
+
+# The columns a task is read with (store/mysql.py's TaskRow, in this order).
+TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen"
+
+# The columns a shard row is read with (store/mysql.py's ShardRow, in this order).
+SHARD_COLUMNS = (
+    "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
+)
+
+SELECT_CONTENT_BY_IDS = "SELECT id, due_ms, routing_key, payload FROM th_tasks WHERE id IN ({ids})"
+
+# get(): the row and its shard's marks, without locks (a snapshot of both).
+SELECT_TASK_STATE = (
+    "SELECT t.id, t.due_ms, t.routing_key, t.payload, t.fire_ms, t.gen,"
+    " s.armed_ms, s.armed_id, s.arm_gen"
+    " FROM th_tasks t JOIN th_shards s ON s.shard = t.shard WHERE t.id = %s"
+)
+
+# -- R6: insert --------------------------------------------------------------------------------
+
+# The general path (one transaction): LOCK_SHARDS_SHARED first, then the rows
+# with the generations it read. Plain INSERT on purpose: a duplicate id fails
+# the statement (error 1062) and the caller compares contents.
 INSERT_TASKS = (
-    "INSERT INTO th_tasks"
-    " (id, due_ms, routing_key, payload, claimed_by, claim_until_ms, firing, rev)"
+    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
-SELECT_TASKS_BY_IDS = (
-    "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHERE id IN ({ids})"
+# The fast path: one autocommit statement. The derived table ``s`` reads the
+# batch's shard rows by a locking read in shard order (as arming takes its
+# exclusive locks) and is materialized, so every shared lock is taken before
+# the first row is written, and held until the statement commits: an arming
+# pass of those shards waits for it, or ran entirely before it. (LIMIT keeps
+# the optimizer from merging ``s`` into the join.) A shard row that is missing
+# makes gen NULL, which the NOT NULL column refuses in strict mode (error
+# 1048, the default sql_mode of every supported server): a row is never
+# written without its shard's generation.
+NEW_ROW_FIRST = (
+    "SELECT %s AS id, %s AS shard, %s AS rev, %s AS fire_ms, %s AS due_ms,"
+    " %s AS routing_key, %s AS payload"
+)
+NEW_ROW_NEXT = "SELECT %s, %s, %s, %s, %s, %s, %s"
+INSERT_TASKS_LOCKING = (
+    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
+    " SELECT v.id, v.shard, v.rev, s.arm_gen, v.fire_ms, v.due_ms, v.routing_key, v.payload"
+    " FROM ({rows}) v LEFT JOIN (SELECT shard, arm_gen FROM th_shards WHERE shard IN ({shards})"
+    " ORDER BY shard LIMIT 65536 LOCK IN SHARE MODE) s ON s.shard = v.shard"
 )
 
-SELECT_TASK = "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHERE id = %s"
+# -- shard locks -----------------------------------------------------------------------------
 
-# Claim, step 1: the earliest claimable rows, skipping rows another instance is
-# claiming right now. Claimable: unclaimed (claim_until_ms = 0) or claim expired.
-SELECT_CLAIMABLE = (
-    "SELECT id, due_ms, routing_key, payload, firing, rev, attempts FROM th_tasks"
-    " WHERE due_ms <= %s AND claim_until_ms < %s"
-    " ORDER BY due_ms LIMIT %s FOR UPDATE SKIP LOCKED"
+# R6-R8: insert, cancel, reschedule and the rewrite of a returned event lock
+# their shard rows in shared mode: they exclude an arming pass of the shard
+# (exclusive), not each other. In shard order (the primary key's), like arming.
+LOCK_SHARDS_SHARED = (
+    f"SELECT {SHARD_COLUMNS} FROM th_shards WHERE shard IN ({{shards}})"
+    " ORDER BY shard LOCK IN SHARE MODE"
 )
 
-# Claim, step 2 (same transaction). Rows due by the arm horizon are armed at once.
-CLAIM_ROWS = (
-    "UPDATE th_tasks SET claimed_by = %s, claim_until_ms = %s,"
-    " firing = IF(firing = 1 OR due_ms <= %s, 1, 0) WHERE id IN ({ids})"
+# R3, step 1: the shard rows of the pass, exclusively, in shard order.
+LOCK_SHARDS_FOR_ARMING = (
+    f"SELECT {SHARD_COLUMNS} FROM th_shards WHERE shard IN ({{shards}}) ORDER BY shard FOR UPDATE"
 )
 
-# Arm, step 1: lock those of the rows that are still claimed by us (see
-# LOCK_FOR_CANCEL for how this and a cancel exclude each other).
-LOCK_ARMABLE = (
-    "SELECT id, rev, firing FROM th_tasks WHERE id IN ({ids}) AND claimed_by = %s FOR UPDATE"
+# Cancel, reschedule and defer then lock the task rows they decide on.
+LOCK_TASKS = f"SELECT {TASK_COLUMNS} FROM th_tasks WHERE id IN ({{ids}}) FOR UPDATE"
+
+# -- R3: arming --------------------------------------------------------------------------------
+
+# Step 2: the two reads of every shard of the pass in one statement
+# (store/arm_pass.py), each part one index range scan in (shard, mark) order,
+# at most LIMIT rows; each WHERE is an OR of per-shard terms below, spelled
+# out as ranges so that the range optimizer sees index intervals. "ranged":
+# the rows above each shard's watermark up to the horizon, by th_tasks_fire
+# (shard, fire_ms, id). "fresh": the rows of each shard's current generation
+# at or below its watermark, by th_tasks_gen (shard, gen, fire_ms, id); such
+# rows above it are in the ranged read whenever a plan could take them
+# (store/arm_pass.py), so they are not read twice. The indexes are forced
+# because this runs every few milliseconds and must never become a filesort,
+# whatever the statistics say.
+ARM_READS = (
+    f"(SELECT 0 AS part, {TASK_COLUMNS} FROM th_tasks FORCE INDEX (th_tasks_fire)"
+    " WHERE {ranged} ORDER BY shard, fire_ms, id LIMIT %s)"
+    f" UNION ALL (SELECT 1 AS part, {TASK_COLUMNS} FROM th_tasks FORCE INDEX (th_tasks_gen)"
+    " WHERE {fresh} ORDER BY shard, gen, fire_ms, id LIMIT %s)"
+)
+ARM_RANGED_SHARD = "(shard = %s AND fire_ms > %s AND fire_ms <= %s)"
+ARM_RANGED_TIE = "(shard = %s AND fire_ms = %s AND id > %s)"
+ARM_FRESH_UPTO = "(shard = %s AND gen = %s AND fire_ms <= %s)"  # watermark id '~'
+ARM_FRESH_BELOW = "(shard = %s AND gen = %s AND fire_ms < %s)"
+ARM_FRESH_TIE = "(shard = %s AND gen = %s AND fire_ms = %s AND id <= %s)"
+UNION_ALL = " UNION ALL "
+
+# Step 3, rarely (the settle case of domain/arming.py's ArmPlan): taken rows
+# of their shard's current generation are armed by their own gen. Their shard
+# rows are locked by this transaction, so nothing else writes these rows.
+ARM_SETTLE = "UPDATE th_tasks SET gen = gen - 1 WHERE id IN ({ids})"
+
+# Step 3: the new marks of every shard that armed something, in one statement
+# (the rows are locked by this transaction; the IN list is the same shards).
+SET_MARKS = (
+    "UPDATE th_shards SET armed_ms = CASE shard {armed_ms} END,"
+    " armed_id = CASE shard {armed_id} END, arm_gen = CASE shard {arm_gen} END"
+    " WHERE shard IN ({shards})"
 )
 
-ARM_ROWS = "UPDATE th_tasks SET firing = 1 WHERE id IN ({ids})"
-
-# After the broker's confirm: the confirmed revision only. Whoever runs it,
-# whenever (an instance paused past its lease, say), it cannot remove a newer
-# incarnation of the id, which has another revision.
-DELETE_FIRED = "DELETE FROM th_tasks WHERE (id, rev) IN ({pairs}) AND firing = 1"
-
-# Renewal names the ids held in memory: a row claimed by us that we no longer
-# hold (for whatever reason) is left to expire and be claimed again.
-RENEW_CLAIMS = "UPDATE th_tasks SET claim_until_ms = %s WHERE claimed_by = %s AND id IN ({ids})"
-
-RELEASE_CLAIMS = "UPDATE th_tasks SET claimed_by = NULL, claim_until_ms = 0 WHERE claimed_by = %s"
-
-RELEASE_SOME_CLAIMS = (
-    "UPDATE th_tasks SET claimed_by = NULL, claim_until_ms = 0"
-    " WHERE claimed_by = %s AND id IN ({ids})"
+# After an acquisition: the rows armed before the epoch began, (fire_ms, id)
+# in (after, took] and gen < took_gen, in mark order, by th_tasks_fire (the
+# optimizer may prefer th_tasks_gen for "gen <", which nearly every row of
+# the shard matches, and then sorts them all).
+INHERITED = (
+    f"SELECT {TASK_COLUMNS} FROM th_tasks FORCE INDEX (th_tasks_fire)"
+    " WHERE shard = %s AND (fire_ms > %s OR (fire_ms = %s AND id > %s))"
+    " AND (fire_ms < %s OR (fire_ms = %s AND id <= %s)) AND gen < %s"
+    " ORDER BY fire_ms, id LIMIT %s"
 )
 
-# Cancel locks the rows first: an arm in progress finishes before (the row
-# then says firing = 1: too late) or waits until the DELETE committed (the
-# row is gone: the armer drops the task). Exactly one of them wins.
-LOCK_FOR_CANCEL = "SELECT id, firing FROM th_tasks WHERE id IN ({ids}) FOR UPDATE"
+# -- R5: the delete after the broker's confirm ------------------------------------------------
 
-CANCEL = "DELETE FROM th_tasks WHERE id IN ({ids}) AND firing = 0"
+# The confirmed revision only, and nothing else: whoever runs it, whenever
+# (an instance paused past its lease, say), it cannot remove a newer
+# incarnation of the id, which has another revision. Served by the primary key.
+DELETE_FIRED = "DELETE FROM th_tasks WHERE (id, rev) IN ({pairs})"
 
-# Reschedule locks like cancel (same exclusion with the armer), then moves each
-# unarmed row with a new revision: any copy held in memory then fails to arm.
-LOCK_FOR_RESCHEDULE = (
-    "SELECT id, due_ms, routing_key, payload, firing FROM th_tasks WHERE id IN ({ids}) FOR UPDATE"
-)
+# -- R7: cancel, R6: reschedule, R8: returned events --------------------------------------------
 
+# Of the locked rows, the unarmed ones (the caller checked them against the
+# locked shard marks).
+DELETE_TASKS = "DELETE FROM th_tasks WHERE id IN ({ids})"
+
+# One row of a derived table of new values, repeated with UNION ALL; the
+# first carries the column names.
+MOVE_FIRST = "SELECT %s AS id, %s AS fire_ms, %s AS rev, %s AS gen"
+MOVE_NEXT = "SELECT %s, %s, %s, %s"
+
+# Reschedule: the locked unarmed rows to their new time, revision and the
+# shard's current generation (unarmed, R6); failed attempts start over.
 RESCHEDULE = (
-    "UPDATE th_tasks SET due_ms = %s, rev = %s, claimed_by = %s, claim_until_ms = %s,"
-    " firing = %s, attempts = 0 WHERE id = %s AND firing = 0"
+    "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
+    " SET t.fire_ms = m.fire_ms, t.due_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen,"
+    " t.attempts = 0"
 )
 
-# An event the broker did not take, to be tried again later: the row is
-# disarmed (cancel and reschedule work on it again), unclaimed (it leaves this
-# instance's memory, so it holds no room), claimable by anyone from
-# claim_until_ms on, and gets a new revision. Only our armed copy at the
-# revision we hold is moved.
-DEFER_UNDELIVERED = (
-    "UPDATE th_tasks SET firing = 0, claimed_by = NULL, claim_until_ms = %s,"
-    " attempts = attempts + 1, rev = %s"
-    " WHERE id = %s AND rev = %s AND claimed_by = %s AND firing = 1"
+# R8: an event the broker did not take, of a row armed in the current epoch:
+# fire again from the retry time (fire_ms; the due time the event says stays),
+# at a new revision, unarmed (the shard's current generation), one more
+# failed attempt.
+DEFER = (
+    "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
+    " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen, t.attempts = t.attempts + 1"
 )
+
+# -- R2: shard leases ---------------------------------------------------------------------------
+
+# Free or expired shards, skipping those another instance is acquiring now.
+ACQUIRABLE = (
+    "SELECT shard, epoch, armed_ms, armed_id, arm_gen FROM th_shards"
+    f" WHERE owner IS NULL OR lease_until_ms < {NOW_MS} FOR UPDATE SKIP LOCKED"
+)
+
+# Of the shards locked by ACQUIRABLE: a new epoch, and the marks it began with.
+ACQUIRE = (
+    f"UPDATE th_shards SET owner = %s, epoch = epoch + 1, lease_until_ms = {NOW_MS} + %s,"
+    " took_ms = armed_ms, took_id = armed_id, took_gen = arm_gen WHERE shard IN ({shards})"
+)
+
+# Renew and release name the leases as (shard, epoch): a shard acquired by
+# anyone since (a new epoch) is not matched. The plain IN on shard gives the
+# optimizer its primary-key range.
+RENEW = (
+    f"UPDATE th_shards SET lease_until_ms = {NOW_MS} + %s"
+    " WHERE owner = %s AND shard IN ({shards}) AND (shard, epoch) IN ({pairs})"
+)
+
+OWNED = "SELECT shard, epoch FROM th_shards WHERE owner = %s AND shard IN ({shards})"
+
+RELEASE = (
+    "UPDATE th_shards SET owner = NULL, lease_until_ms = 0"
+    " WHERE owner = %s AND shard IN ({shards}) AND (shard, epoch) IN ({pairs})"
+)
+
+# -- R1: members ----------------------------------------------------------------------------------
+
+REGISTER = (
+    "INSERT INTO th_members (instance, token, heartbeat_until_ms, host, pid)"
+    f" VALUES (%s, %s, {NOW_MS} + %s, %s, %s)"
+)
+
+# A name whose holder's heartbeat expired. Conditional, so that of two
+# processes taking it over at once exactly one matches (the other waits for
+# the row lock, then finds the heartbeat renewed).
+TAKE_OVER_MEMBER = (
+    f"UPDATE th_members SET token = %s, heartbeat_until_ms = {NOW_MS} + %s, host = %s, pid = %s,"
+    f" started_at = CURRENT_TIMESTAMP(3) WHERE instance = %s AND heartbeat_until_ms < {NOW_MS}"
+)
+
+MEMBER = "SELECT token, host, pid FROM th_members WHERE instance = %s"
+
+HEARTBEAT = (
+    f"UPDATE th_members SET heartbeat_until_ms = {NOW_MS} + %s WHERE instance = %s AND token = %s"
+)
+
+LEAVE = "DELETE FROM th_members WHERE instance = %s AND token = %s"
+
+LIVE_MEMBERS = f"SELECT COUNT(*) FROM th_members WHERE heartbeat_until_ms >= {NOW_MS}"
 
 
 def placeholders(count: int, width: int = 1) -> str:
@@ -105,16 +256,36 @@ def placeholders(count: int, width: int = 1) -> str:
     return ", ".join([one] * count)
 
 
+def cases(count: int) -> str:
+    """``WHEN %s THEN %s ...`` for a ``CASE`` of ``count`` bound pairs."""
+    if count < 1:
+        raise ValueError("a CASE needs at least one WHEN")
+    return " ".join(["WHEN %s THEN %s"] * count)
+
+
+def new_rows(count: int) -> str:
+    """The derived table of INSERT_TASKS_LOCKING: ``count`` rows of 7 values."""
+    if count < 1:
+        raise ValueError("a derived table needs at least one row")
+    return UNION_ALL.join([NEW_ROW_FIRST] + [NEW_ROW_NEXT] * (count - 1))
+
+
+def moves(count: int) -> str:
+    """The derived table of RESCHEDULE and DEFER: ``count`` rows of 4 values."""
+    if count < 1:
+        raise ValueError("a derived table needs at least one row")
+    return UNION_ALL.join([MOVE_FIRST] + [MOVE_NEXT] * (count - 1))
+
+
 # Metrics. COUNT(*) walks an index: run it rarely (metrics_recount_s).
 COUNT_TASKS = "SELECT COUNT(*) FROM th_tasks"
 
-# The first entry of the due-time index: cheap at any table size.
+# The earliest due time: the first entry of th_tasks_due_ms, cheap at any size.
 EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"
 
 # Per session, MariaDB only (see ConnectionPool): abort a transaction left idle
 # this many seconds, freeing its locks.
 IDLE_TRANSACTION_TIMEOUT = "SET SESSION idle_transaction_timeout = %s"
 
-# The server's clock, in epoch microseconds. UTC arithmetic only: no session
-# time zone (and no daylight-saving fold) is involved.
+# The server's clock, in epoch microseconds (see NOW_MS).
 DATABASE_TIME_US = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
