@@ -128,6 +128,10 @@ class ShardRow(NamedTuple):
         return self.owner == instance and self.epoch == epoch
 
 
+class _NotEvery(Exception):
+    """Rolls back a one-statement cancel that did not find every id unarmed."""
+
+
 def _schema_hint(version: int) -> str:
     if version == 0:
         return "run `triggerhook db init`"
@@ -513,6 +517,8 @@ class MySQLStore:
             return []
         shards = self._shards_of(task_ids)
         unique = list(shards)
+        if len(unique) <= _IN_LIST_CHUNK and self._cancel_all_unarmed(shards):
+            return _first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))
         results = dict.fromkeys(task_ids, CancelResult.NOT_FOUND)
         if unique:
             with self._pool.transaction() as cur:
@@ -525,6 +531,24 @@ class MySQLStore:
                     if gone:
                         cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(gone))), gone)
         return _first_wins(task_ids, results)
+
+    def _cancel_all_unarmed(self, shards: dict[str, int]) -> bool:
+        """The usual case in one statement (sql.CANCEL_UNARMED): every id
+        exists and is not armed. Commits only when it deleted every id;
+        otherwise rolls back, and the caller locks and classifies each."""
+        if not shards:
+            return False
+        ids, shard_set = list(shards), sorted(set(shards.values()))
+        statement = sql.CANCEL_UNARMED.format(
+            shards=sql.placeholders(len(shard_set)), ids=sql.placeholders(len(ids))
+        )
+        try:
+            with self._pool.transaction() as cur:
+                if cur.execute(statement, [*shard_set, *ids]) != len(ids):
+                    raise _NotEvery
+        except _NotEvery:
+            return False
+        return True
 
     def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
         last = {move.task_id: move for move in moves}  # an id moved twice: the last move

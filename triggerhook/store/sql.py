@@ -170,6 +170,19 @@ DELETE_FIRED = "DELETE FROM th_tasks WHERE (id, rev) IN ({pairs})"
 # locked shard marks).
 DELETE_TASKS = "DELETE FROM th_tasks WHERE id IN ({ids})"
 
+# R7's usual case in one statement: delete the given rows that are not armed.
+# Like INSERT_TASKS_LOCKING, the derived table ``s`` takes the shard rows'
+# shared locks (in shard order, materialized) before any task row is locked,
+# so an arming pass of those shards happens entirely before or after it. The
+# caller commits only when every id was deleted (all existed, none armed).
+CANCEL_UNARMED = (
+    "DELETE t FROM th_tasks t JOIN (SELECT shard, armed_ms, armed_id, arm_gen FROM th_shards"
+    " WHERE shard IN ({shards}) ORDER BY shard LIMIT 65536 LOCK IN SHARE MODE) s"
+    " ON s.shard = t.shard WHERE t.id IN ({ids})"
+    " AND NOT ((t.fire_ms < s.armed_ms OR (t.fire_ms = s.armed_ms AND t.id <= s.armed_id))"
+    " AND t.gen < s.arm_gen)"
+)
+
 # One row of a derived table of new values, repeated with UNION ALL; the
 # first carries the column names.
 MOVE_FIRST = "SELECT %s AS id, %s AS fire_ms, %s AS rev, %s AS gen"
