@@ -120,8 +120,8 @@ def connect_params(url: str, *, with_database: bool = True) -> dict[str, Any]:
         # A server that stops answering must not wedge a thread for ever.
         "read_timeout": 30,
         "write_timeout": 30,
-        # READ COMMITTED: range scans lock only the rows that match, so claims
-        # by several instances and cancels do not block on each other's gaps.
+        # READ COMMITTED: locking reads lock only the rows that match, so
+        # inserts, cancels and arming passes do not block on each other's gaps.
         "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         **_query_params(parsed),
     }
