@@ -19,7 +19,7 @@ import certifi
 import pytest
 from support.amqp import AmqpNames
 from support.daemon import DaemonGroup, base_env, daemon_env, run_cli, settings_env
-from support.mysql import connect
+from support.mysql import connect, old_schema
 from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
@@ -29,28 +29,7 @@ EXIT_OK, EXIT_BEHIND, EXIT_USAGE = 0, 1, 2
 SHARDS = 64
 TABLES = ("th_tasks", "th_shards", "th_members", "th_meta", "alembic_version")
 
-# Release 1's schema.sql, in its last form (rev came in release 1, without a migration).
-_V1_SCHEMA = (
-    """CREATE TABLE th_tasks (
-    id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    due_ms         BIGINT       NOT NULL,
-    routing_key    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
-    payload        MEDIUMBLOB   NULL,
-    claimed_by     VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL,
-    claim_until_ms BIGINT       NOT NULL DEFAULT 0,
-    firing         TINYINT      NOT NULL DEFAULT 0,
-    rev            BIGINT       NOT NULL DEFAULT 0,
-    created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-    PRIMARY KEY (id),
-    KEY th_tasks_due (due_ms, claim_until_ms),
-    KEY th_tasks_claimed_by (claimed_by)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
-    """CREATE TABLE th_meta (
-    name  VARCHAR(64)  CHARACTER SET ascii NOT NULL PRIMARY KEY,
-    value VARCHAR(255) NOT NULL
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
-    "INSERT INTO th_meta (name, value) VALUES ('schema_version', '1')",
-)
+_V1_SCHEMA = old_schema(1)  # release 1's schema.sql, in its last form
 _V1_ROWS = (
     "INSERT INTO th_tasks (id, due_ms, routing_key, payload, claimed_by, claim_until_ms,"
     " firing, rev) VALUES"

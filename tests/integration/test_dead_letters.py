@@ -17,7 +17,7 @@ import pytest
 from support.amqp import AmqpNames, EventConsumer
 from support.daemon import DaemonGroup, daemon_env
 from support.hook import HookFactory, RowReader, publisher_of
-from support.mysql import connect
+from support.mysql import connect, old_schema
 from support.waiting import now_ms, wait_until
 
 from triggerhook import CancelResult
@@ -232,20 +232,7 @@ def test_an_event_delivered_on_a_later_try_is_deleted_and_not_sent_again(
 
 # -- the schema upgrade that carries the attempts ------------------------------------------
 
-_V1_TABLE = """CREATE TABLE th_tasks (
-    id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    due_ms BIGINT NOT NULL,
-    routing_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
-    payload MEDIUMBLOB NULL,
-    claimed_by VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
-    claim_until_ms BIGINT NOT NULL DEFAULT 0,
-    firing TINYINT NOT NULL DEFAULT 0,
-    rev BIGINT NOT NULL DEFAULT 0,
-    created_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-    PRIMARY KEY (id),
-    KEY th_tasks_due (due_ms, claim_until_ms),
-    KEY th_tasks_claimed_by (claimed_by)
-) ENGINE=InnoDB"""
+_V1_TABLE = old_schema(1)[0]  # th_tasks as release 1 made it
 
 
 def test_a_version_1_database_is_upgraded_with_nothing_lost(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.mysql import connect
+from support.mysql import connect, old_schema
 
 from triggerhook.domain.arming import BOTTOM, shard_of
 from triggerhook.domain.task import CancelResult, Task
@@ -25,29 +25,7 @@ ME = "upgrader"
 LEASE = 60_000
 SHARDS = 64
 
-# Version 2's schema (schema.sql as release 2 made it).
-_V2_TABLES = (
-    """CREATE TABLE th_tasks (
-    id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    due_ms         BIGINT       NOT NULL,
-    routing_key    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
-    payload        MEDIUMBLOB   NULL,
-    claimed_by     VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL,
-    claim_until_ms BIGINT       NOT NULL DEFAULT 0,
-    firing         TINYINT      NOT NULL DEFAULT 0,
-    rev            BIGINT       NOT NULL DEFAULT 0,
-    attempts       INT          NOT NULL DEFAULT 0,
-    created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-    PRIMARY KEY (id),
-    KEY th_tasks_due (due_ms, claim_until_ms),
-    KEY th_tasks_claimed_by (claimed_by)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
-    """CREATE TABLE th_meta (
-    name  VARCHAR(64)  CHARACTER SET ascii NOT NULL PRIMARY KEY,
-    value VARCHAR(255) NOT NULL
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
-    "INSERT INTO th_meta (name, value) VALUES ('schema_version', '2')",
-)
+_V2_TABLES = old_schema(2)  # schema.sql as release 2 made it
 _INSERT_V2 = (
     "INSERT INTO th_tasks (id, due_ms, routing_key, payload, claimed_by, claim_until_ms,"
     " firing, rev, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"

@@ -32,6 +32,41 @@ ARMED_IDS = (
 )
 
 
+# th_tasks as releases 1 and 2 created it (their schema.sql), for upgrade tests;
+# version 2 added ``attempts`` (release 1 already had ``rev``, without a migration).
+_OLD_TASKS = """CREATE TABLE th_tasks (
+    id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    due_ms         BIGINT       NOT NULL,
+    routing_key    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
+    payload        MEDIUMBLOB   NULL,
+    claimed_by     VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NULL,
+    claim_until_ms BIGINT       NOT NULL DEFAULT 0,
+    firing         TINYINT      NOT NULL DEFAULT 0,
+    rev            BIGINT       NOT NULL DEFAULT 0,{attempts}
+    created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    PRIMARY KEY (id),
+    KEY th_tasks_due (due_ms, claim_until_ms),
+    KEY th_tasks_claimed_by (claimed_by)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"""
+_OLD_META = """CREATE TABLE th_meta (
+    name  VARCHAR(64)  CHARACTER SET ascii NOT NULL PRIMARY KEY,
+    value VARCHAR(255) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
+
+
+def old_schema(version: int) -> tuple[str, str, str]:
+    """The statements that create release ``version``'s schema (1 or 2):
+    th_tasks, th_meta, and the version row."""
+    if version not in (1, 2):
+        raise ValueError(f"no schema of release {version} here")
+    attempts = "\n    attempts       INT          NOT NULL DEFAULT 0," if version == 2 else ""
+    return (
+        _OLD_TASKS.format(attempts=attempts),
+        _OLD_META,
+        f"INSERT INTO th_meta (name, value) VALUES ('schema_version', '{version}')",
+    )
+
+
 def connect_kwargs(url: str) -> dict[str, Any]:
     """``mysql+pymysql://user:password@host:port[/database]`` -> pymysql.connect() kwargs."""
     parts = urlsplit(url)
