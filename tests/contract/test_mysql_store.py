@@ -20,7 +20,7 @@ from typing import Any
 import pymysql
 import pytest
 from support.mysql import connect, connect_kwargs
-from support.stores import SHARD_COUNT, mysql_backend
+from support.stores import SHARD_COUNT, in_shard, mysql_backend
 from support.waiting import wait_for
 
 from triggerhook.domain.arming import TOP_ID, ShardMarks, shard_of
@@ -62,17 +62,6 @@ def db(database_url: str, store: MySQLStore) -> Iterator[Any]:
 
 def clock(store: MySQLStore) -> int:
     return store.database_time_us() // 1000
-
-
-def in_shard(shard: int, count: int, prefix: str = "t") -> list[str]:
-    found: list[str] = []
-    n = 0
-    while len(found) < count:
-        name = f"{prefix}{n:04d}"
-        if shard_of(name, SHARD_COUNT) == shard:
-            found.append(name)
-        n += 1
-    return found
 
 
 def take_all(store: MySQLStore, instance: str = ME) -> list[Lease]:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT, Backend
+from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT, Backend, in_shard
 from support.waiting import wait_for
 
 from triggerhook.domain.arming import BOTTOM, ShardMarks, shard_of
@@ -66,18 +66,6 @@ def clock(store: TaskStore) -> int:
 
 def task(name: str, due_ms: int, payload: bytes = b"", rk: str = "rk") -> Task:
     return Task(name, due_ms, rk, payload)
-
-
-def in_shard(shard: int, count: int, prefix: str = "t") -> list[str]:
-    """``count`` ids of ``shard``, in mark order when due at the same time."""
-    found: list[str] = []
-    n = 0
-    while len(found) < count:
-        name = f"{prefix}{n:04d}"
-        if shard_of(name, SHARD_COUNT) == shard:
-            found.append(name)
-        n += 1
-    return found
 
 
 def insert(store: TaskStore, *tasks: Task, atomic: bool = False) -> list[NewRow]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from support.mysql import connect
+from triggerhook.domain.arming import shard_of
 from triggerhook.interfaces import TaskStore
 from triggerhook.store.memory import MemoryStore
 from triggerhook.store.mysql import MySQLStore, init_schema
@@ -23,6 +24,18 @@ DEFAULT_ROUTING_KEY = "default.rk"
 STORES = ["memory", "mysql"]
 # Few, so that tests can find ids of one shard and lease every shard cheaply.
 SHARD_COUNT = 4
+
+
+def in_shard(shard: int, count: int, prefix: str = "t") -> list[str]:
+    """``count`` ids of ``shard`` (of SHARD_COUNT), in mark order when due at the same time."""
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        name = f"{prefix}{n:04d}"
+        if shard_of(name, SHARD_COUNT) == shard:
+            found.append(name)
+        n += 1
+    return found
 
 
 @dataclass(frozen=True)
