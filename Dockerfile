@@ -4,7 +4,7 @@
 #
 #   docker build -t triggerhook .
 #   docker run --rm -p 127.0.0.1:8080:8080 -e TRIGGERHOOK_API_TOKEN=... \
-#       -e TRIGGERHOOK_DATABASE_URL=mysql+pymysql://user:password@db:3306/triggerhook \
+#       -e TRIGGERHOOK_DATABASE_URL=mysql://user:password@db:3306/triggerhook \
 #       -e TRIGGERHOOK_AMQP_URL=amqp://user:password@broker:5672/%2F \
 #       triggerhook run --init-db
 #
@@ -23,19 +23,31 @@ ENV PIP_NO_CACHE_DIR=1 \
     WHEELS=/wheels \
     VIRTUAL_ENV=/opt/triggerhook/venv
 WORKDIR /src
+# mysqlclient, the fast database driver, compiles against MariaDB's client
+# library. Debian's current packages, not pinned: bookworm's point releases
+# replace them (and their security fixes are wanted).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev \
+    && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml constraints.txt README.md ./
 COPY triggerhook ./triggerhook
 # Runtime dependencies only (no dev extras), at the versions CI tests.
-RUN pip wheel --wheel-dir "$WHEELS" -c constraints.txt .
+RUN pip wheel --wheel-dir "$WHEELS" -c constraints.txt '.[mysqlclient]'
 # The venv gets no pip or setuptools: this stage's pip installs into it, from
 # the wheels above only (--no-index), so nothing unpinned can slip in.
 RUN python -m venv --without-pip "$VIRTUAL_ENV" \
     && pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links "$WHEELS" \
-        "$WHEELS"/triggerhook-*.whl \
+        "$WHEELS"/triggerhook-*.whl "$WHEELS"/mysqlclient-*.whl \
     && "$VIRTUAL_ENV/bin/triggerhook" config >/dev/null
 
 # -- runtime: the venv and the default configuration, run as an unprivileged user
 FROM ${PYTHON_IMAGE} AS runtime
+# The client library mysqlclient was built against (see the build stage).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libmariadb3 \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin triggerhook
 COPY --from=build /opt/triggerhook/venv /opt/triggerhook/venv

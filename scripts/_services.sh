@@ -17,6 +17,9 @@
 # The MariaDB probe uses PyMySQL from the venv (so source _venv.sh and call
 # ensure_venv first); it falls back to mariadb-admin when that is unavailable.
 
+# shellcheck source=scripts/_apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
+
 MYSQL_HOST="${TRIGGERHOOK_MYSQL_HOST:-127.0.0.1}"
 MYSQL_PORT="${TRIGGERHOOK_MYSQL_PORT:-3306}"
 AMQP_HOST="${TRIGGERHOOK_AMQP_HOST:-127.0.0.1}"
@@ -202,23 +205,8 @@ _influx_ping() {
 # in messages. Checks nothing afterwards: see _apt_install.
 _apt_get_install() {
     local package=$1 binary=$2
-    if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-        _svc_log "error: $binary is missing and cannot be installed here (needs root and" \
-            "apt-get); install Debian's $package package"
-        return 1
-    fi
-    _svc_log "installing Debian's $package package (apt-get install -y $package)"
-    # --reinstall: also repairs a package whose files are gone (half-removed).
-    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Use-Pty=0)
-    local install=(install --reinstall --no-install-recommends "$package")
-    # The package lists may be stale on a fresh machine: refresh them and retry once.
-    if ! "${apt[@]}" "${install[@]}" >&2; then
-        _svc_log "apt-get install failed; running apt-get update and retrying"
-        "${apt[@]}" update >&2 && "${apt[@]}" "${install[@]}" >&2 || {
-            _svc_log "error: could not install the $package package"
-            return 1
-        }
-    fi
+    _svc_log "$binary is missing"
+    apt_install "$package"
 }
 
 # Install a Debian package that provides the executable $2 (root and apt-get).

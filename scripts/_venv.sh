@@ -12,7 +12,21 @@
 VENV="${VENV:-.venv}"
 VENV_BIN="$VENV/bin"
 
+# shellcheck source=scripts/_apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_apt.sh"
+
 _venv_log() { printf '%s\n' "venv: $*" >&2; }
+
+# mysqlclient (the fast database driver, a dev dependency) compiles against the
+# MariaDB or MySQL client library, which it finds through pkg-config.
+_ensure_mysqlclient_build() {
+    if command -v pkg-config >/dev/null 2>&1 \
+        && { pkg-config --exists libmariadb || pkg-config --exists mysqlclient; }; then
+        return 0
+    fi
+    _venv_log "mysqlclient compiles against libmariadb-dev, which is missing"
+    apt_install libmariadb-dev pkg-config gcc
+}
 
 ensure_venv() {
     local python="${PYTHON:-python3}"
@@ -35,6 +49,7 @@ ensure_venv() {
         return 0
     fi
 
+    _ensure_mysqlclient_build || return 1
     _venv_log "installing triggerhook[dev] into $VENV (pinned by constraints.txt)"
     rm -f "$stamp"
     "$VENV_BIN/pip" install -q -c constraints.txt -e '.[dev]' || {

@@ -2,7 +2,7 @@
 
 Services come from the environment (scripts/test makes sure local ones run):
 
-* ``TRIGGERHOOK_TEST_MYSQL``  default ``mysql+pymysql://root:@127.0.0.1:3306``
+* ``TRIGGERHOOK_TEST_MYSQL``  default ``mysql://root:@127.0.0.1:3306`` (the default driver)
 * ``TRIGGERHOOK_TEST_AMQP``   default ``amqp://guest:guest@127.0.0.1:5672/%2F``
 * ``TRIGGERHOOK_TEST_INFLUX`` default ``http://127.0.0.1:8086`` (InfluxDB 1.x)
 
@@ -23,13 +23,13 @@ from support.amqp import AmqpNames, EventConsumer, delete_topology
 from support.mysql import temporary_database
 from support.names import unique_name
 
-DEFAULT_MYSQL_URL = "mysql+pymysql://root:@127.0.0.1:3306"
+DEFAULT_MYSQL_URL = "mysql://root:@127.0.0.1:3306"  # the default driver: mysqlclient
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 
 @pytest.fixture(scope="session")
 def mysql_url() -> str:
-    """Server URL without a database: ``mysql+pymysql://user:password@host:port``."""
+    """Server URL without a database: ``mysql://user:password@host:port``."""
     return os.environ.get("TRIGGERHOOK_TEST_MYSQL", DEFAULT_MYSQL_URL).rstrip("/")
 
 

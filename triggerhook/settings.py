@@ -42,8 +42,10 @@ def _setting(default: Any, help_text: str, minimum: int | None = None) -> Any:
 @dataclass(frozen=True, slots=True)
 class Settings:
     database_url: str = _setting(
-        "mysql+pymysql://root:@127.0.0.1:3306/triggerhook",
-        "MySQL/MariaDB URL; the database is created by `db init` if missing.",
+        "mysql://root:@127.0.0.1:3306/triggerhook",
+        "MySQL/MariaDB URL; the database is created by `db init` if missing. "
+        "mysql:// speaks mysqlclient when it is installed, else PyMySQL; "
+        "mysql+mysqldb:// or mysql+pymysql:// names the driver.",
     )
     amqp_url: str = _setting(
         "amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitMQ URL (pika URLParameters syntax)."

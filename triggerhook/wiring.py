@@ -104,6 +104,7 @@ def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
         pool_recycle_s=settings.database_pool_recycle_s,
         pool_ping_idle_s=settings.database_pool_ping_idle_s,
     )
+    log.info("database: %s through %s", redact(settings.database_url), store.driver)
     clock = DatabaseClock(
         store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
     )

@@ -20,7 +20,7 @@ from typing import Any
 import pymysql
 import pytest
 from support.mysql import connect, connect_kwargs
-from support.stores import SHARD_COUNT, in_shard, mysql_backend
+from support.stores import SHARD_COUNT, in_shard, mysql_backend, pymysql_backend
 from support.waiting import wait_for
 
 from triggerhook.domain.arming import TOP_ID, ShardMarks, shard_of
@@ -333,7 +333,20 @@ class _Trips:
         return list(self.sent)
 
 
-def test_round_trips(store: MySQLStore, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def pymysql_store(database_url: str) -> Iterator[MySQLStore]:
+    """The store through PyMySQL, whose statements :class:`_Trips` can count
+    (the store sends the same ones through either driver)."""
+    made = pymysql_backend(database_url)
+    assert isinstance(made.store, MySQLStore)
+    try:
+        yield made.store
+    finally:
+        made.store.close()
+
+
+def test_round_trips(pymysql_store: MySQLStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = pymysql_store
     now = clock(store)
     leases = take_all(store)
     store.arm(ME, leases, now, 10)  # both pools have connections now

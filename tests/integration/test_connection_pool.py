@@ -16,7 +16,7 @@ from support.mysql import connect
 from support.waiting import wait_for
 
 from triggerhook.errors import StoreUnavailable
-from triggerhook.store.connection import ConnectionPool, Cursor, connect_params
+from triggerhook.store.connection import ConnectionPool, Cursor, target
 
 PING_IDLE_S = 5.0
 
@@ -37,7 +37,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def pool(database_url: str, clock: FakeClock) -> Iterator[ConnectionPool]:
     made = ConnectionPool(
-        connect_params(database_url), 4, recycle_s=3600, ping_idle_s=PING_IDLE_S, clock=clock
+        target(database_url), 4, recycle_s=3600, ping_idle_s=PING_IDLE_S, clock=clock
     )
     try:
         yield made
@@ -123,9 +123,7 @@ def test_after_a_dead_connection_the_others_borrowed_before_are_pinged(
 def test_a_connection_past_its_age_is_replaced(
     mysql_url: str, database_url: str, clock: FakeClock
 ) -> None:
-    pool = ConnectionPool(
-        connect_params(database_url), 2, recycle_s=60, ping_idle_s=10**6, clock=clock
-    )
+    pool = ConnectionPool(target(database_url), 2, recycle_s=60, ping_idle_s=10**6, clock=clock)
     try:
         first = _session(pool)
         clock.now += 59
@@ -148,7 +146,7 @@ def test_a_tls_file_gone_after_start_makes_the_database_unavailable(
     as unavailable, naming it, and they are retried."""
     ca = tmp_path / "ca.pem"
     shutil.copy(certifi.where(), ca)
-    pool = ConnectionPool(connect_params(f"{database_url}?ssl_ca={ca}"), 1)
+    pool = ConnectionPool(target(f"{database_url}?ssl_ca={ca}"), 1)
     ca.unlink()
     try:
         with pytest.raises(StoreUnavailable, match=f"TLS files \\(ssl_ca='{ca}'\\)"):

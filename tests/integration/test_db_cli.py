@@ -19,7 +19,7 @@ import certifi
 import pytest
 from support.amqp import AmqpNames
 from support.daemon import DaemonGroup, base_env, daemon_env, run_cli, settings_env
-from support.mysql import connect, old_schema
+from support.mysql import connect, old_schema, with_driver
 from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
@@ -312,14 +312,20 @@ def test_a_missing_tls_file_is_a_clean_error_naming_it(
     assert _status(new_url)[0] == EXIT_BEHIND  # nothing was created
 
 
-def test_tls_asked_of_a_server_without_it_is_refused(database_url: str) -> None:
-    """The local MariaDB has TLS off (have_ssl DISABLED): with ssl_ca, PyMySQL must
-    refuse it rather than go on unencrypted (and a server that did TLS would have
-    to present a certificate of certifi's CAs, which none here does)."""
+@pytest.mark.parametrize("driver", ["mysqldb", "pymysql"])
+@pytest.mark.parametrize("tls", [f"ssl_ca={certifi.where()}", "ssl_verify_cert=false"])
+def test_tls_asked_of_a_server_without_it_is_refused(
+    database_url: str, driver: str, tls: str
+) -> None:
+    """The local MariaDB has TLS off (have_ssl DISABLED): with any TLS parameter,
+    either driver must refuse it rather than go on unencrypted (and a server that
+    did TLS would have to present a certificate of certifi's CAs, which none here
+    does)."""
     plain = _cli(database_url, "db", "init")
     assert plain.returncode == EXIT_OK, _out(plain)
+    url = with_driver(database_url, driver)
     line = _refused(
-        _cli(f"{database_url}?ssl_ca={certifi.where()}", "db", "status", log_level="WARNING"),
+        _cli(f"{url}?{tls}", "db", "status", log_level="WARNING"),
         EXIT_BEHIND,
         "database unavailable",
     )

@@ -254,6 +254,14 @@ def _copy_context(workdir: Path) -> None:
                 shutil.copy2(REPO / source, target)
 
 
+def _debian_packages(command: str) -> list[str] | None:
+    """The packages an ``apt-get install`` RUN line installs; None for any other line."""
+    if not command.startswith("apt-get update"):
+        return None
+    words = command.split("apt-get install", 1)[1].split("&&", 1)[0].split()
+    return [w for w in words if not w.startswith("-") and w != "\\"]
+
+
 @pytest.fixture(scope="module")
 def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The build stage outside Docker: its RUN lines as written, in a copy of
@@ -269,6 +277,13 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env.update(WHEELS=str(root / "wheels"), VIRTUAL_ENV=str(root / "venv"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # pip, python
     for command in build.runs():
+        packages = _debian_packages(command)
+        if packages is not None:
+            # The image's OS packages: this machine must have them already
+            # (scripts/_venv.sh installs them), not have its apt lists removed.
+            missing = [p for p in packages if run(["dpkg", "-s", p]).returncode != 0]
+            assert not missing, f"RUN {command}: not installed here: {missing}"
+            continue
         done = run(["bash", "-euc", command], env=env, cwd=workdir, timeout_s=600)
         assert done.returncode == 0, f"RUN {command}\n{done.stdout}\n{done.stderr}"
     return root

@@ -13,7 +13,7 @@ from support.mysql import connect
 from support.waiting import wait_until
 
 from triggerhook.errors import StoreUnavailable
-from triggerhook.store.connection import ConnectionPool, connect_params
+from triggerhook.store.connection import ConnectionPool, target
 
 
 def _setup(database_url: str) -> None:
@@ -36,7 +36,7 @@ def _can_lock(database_url: str) -> bool:
 
 def test_a_paused_transaction_is_aborted_and_its_locks_freed(database_url: str) -> None:
     _setup(database_url)
-    pool = ConnectionPool(connect_params(database_url), 1, idle_transaction_timeout_s=1)
+    pool = ConnectionPool(target(database_url), 1, idle_transaction_timeout_s=1)
     freed = threading.Event()
     with pytest.raises(StoreUnavailable), pool.transaction() as cur:
         cur.execute("SELECT id FROM t WHERE id = 1 FOR UPDATE")
@@ -56,7 +56,7 @@ def test_a_paused_transaction_is_aborted_and_its_locks_freed(database_url: str) 
 def test_without_the_timeout_the_lock_stays(database_url: str) -> None:
     # The other side of the test above: it is the setting that frees the lock.
     _setup(database_url)
-    pool = ConnectionPool(connect_params(database_url), 1, idle_transaction_timeout_s=0)
+    pool = ConnectionPool(target(database_url), 1, idle_transaction_timeout_s=0)
     with pool.transaction() as cur:
         cur.execute("SELECT id FROM t WHERE id = 1 FOR UPDATE")
         assert not wait_until(lambda: _can_lock(database_url), 3)

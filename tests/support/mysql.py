@@ -1,4 +1,5 @@
-"""PyMySQL helpers for tests: turn a SQLAlchemy-style URL into a connection."""
+"""MySQL helpers for tests: turn a SQLAlchemy-style URL into a connection (the
+tests' own set-up and checks speak PyMySQL, whichever driver the store uses)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,14 @@ def old_schema(version: int) -> tuple[str, str, str]:
         _OLD_META,
         f"INSERT INTO th_meta (name, value) VALUES ('schema_version', '{version}')",
     )
+
+
+def with_driver(url: str, driver: str) -> str:
+    """``url`` with its scheme naming ``driver``: ``mysql+<driver>://...``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme.startswith("mysql"):
+        raise ValueError(f"not a mysql URL: {url!r}")
+    return f"mysql+{driver}://{rest}"
 
 
 def connect_kwargs(url: str) -> dict[str, Any]:

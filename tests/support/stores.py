@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from support.mysql import connect
+from support.mysql import connect, with_driver
 from triggerhook.domain.arming import shard_of
 from triggerhook.interfaces import TaskStore
 from triggerhook.store.memory import MemoryStore
 from triggerhook.store.mysql import MySQLStore, init_schema
 
 DEFAULT_ROUTING_KEY = "default.rk"
-STORES = ["memory", "mysql"]
+# "mysql" speaks the default driver (mysqlclient; tests/conftest.py's URL says
+# mysql://), "mysql-pymysql" the portable one, which must keep working.
+STORES = ["memory", "mysql", "mysql-pymysql"]
 # Few, so that tests can find ids of one shard and lease every shard cheaply.
 SHARD_COUNT = 4
 
@@ -70,3 +72,9 @@ def mysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backend:
             conn.close()
 
     return Backend("mysql", MySQLStore(database_url, DEFAULT_ROUTING_KEY), null_routing_key)
+
+
+def pymysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backend:
+    """:func:`mysql_backend` through PyMySQL (``mysql+pymysql://``)."""
+    made = mysql_backend(with_driver(database_url, "pymysql"), shard_count)
+    return replace(made, name="mysql-pymysql")

@@ -336,7 +336,7 @@ class TcpProxy:
             self._links.discard(link)
 
 
-_DEFAULT_PORTS = {"mysql+pymysql": 3306, "mysql": 3306, "amqp": 5672}
+_DEFAULT_PORTS = {"mysql+pymysql": 3306, "mysql+mysqldb": 3306, "mysql": 3306, "amqp": 5672}
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
-"""database_url -> PyMySQL's connect arguments (store/connection.py), parsed by
-SQLAlchemy's make_url: every part, the TLS parameters, and a ConfigError
-naming whatever is wrong. No database needed: PyMySQL builds its connection
-(and TLS context) unconnected, ``defer_connect``."""
+"""database_url -> the driver and its connect arguments (store/connection.py,
+store/drivers.py), parsed by SQLAlchemy's make_url: every part, the TLS
+parameters, and a ConfigError naming whatever is wrong. No database needed:
+PyMySQL builds its connection (and TLS context) unconnected,
+``defer_connect``; mysqlclient's arguments are checked as they are passed."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from typing import Any
 
 import certifi
 import pymysql
+import pymysql.cursors
 import pytest
 
 from triggerhook.errors import ConfigError
-from triggerhook.store.connection import Cursor, connect_params, database_name
+from triggerhook.store.connection import database_name, driver_of, target
+from triggerhook.store.drivers import MAX_STATEMENT_BYTES
 
 BASE = "mysql+pymysql://root:@127.0.0.1:3306/triggerhook"
 CA = certifi.where()  # any PEM bundle of CA certificates will do
+
+
+def connect_params(url: str, *, with_database: bool = True) -> dict[str, Any]:
+    return target(url, with_database=with_database).arguments()
 
 
 def _unconnected(params: dict[str, Any]) -> Any:
@@ -37,7 +44,8 @@ def test_the_default_url() -> None:
     }
     assert params["charset"] == "utf8mb4"
     assert params["autocommit"] is False
-    assert params["cursorclass"] is Cursor
+    assert issubclass(params["cursorclass"], pymysql.cursors.Cursor)
+    assert params["cursorclass"].max_stmt_length == MAX_STATEMENT_BYTES
     assert "READ COMMITTED" in params["init_command"]
     assert not any(name.startswith("ssl") for name in params)
     assert _unconnected(params).host == "127.0.0.1"
@@ -59,8 +67,20 @@ def test_defaults_for_what_the_url_leaves_out() -> None:
     )
 
 
-@pytest.mark.parametrize("scheme", ["mysql", "mysql+pymysql", "mariadb", "mariadb+pymysql"])
-def test_schemes_that_mean_pymysql(scheme: str) -> None:
+@pytest.mark.parametrize(
+    ("scheme", "driver"),
+    [
+        ("mysql+pymysql", "pymysql"),
+        ("mariadb+pymysql", "pymysql"),
+        ("mysql+mysqldb", "mysqldb"),
+        ("mariadb+mysqldb", "mysqldb"),
+        # No driver named: mysqlclient when it is installed (it is, with the dev extras).
+        ("mysql", "mysqldb"),
+        ("mariadb", "mysqldb"),
+    ],
+)
+def test_the_scheme_names_the_driver(scheme: str, driver: str) -> None:
+    assert driver_of(f"{scheme}://h/db").name == driver
     assert connect_params(f"{scheme}://h/db")["host"] == "h"
 
 
@@ -92,7 +112,6 @@ def test_charset_and_unix_socket() -> None:
     [
         ("postgresql://u@h/db", "scheme 'postgresql'"),
         ("sqlite:///x.db", "scheme 'sqlite'"),
-        ("mysql+mysqldb://h/db", "driver 'mysqldb' is not supported"),
         ("mysql+mysqlconnector://h/db", "driver 'mysqlconnector' is not supported"),
         ("mysql+pymysql://h:port/db", "not a database URL"),
         ("mysql+pymysql://h:70000/db", "port 70000 is out of range"),
@@ -174,4 +193,61 @@ def test_any_tls_parameter_makes_tls_required() -> None:
     """PyMySQL then refuses a server without TLS rather than going on in plain text
     (tests/integration/test_db_cli.py shows it against the real server)."""
     assert _unconnected(connect_params(f"{BASE}?ssl_ca={CA}"))._ssl_required is True
+    assert _unconnected(connect_params(f"{BASE}?ssl_verify_cert=false"))._ssl_required is True
     assert _unconnected(connect_params(BASE))._ssl_required is False
+
+
+# -- mysqlclient's arguments ------------------------------------------------------------------
+
+MYSQLDB = "mysql+mysqldb://app:pw@db.example:3307/th"
+
+
+def test_mysqlclient_arguments() -> None:
+    import MySQLdb.cursors
+
+    params = connect_params(f"{MYSQLDB}?charset=latin1&unix_socket=/run/mysqld/mysqld.sock")
+    assert {k: params[k] for k in ("host", "port", "user", "password", "database")} == {
+        "host": "db.example",
+        "port": 3307,
+        "user": "app",
+        "password": "pw",
+        "database": "th",
+    }
+    assert (params["charset"], params["unix_socket"]) == ("latin1", "/run/mysqld/mysqld.sock")
+    assert params["autocommit"] is False
+    assert (params["read_timeout"], params["write_timeout"], params["connect_timeout"]) == (
+        30,
+        30,
+        5,
+    )
+    assert params["multi_statements"] is False  # one statement per execute, as PyMySQL
+    assert params["binary_prefix"] is True  # payloads are bytes, not utf8mb4 text
+    assert issubclass(params["cursorclass"], MySQLdb.cursors.Cursor)
+    assert params["cursorclass"].max_stmt_length == MAX_STATEMENT_BYTES
+    assert "READ COMMITTED" in params["init_command"]
+    assert "ssl" not in params and "ssl_mode" not in params
+    assert target(MYSQLDB).arguments(autocommit=True)["autocommit"] is True
+
+
+@pytest.mark.parametrize(
+    ("query", "ssl", "mode"),
+    [
+        (f"ssl_ca={CA}", {"ca": CA}, "VERIFY_CA"),
+        (f"ssl_ca={CA}&ssl_verify_identity=true", {"ca": CA}, "VERIFY_IDENTITY"),
+        (f"ssl_ca={CA}&ssl_verify_cert=false", {"ca": CA}, "REQUIRED"),
+        ("ssl_verify_cert=1", True, "VERIFY_CA"),
+        ("ssl_verify_cert=0", True, "REQUIRED"),
+    ],
+)
+def test_mysqlclient_tls(query: str, ssl: object, mode: str) -> None:
+    """Any TLS parameter makes TLS required (ssl_mode at least REQUIRED)."""
+    params = connect_params(f"{MYSQLDB}?{query}")
+    assert (params["ssl"], params["ssl_mode"]) == (ssl, mode)
+
+
+def test_mysqlclient_client_certificate(tmp_path: Path) -> None:
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("not read here")
+    key.write_text("not read here")
+    params = connect_params(f"{MYSQLDB}?ssl_ca={CA}&ssl_cert={cert}&ssl_key={key}")
+    assert params["ssl"] == {"ca": CA, "cert": str(cert), "key": str(key)}

@@ -49,13 +49,15 @@ def test_dockerfile_builds_in_stages_from_one_pinned_base() -> None:
 
 def test_runtime_stage_runs_as_the_unprivileged_user_it_creates() -> None:
     final = read_dockerfile().final
-    (useradd,) = final.runs()
+    apt, useradd = final.runs()  # the client library mysqlclient needs, then the user
+    assert apt.startswith("apt-get update") and "libmariadb3" in apt
     uid = re.search(r"--uid (\d+)", useradd)
     assert uid and "--system" in useradd and "--shell /usr/sbin/nologin" in useradd
     user = final.one("USER").text
     assert user == f"{uid[1]}:{uid[1]}" and int(uid[1]) != 0  # numeric: runAsNonRoot can tell
     keywords = [i.keyword for i in final.instructions]
-    assert keywords.index("USER") > max(keywords.index("RUN"), keywords.index("COPY"))
+    last = {k: i for i, k in enumerate(keywords)}
+    assert keywords.index("USER") > max(last["RUN"], last["COPY"])
 
 
 def test_runtime_stage_holds_only_the_venv_and_the_config() -> None:
@@ -70,10 +72,16 @@ def test_runtime_stage_holds_only_the_venv_and_the_config() -> None:
         (["config/triggerhook.toml"], "/etc/triggerhook/triggerhook.toml")
     ]
     # Runtime dependencies only, pinned; the venv without pip.
-    wheel, venv = build.runs()
+    build_tools, wheel, venv = build.runs()
+    assert "libmariadb-dev" in build_tools  # mysqlclient compiles against it
     assert "pip wheel" in wheel and "-c constraints.txt" in wheel and "[dev]" not in wheel
+    assert "[mysqlclient]" in wheel and "mysqlclient-" in venv
     assert "--without-pip" in venv and "--no-index" in venv
-    assert not any("pip" in run or "apt-get" in run for run in final.runs())
+    # Of Debian's packages, the runtime gets the client library only, without apt's lists.
+    apt = [run for run in final.runs() if "apt-get" in run]
+    assert len(apt) == 1 and "install -y --no-install-recommends libmariadb3 &&" in apt[0]
+    assert apt[0].endswith("rm -rf /var/lib/apt/lists/*")
+    assert not any("pip" in run for run in final.runs())
 
 
 def test_image_settings_entrypoint_healthcheck_and_stop_signal() -> None:
@@ -217,7 +225,7 @@ def test_compose_services_agree_on_names_and_credentials() -> None:
     hook = services["triggerhook"]["environment"]
     assert set(hook) <= {f"TRIGGERHOOK_{name.upper()}" for name in FIELDS}
     database = re.fullmatch(
-        r"mysql\+pymysql://(\w+):(\$\{[^}]+\})@mysql:3306/(\w+)", hook["TRIGGERHOOK_DATABASE_URL"]
+        r"mysql\+mysqldb://(\w+):(\$\{[^}]+\})@mysql:3306/(\w+)", hook["TRIGGERHOOK_DATABASE_URL"]
     )
     assert database, hook["TRIGGERHOOK_DATABASE_URL"]
     assert (database[1], database[3]) == (mysql["MYSQL_USER"], mysql["MYSQL_DATABASE"])

@@ -1,10 +1,11 @@
-"""PyMySQL connections: URL parsing, a small thread-safe pool, error translation.
+"""Database connections: URL parsing, a small thread-safe pool.
 
 ``database_url`` is parsed by SQLAlchemy (:func:`sqlalchemy.engine.make_url`)
-into PyMySQL's ``connect`` arguments, TLS included; a parameter it does not
-know, or a wrong value, is a ConfigError naming it. Every PyMySQL exception is
-translated here into the project's hierarchy, so no other module needs to know
-the driver.
+into a :class:`Target`: the driver its scheme names (``store/drivers.py``)
+and where to connect, TLS included; a parameter it does not know, or a wrong
+value, is a ConfigError naming it. Driver exceptions are translated into the
+project's errors here and in the driver seam, so no other module needs to
+know the driver.
 """
 
 from __future__ import annotations
@@ -16,59 +17,62 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pymysql
-import pymysql.cursors
 from pymysql.charset import charset_by_name
 
-from triggerhook.errors import ConfigError, SchemaError, StoreError, StoreUnavailable
+from triggerhook.errors import ConfigError, StoreUnavailable
 from triggerhook.settings import parse_bool
+from triggerhook.store import drivers
+from triggerhook.store.drivers import (
+    DUPLICATE_KEY,
+    NO_SUCH_TABLE,
+    UNKNOWN_DATABASE,
+    Connection,
+    Cursor,
+    Driver,
+    Endpoint,
+    Tls,
+    error_code,
+)
 from triggerhook.store.sql import IDLE_TRANSACTION_TIMEOUT
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
+__all__ = ["ConnectionPool", "Cursor", "Target", "open_connection", "target"]
+
 log = logging.getLogger(__name__)
-
-# Server and client error codes after which the same operation may succeed.
-_TRANSIENT_CODES = frozenset(
-    {
-        0,  # connection already closed (InterfaceError)
-        1040,  # too many connections
-        1053,  # server shutdown in progress
-        1205,  # lock wait timeout
-        1213,  # deadlock, transaction rolled back
-        1927,  # connection was killed
-        2003,  # can't connect
-        2006,  # server has gone away
-        2013,  # lost connection during query
-        2014,  # commands out of sync (after a broken read)
-        2055,  # lost connection (system error)
-        4031,  # disconnected by the server for inactivity
-    }
-)
-_TLS_REFUSED = 2026  # the server does not do TLS, which the ssl_* parameters require
-_UNKNOWN_DATABASE = 1049
-_NO_SUCH_TABLE = 1146
-_DUPLICATE_KEY = 1062
-
-
-class Cursor(pymysql.cursors.Cursor):
-    # executemany must keep one chunk in one statement (atomic under autocommit);
-    # this stays below the server's default max_allowed_packet of 16 MiB.
-    max_stmt_length = 12 * 1024 * 1024
-
 
 # The query parameters a database_url may carry; any other is refused by name.
 _TLS_FILES = ("ssl_ca", "ssl_cert", "ssl_key")
 _TLS_FLAGS = ("ssl_verify_cert", "ssl_verify_identity")
 _PARAMETERS = ("charset", "unix_socket", *_TLS_FILES, *_TLS_FLAGS)
-_URL_FORM = "mysql+pymysql://user@host:port/database"
+_URL_FORM = "mysql://user@host:port/database"
+# READ COMMITTED: locking reads lock only the rows that match, so inserts,
+# cancels and arming passes do not block on each other's gaps.
+_SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A database to connect to, and the driver to do it with."""
+
+    driver: Driver
+    endpoint: Endpoint
+
+    @property
+    def database(self) -> str:
+        return self.endpoint.database or ""
+
+    def arguments(self, autocommit: bool = False) -> dict[str, Any]:
+        """The driver's ``connect`` arguments."""
+        return self.driver.arguments(self.endpoint, autocommit)
 
 
 def parse_url(url: str) -> URL:
-    """``url`` parsed by SQLAlchemy; ConfigError unless it is a PyMySQL URL."""
+    """``url`` parsed by SQLAlchemy; ConfigError unless it is a MySQL/MariaDB URL."""
     # SQLAlchemy takes 0.2 s to import: paid by the commands that use a database only.
     from sqlalchemy.engine import make_url  # noqa: PLC0415
     from sqlalchemy.exc import ArgumentError  # noqa: PLC0415
@@ -77,60 +81,59 @@ def parse_url(url: str) -> URL:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError(f"database_url: not a database URL, expected {_URL_FORM}") from None
-    backend, _, driver = parsed.drivername.partition("+")
+    backend, _, _ = parsed.drivername.partition("+")
     if backend not in ("mysql", "mariadb"):
         raise ConfigError(
-            f"database_url: unsupported scheme {parsed.drivername!r}, use mysql+pymysql://"
-        )
-    # No driver named (mysql://) has always meant PyMySQL here (SQLAlchemy would
-    # take mysqlclient); any other driver is not supported (yet).
-    if driver not in ("", "pymysql"):
-        raise ConfigError(
-            f"database_url: driver {driver!r} is not supported, use mysql+pymysql:// (PyMySQL)"
+            f"database_url: unsupported scheme {parsed.drivername!r}, use mysql:// "
+            "(mysql+mysqldb:// or mysql+pymysql:// to name the driver)"
         )
     if parsed.port is not None and not 0 < parsed.port < 65536:
         raise ConfigError(f"database_url: port {parsed.port} is out of range")
     return parsed
 
 
-def connect_params(url: str, *, with_database: bool = True) -> dict[str, Any]:
-    """PyMySQL ``connect`` arguments from ``mysql+pymysql://user:pw@host:port/db?...``.
+def driver_of(url: str) -> Driver:
+    """The driver ``url`` names: ``mysql+mysqldb://`` mysqlclient, ``mysql+pymysql://``
+    PyMySQL; ``mysql://`` mysqlclient when it is installed, else PyMySQL."""
+    name = parse_url(url).drivername.partition("+")[2]
+    return drivers.load(name) if name else drivers.default()
 
-    Query parameters: ``charset``, ``unix_socket`` and the TLS ones, passed to
-    PyMySQL as its ``ssl_*`` arguments: ``ssl_ca``, ``ssl_cert``, ``ssl_key``
-    (files, checked here), ``ssl_verify_cert`` and ``ssl_verify_identity``
-    (true or false). Any of them makes TLS required. With ``ssl_ca`` the
-    server's certificate is verified unless ``ssl_verify_cert=false`` (as the
-    MySQL client does; PyMySQL alone would not); its host name only with
-    ``ssl_verify_identity=true``.
+
+def target(url: str, *, with_database: bool = True) -> Target:
+    """The :class:`Target` of ``mysql[+driver]://user:pw@host:port/db?...``.
+
+    Query parameters: ``charset``, ``unix_socket`` and the TLS ones:
+    ``ssl_ca``, ``ssl_cert``, ``ssl_key`` (files, checked here),
+    ``ssl_verify_cert`` and ``ssl_verify_identity`` (true or false). Any of
+    them makes TLS required. With ``ssl_ca`` the server's certificate is
+    verified unless ``ssl_verify_cert=false`` (as the MySQL client does); its
+    host name only with ``ssl_verify_identity=true`` (with mysqlclient on
+    MariaDB's client library, verifying the certificate checks the host name
+    too: that library has one switch for both).
     """
     parsed = parse_url(url)
     database = parsed.database or ""
     if with_database and not database:
         raise ConfigError("database_url: no database name in the URL path")
-    params: dict[str, Any] = {
-        "host": parsed.host or "127.0.0.1",
-        "port": parsed.port or 3306,
-        "user": parsed.username or "root",
-        "password": parsed.password or "",
-        "charset": "utf8mb4",
-        "autocommit": False,
-        "cursorclass": Cursor,
-        "connect_timeout": 5,
-        # A server that stops answering must not wedge a thread for ever.
-        "read_timeout": 30,
-        "write_timeout": 30,
-        # READ COMMITTED: locking reads lock only the rows that match, so
-        # inserts, cancels and arming passes do not block on each other's gaps.
-        "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-        **_query_params(parsed),
-    }
-    if with_database:
-        params["database"] = database
-    return params
+    query = _query(parsed)
+    charset = query.get("charset", "utf8mb4")
+    if charset_by_name(charset) is None:
+        raise ConfigError(f"database_url: charset {charset!r} is not known")
+    endpoint = Endpoint(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        database=database if with_database else None,
+        charset=charset,
+        unix_socket=query.get("unix_socket"),
+        tls=_tls(query),
+        init_command=_SESSION_SETUP,
+    )
+    return Target(driver_of(url), endpoint)
 
 
-def _query_params(parsed: URL) -> dict[str, Any]:
+def _query(parsed: URL) -> dict[str, str]:
     query: dict[str, str] = {}
     for name, value in parsed.query.items():
         if name not in _PARAMETERS:
@@ -140,34 +143,35 @@ def _query_params(parsed: URL) -> dict[str, Any]:
         if not isinstance(value, str):
             raise ConfigError(f"database_url: parameter {name!r} is given more than once")
         query[name] = value
-    params: dict[str, Any] = {}
-    if "charset" in query:
-        if charset_by_name(query["charset"]) is None:
-            raise ConfigError(f"database_url: charset {query['charset']!r} is not known")
-        params["charset"] = query["charset"]
-    if "unix_socket" in query:
-        params["unix_socket"] = query["unix_socket"]
-    return {**params, **_tls_params(query)}
+    return query
 
 
-def _tls_params(query: dict[str, str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
+def _tls(query: dict[str, str]) -> Tls | None:
+    if not any(name in query for name in (*_TLS_FILES, *_TLS_FLAGS)):
+        return None
+    files: dict[str, str] = {}
     for name in _TLS_FILES:
         if name in query:
             if not os.path.isfile(query[name]):
                 raise ConfigError(f"database_url: {name}: no such file {query[name]!r}")
-            params[name] = query[name]
-    for name in _TLS_FLAGS:
-        if name in query:
-            params[name] = parse_bool(query[name], f"database_url: {name}")
-    if "ssl_key" in params and "ssl_cert" not in params:
+            files[name] = query[name]
+    flags = {
+        name: parse_bool(value, f"database_url: {name}")
+        for name, value in query.items()
+        if name in _TLS_FLAGS
+    }
+    if "ssl_key" in files and "ssl_cert" not in files:
         raise ConfigError("database_url: ssl_key needs ssl_cert (the client certificate)")
-    if params.get("ssl_verify_identity") and "ssl_ca" not in params:
-        # PyMySQL checks the host name only against a CA it was given.
+    if flags.get("ssl_verify_identity") and "ssl_ca" not in files:
+        # The host name is checked only against a CA given.
         raise ConfigError("database_url: ssl_verify_identity needs ssl_ca")
-    if "ssl_ca" in params:
-        params.setdefault("ssl_verify_cert", True)
-    return params
+    return Tls(
+        ca=files.get("ssl_ca"),
+        cert=files.get("ssl_cert"),
+        key=files.get("ssl_key"),
+        verify_cert=flags.get("ssl_verify_cert", "ssl_ca" in files),
+        verify_identity=flags.get("ssl_verify_identity", False),
+    )
 
 
 def database_name(url: str) -> str:
@@ -175,53 +179,38 @@ def database_name(url: str) -> str:
 
 
 def is_duplicate_key(exc: BaseException) -> bool:
-    return isinstance(exc, pymysql.err.IntegrityError) and exc.args[:1] == (_DUPLICATE_KEY,)
+    return error_code(exc) == DUPLICATE_KEY
 
 
 def is_no_such_table(exc: BaseException) -> bool:
-    return isinstance(exc, pymysql.err.ProgrammingError) and exc.args[:1] == (_NO_SUCH_TABLE,)
+    return error_code(exc) == NO_SUCH_TABLE
 
 
 def is_unknown_database(exc: BaseException) -> bool:
-    return isinstance(exc, pymysql.err.MySQLError) and exc.args[:1] == (_UNKNOWN_DATABASE,)
+    return error_code(exc) == UNKNOWN_DATABASE
 
 
-def translate(exc: BaseException, database: str) -> Exception:
-    """Map a PyMySQL exception to the project's error hierarchy."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError | OSError) and (
-        code is None or code in _TRANSIENT_CODES
-    ):
-        return StoreUnavailable(f"database unavailable: {exc}")
-    if code in _TRANSIENT_CODES:
-        return StoreUnavailable(f"database unavailable: {exc}")
-    if code == _TLS_REFUSED:
-        return StoreUnavailable(
-            f"database unavailable: TLS (database_url's ssl_* parameters): {exc}"
-        )
-    if code == _UNKNOWN_DATABASE:
-        return SchemaError(f"database {database!r} does not exist: run `triggerhook db init`")
-    if code == _NO_SUCH_TABLE:
-        return SchemaError(
-            f"database {database!r} has no triggerhook tables: run `triggerhook db init`"
-        )
-    return StoreError(f"database error: {exc}")
-
-
-def open_connection(params: dict[str, Any]) -> pymysql.connections.Connection[Cursor]:
+def open_connection(to: Target, autocommit: bool = False) -> Connection:
+    driver = to.driver
+    files = _tls_files(to.endpoint.tls)
+    # Checked again here: mysqlclient reads them only after the server's greeting.
+    gone = [f"{name}={path!r}" for name, path in files if not os.path.isfile(path)]
+    if gone:
+        raise StoreUnavailable(f"database unavailable: TLS files ({', '.join(gone)}): gone")
     try:
-        return pymysql.connect(**params)
-    except pymysql.err.MySQLError as exc:
-        raise translate(exc, str(params.get("database", ""))) from exc
-    except OSError as exc:  # before connecting: the TLS files could not be loaded
-        files = ", ".join(f"{name}={params[name]!r}" for name in _TLS_FILES if name in params)
-        raise StoreUnavailable(f"database unavailable: TLS files ({files}): {exc}") from exc
+        return driver.connect(to.arguments(autocommit))
+    except driver.errors.error as exc:
+        raise driver.translate(exc, to.database) from exc
+    except OSError as exc:  # PyMySQL, before connecting: the TLS files could not be loaded
+        named = ", ".join(f"{name}={path!r}" for name, path in files)
+        raise StoreUnavailable(f"database unavailable: TLS files ({named}): {exc}") from exc
 
 
-def _is_mariadb(conn: pymysql.connections.Connection[Cursor]) -> bool:
-    # The handshake's server version, e.g. "10.11.6-MariaDB-0+deb12u1" (not in
-    # PyMySQL's type stubs).
-    return "MariaDB" in str(getattr(conn, "server_version", ""))
+def _tls_files(tls: Tls | None) -> list[tuple[str, str]]:
+    if tls is None:
+        return []
+    files = (("ssl_ca", tls.ca), ("ssl_cert", tls.cert), ("ssl_key", tls.key))
+    return [(name, path) for name, path in files if path]
 
 
 class _Pooled:
@@ -229,9 +218,7 @@ class _Pooled:
 
     __slots__ = ("borrowed", "conn", "expires")
 
-    def __init__(
-        self, conn: pymysql.connections.Connection[Cursor], now: float, recycle_s: float
-    ) -> None:
+    def __init__(self, conn: Connection, now: float, recycle_s: float) -> None:
         self.conn = conn
         self.expires = now + recycle_s if recycle_s else float("inf")
         self.borrowed = now
@@ -254,7 +241,7 @@ class ConnectionPool:
 
     def __init__(
         self,
-        params: dict[str, Any],
+        to: Target,
         size: int,
         autocommit: bool = False,
         acquire_timeout_s: float = 30.0,
@@ -263,14 +250,15 @@ class ConnectionPool:
         ping_idle_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._params = {**params, "autocommit": autocommit}
+        self._target = to
+        self._driver = to.driver
         # MariaDB aborts a transaction idle this long (0: never) and so frees
         # its locks: a process paused in the middle of one (a stop signal, a
         # VM suspended) must not keep other instances from rows whose lease ran
         # out. MySQL has no such variable; there, wait_timeout bounds it.
         self._idle_transaction_timeout_s = idle_transaction_timeout_s
         self._autocommit = autocommit
-        self._database = str(params.get("database", ""))
+        self._database = to.database
         # A deque's append and pop are thread-safe: no lock on the hot path.
         self._idle: collections.deque[_Pooled] = collections.deque()
         self._slots = threading.BoundedSemaphore(size)
@@ -296,8 +284,8 @@ class ConnectionPool:
                     conn.commit()
             except BaseException as exc:
                 self._recycle_after_error(pooled, exc)
-                if isinstance(exc, pymysql.err.MySQLError | OSError):
-                    raise translate(exc, self._database) from exc
+                if self._driver.is_driver_error(exc):
+                    raise self._driver.translate(exc, self._database) from exc
                 raise
             self._idle.append(pooled)
         finally:
@@ -323,7 +311,7 @@ class ConnectionPool:
         """``pooled`` if it is young enough and answers a ping, else a new connection."""
         if now >= pooled.expires:
             log.debug("replacing a database connection older than %.0f s", self._recycle_s)
-        elif _alive(pooled.conn):
+        elif self._alive(pooled.conn):
             return pooled
         else:
             log.info("a pooled database connection was dead: replaced")
@@ -332,25 +320,23 @@ class ConnectionPool:
         return self._open()
 
     def _open(self) -> _Pooled:
-        conn = open_connection(self._params)
-        if self._idle_transaction_timeout_s and _is_mariadb(conn):
+        conn = open_connection(self._target, self._autocommit)
+        if self._idle_transaction_timeout_s and self._is_mariadb(conn):
             try:
                 with conn.cursor() as cur:
                     cur.execute(IDLE_TRANSACTION_TIMEOUT, (self._idle_transaction_timeout_s,))
-            except (pymysql.err.MySQLError, OSError) as exc:
+            except (self._driver.errors.error, OSError) as exc:
                 _close(conn)
-                raise translate(exc, self._database) from exc
+                raise self._driver.translate(exc, self._database) from exc
         return _Pooled(conn, self._clock(), self._recycle_s)
 
     def _recycle_after_error(self, pooled: _Pooled, exc: BaseException) -> None:
         """Roll back; keep the connection only when the error was not the connection's."""
-        broken = isinstance(
-            exc, pymysql.err.OperationalError | pymysql.err.InterfaceError | OSError
-        )
+        broken = self._driver.is_connection_error(exc)
         if not broken:
             try:
                 pooled.conn.rollback()
-            except (pymysql.err.MySQLError, OSError):
+            except (self._driver.errors.error, OSError):
                 broken = True
         if broken:
             self._broken_at = self._clock()
@@ -366,15 +352,18 @@ class ConnectionPool:
                 return
             _close(pooled.conn)
 
+    def _alive(self, conn: Connection) -> bool:
+        try:
+            self._driver.ping(conn)
+        except (self._driver.errors.error, OSError):
+            return False
+        return True
 
-def _alive(conn: pymysql.connections.Connection[Cursor]) -> bool:
-    try:
-        conn.ping(reconnect=False)
-    except (pymysql.err.MySQLError, OSError):
-        return False
-    return True
+    def _is_mariadb(self, conn: Connection) -> bool:
+        # The server's version, e.g. "10.11.6-MariaDB-0+deb12u1".
+        return "MariaDB" in self._driver.server_version(conn)
 
 
-def _close(conn: pymysql.connections.Connection[Cursor]) -> None:
+def _close(conn: Connection) -> None:
     with contextlib.suppress(Exception):
         conn.close()

@@ -32,8 +32,6 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import pymysql
-
 from triggerhook.domain.arming import (
     BOTTOM,
     TOP_ID,
@@ -62,9 +60,8 @@ from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
 from triggerhook.store.connection import (
     ConnectionPool,
     Cursor,
-    connect_params,
-    database_name,
     is_duplicate_key,
+    target,
 )
 from triggerhook.store.schema import init_schema, read_shard_count, read_version
 
@@ -195,17 +192,19 @@ class MySQLStore:
         pool_recycle_s: int = 3600,
         pool_ping_idle_s: int = 2,
     ) -> None:
-        self._database = database_name(url)
-        params = connect_params(url)
+        to = target(url)
+        self._database = to.database
+        self._integrity_error = to.driver.errors.integrity
+        self.driver = f"{to.driver.package} {to.driver.version}"  # for the logs
         self._pool = ConnectionPool(
-            params,
+            to,
             pool_size,
             idle_transaction_timeout_s=idle_transaction_timeout_s,
             recycle_s=pool_recycle_s,
             ping_idle_s=pool_ping_idle_s,
         )
         self._autocommit_pool = ConnectionPool(
-            params,
+            to,
             pool_size,
             autocommit=True,
             recycle_s=pool_recycle_s,
@@ -362,7 +361,7 @@ class MySQLStore:
             params = [_insert_params(rows[i], count, gens) for i in pending]
             try:
                 cur.executemany(sql.INSERT_TASKS, params)
-            except pymysql.err.IntegrityError as exc:
+            except self._integrity_error as exc:
                 if not is_duplicate_key(exc):
                     raise
             else:
@@ -650,7 +649,7 @@ class MySQLStore:
             try:
                 cur.execute(sql.REGISTER, (instance, token, lease_ms, host, pid))
                 return True, None
-            except pymysql.err.IntegrityError as exc:
+            except self._integrity_error as exc:
                 if not is_duplicate_key(exc):
                     raise
             if cur.execute(sql.TAKE_OVER_MEMBER, (token, lease_ms, host, pid, instance)):

@@ -22,18 +22,15 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
-import pymysql
-
 from triggerhook.errors import SchemaError
 from triggerhook.store import sql
 from triggerhook.store.connection import (
     Cursor,
-    connect_params,
     database_name,
     is_no_such_table,
     is_unknown_database,
     open_connection,
-    translate,
+    target,
 )
 
 if TYPE_CHECKING:
@@ -128,7 +125,7 @@ def stored_version(cur: Cursor) -> int | None:
     """``th_meta.schema_version``; None when the database has none (no th_meta, or no row)."""
     try:
         cur.execute(sql.READ_SCHEMA_VERSION)
-    except pymysql.err.ProgrammingError as exc:
+    except Exception as exc:  # the driver's ProgrammingError
         if is_no_such_table(exc):
             return None
         raise
@@ -144,13 +141,14 @@ def read_shard_count(cur: Cursor) -> int | None:
 
 def _database_exists(url: str) -> bool:
     name = database_name(url)
-    server = open_connection(connect_params(url, with_database=False))
+    to = target(url, with_database=False)
+    server = open_connection(to)
     try:
         server.select_db(name)
-    except pymysql.err.MySQLError as exc:
+    except to.driver.errors.error as exc:
         if is_unknown_database(exc):
             return False
-        raise translate(exc, name) from exc
+        raise to.driver.translate(exc, name) from exc
     finally:
         server.close()
     return True

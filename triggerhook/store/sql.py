@@ -300,5 +300,8 @@ EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"
 # this many seconds, freeing its locks.
 IDLE_TRANSACTION_TIMEOUT = "SET SESSION idle_transaction_timeout = %s"
 
+# The session's TLS cipher: empty when it is not encrypted (see store/drivers.py).
+SESSION_CIPHER = "SHOW SESSION STATUS LIKE 'Ssl_cipher'"
+
 # The server's clock, in epoch microseconds (see NOW_MS).
 DATABASE_TIME_US = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import pymysql
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -35,7 +34,7 @@ from sqlalchemy.pool import NullPool
 
 from triggerhook.errors import SchemaError
 from triggerhook.store import sql
-from triggerhook.store.connection import Cursor, connect_params, open_connection, translate
+from triggerhook.store.connection import Cursor, open_connection, target
 
 SCRIPTS = Path(__file__).parent
 
@@ -102,9 +101,11 @@ class Migrator:
 def migrator(url: str, shard_count: int, *, create: bool = False) -> Iterator[Migrator]:
     """A :class:`Migrator` on the database of ``url`` (created first if missing
     and ``create``), over one connection; errors translated."""
-    name = str(connect_params(url)["database"])
-    conn = open_connection(connect_params(url, with_database=False))
-    engine = create_engine("mysql+pymysql://", creator=lambda: conn, poolclass=NullPool)
+    name = target(url).database
+    server = target(url, with_database=False)
+    driver = server.driver
+    conn = open_connection(server)
+    engine = create_engine(f"{driver.dialect}://", creator=lambda: conn, poolclass=NullPool)
     try:
         with conn.cursor() as cur:
             if create:
@@ -113,9 +114,9 @@ def migrator(url: str, shard_count: int, *, create: bool = False) -> Iterator[Mi
         with engine.connect() as connection:
             yield Migrator(connection, shard_count)
     except DBAPIError as exc:  # a statement of Alembic's, through SQLAlchemy
-        raise translate(exc.orig or exc, name) from exc
-    except (pymysql.err.MySQLError, OSError) as exc:  # one of the migrations' own
-        raise translate(exc, name) from exc
+        raise driver.translate(exc.orig or exc, name) from exc
+    except (driver.errors.error, OSError) as exc:  # one of the migrations' own
+        raise driver.translate(exc, name) from exc
     except CommandError as exc:
         raise SchemaError(f"database {name!r}: {exc}") from exc
     finally:
