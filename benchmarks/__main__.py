@@ -1,7 +1,7 @@
 """The benchmark suite, against the real local MariaDB and RabbitMQ.
 
     python -m benchmarks [--tasks N] [--quick] [--only SCENARIO ...]
-                         [--out DIR] [--publish DIR]
+                         [--driver mysqldb|pymysql] [--out DIR] [--publish DIR]
 
 Scenarios, in this order, each in its own database and exchange (dropped
 afterwards): ceilings (benchmarks/ceilings.py), create and delete (library:
@@ -11,7 +11,9 @@ hostile input (benchmarks/hostile.py).
 
 Writes results.json, results.md and PNG plots to ``--out`` (default
 benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
-the plots there (docs/benchmarks for the committed figures). ``--quick``: small
+the plots there (docs/benchmarks for the committed figures). ``--driver``: the
+database driver the engine speaks (default: what ``mysql://`` means, mysqlclient
+when it is installed); the results name it. ``--quick``: small
 sizes for CI, targets shown but not judged. Exit status 1 when a scenario failed.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import time
@@ -28,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import ceilings, engine, hostile, http, machine, plots, precision, report
-from benchmarks.common import Recorder
+from benchmarks.common import DRIVER_VARIABLE, Recorder, server_url
 from triggerhook import Settings
+from triggerhook.store import drivers
+from triggerhook.store.connection import driver_of
 
 log = logging.getLogger("benchmarks")
 
@@ -101,6 +106,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients")
     parser.add_argument("--quick", action="store_true", help="small sizes for CI, no targets")
     parser.add_argument("--only", nargs="+", choices=report.SCENARIOS, default=report.SCENARIOS)
+    parser.add_argument("--driver", choices=drivers.NAMES, help="default: mysql:// decides")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/<timestamp>")
     parser.add_argument("--publish", type=Path, help="also copy results.md and plots here")
     args = parser.parse_args(argv)
@@ -129,7 +135,7 @@ def _meta(config: Config, argv: list[str], wall_s: float) -> dict[str, Any]:
         "command": " ".join(["python -m benchmarks", *argv]),
         "wall_s": round(wall_s, 1),
         "machine": machine.machine(),
-        "versions": machine.versions(),
+        "versions": {**machine.versions(), "driver": _driver()},
         "commit": machine.commit(),
         "config": {**asdict(config), "engine_settings": settings},
     }
@@ -139,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     args = _parse(argv)
+    if args.driver:
+        os.environ[DRIVER_VARIABLE] = args.driver  # read by isolated(), here and in workers
     config = _config(args)
     out = args.out or Path("benchmarks/results") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
@@ -160,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(f"(written to {out}; wall time {wall_s:,.0f} s)")
     return 1 if plot_error or any(rec.errors for rec in recorders) else 0
+
+
+def _driver() -> str:
+    driver = driver_of(server_url() + "/x")
+    return f"{driver.package} {driver.version}"
 
 
 def _draw(recorders: list[Recorder], out: Path) -> tuple[list[Path], str | None]:

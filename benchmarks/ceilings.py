@@ -1,13 +1,16 @@
 """What the machine itself allows, measured in the same run: the ceilings.
 
+The database ceilings speak the engine's driver (``--driver``), through a
+raw DBAPI connection: the same client-side decoding cost, none of the engine's.
+
 Each engine figure is also reported as a fraction of the ceiling that bounds
 it (see ``benchmarks/report.py``):
 
-* ``ceiling.insert``  raw PyMySQL multi-row INSERT into ``th_tasks`` (same
-                      schema and indexes), 2,000 rows a statement, one transaction
+* ``ceiling.insert``  raw multi-row INSERT into ``th_tasks`` (same schema and
+                      indexes), 2,000 rows a statement, one transaction
 * ``ceiling.read``    raw range SELECT of every row by (shard, fire_ms), as
-                      arming reads them, fetched by PyMySQL (arming writes one
-                      shard row per pass, no task row)
+                      arming reads them (arming writes one shard row per pass,
+                      no task row)
 * ``ceiling.delete``  raw batched DELETE by id, 2,000 ids a statement, a commit each
 * ``ceiling.publish`` raw pika ``basic_publish`` of persistent, mandatory messages
                       (the engine's headers) into a durable queue, with up to
@@ -29,11 +32,12 @@ import pika
 import pika.channel
 import pika.frame
 import pika.spec
-import pymysql
 
 from benchmarks.common import AMQP_URL, Recorder, isolated, rate
 from triggerhook.amqp.frames import encode_event
 from triggerhook.domain.arming import shard_of
+from triggerhook.store.connection import open_connection, target
+from triggerhook.store.drivers import Connection
 
 _CHUNK = 2000
 _MAX_UNCONFIRMED = 5000
@@ -49,7 +53,7 @@ def _in_list(count: int) -> str:
 
 def run(rec: Recorder, n: int) -> None:
     with isolated() as place:
-        db = pymysql.connect(host="127.0.0.1", user="root", database=place.name)
+        db = open_connection(target(place.settings.database_url))
         try:
             _database(rec, db, n)
         finally:
@@ -68,7 +72,7 @@ def run(rec: Recorder, n: int) -> None:
     rec.add("ceiling.heapq", _heap(n), "push + pop pairs")
 
 
-def _database(rec: Recorder, db: pymysql.connections.Connection[Any], n: int) -> None:
+def _database(rec: Recorder, db: Connection, n: int) -> None:
     ids = [f"c{i}" for i in range(n)]
     due_ms = int(time.time() * 1000) + 86_400_000
     shards = 64

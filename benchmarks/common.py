@@ -27,7 +27,16 @@ from triggerhook.runtime.counters import quantile
 
 log = logging.getLogger(__name__)
 
-SERVER_URL = "mysql+pymysql://root:@127.0.0.1:3306"
+# The driver the engine speaks (python -m benchmarks --driver): unset, mysql://
+# (mysqlclient when installed). The benchmarks' own set-up speaks PyMySQL.
+DRIVER_VARIABLE = "TRIGGERHOOK_BENCH_DRIVER"
+
+
+def server_url() -> str:
+    driver = os.environ.get(DRIVER_VARIABLE, "")
+    return f"mysql{'+' + driver if driver else ''}://root:@127.0.0.1:3306"
+
+
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 FAR_FUTURE_MS = 86_400_000  # "never due during the run": a day ahead
 
@@ -136,7 +145,7 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
         name,
         replace(
             base,
-            database_url=f"{SERVER_URL}/{name}",
+            database_url=f"{server_url()}/{name}",
             exchange=name,
             instance_id="bench",
             dead_letter_queue=f"{name}.dead",

@@ -14,7 +14,7 @@ import pymysql
 
 from benchmarks.common import AMQP_URL
 
-_PACKAGES = ("triggerhook", "PyMySQL", "pika", "aiohttp", "uvloop", "matplotlib")
+_PACKAGES = ("triggerhook", "PyMySQL", "mysqlclient", "pika", "aiohttp", "uvloop", "matplotlib")
 
 
 def _cpu_model() -> str:

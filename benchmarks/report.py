@@ -59,7 +59,7 @@ _NONE_EARLY = Target("==", 0)
 _TH_PRECISION = "1 s (its precision)"
 
 CEILING_SPECS = (
-    Spec("ceiling.insert", "ceilings", "raw INSERT (PyMySQL, multi-row)", "rows/s"),
+    Spec("ceiling.insert", "ceilings", "raw INSERT (multi-row)", "rows/s"),
     Spec("ceiling.read", "ceilings", "raw range SELECT by shard and fire time", "rows/s"),
     Spec("ceiling.delete", "ceilings", "raw batched DELETE by id", "rows/s"),
     Spec("ceiling.publish", "ceilings", "raw pika publish, pipelined confirms", "msgs/s"),

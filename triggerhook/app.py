@@ -94,6 +94,7 @@ class TriggerHook:
         rules: TaskRules,
         metrics: Callable[[], MetricsReporter],
         clock_sync: ClockSync | None = None,
+        database: str = "",
     ) -> None:
         self.instance_id = engine.instance
         self._engine = engine
@@ -103,6 +104,7 @@ class TriggerHook:
         self._rules = rules
         self._new_metrics = metrics
         self._clock_sync = clock_sync
+        self._database = database  # where the store is and which driver speaks to it (logs)
         self.metrics: MetricsReporter | None = None  # while started
 
     @property
@@ -258,6 +260,8 @@ class TriggerHook:
     def start(self) -> None:
         """Start firing tasks (the engine threads) and collecting metrics."""
         self._store.check_schema()
+        if self._database:
+            log.info("database: %s", self._database)
         self._clock.now_ms()  # the first read of a database clock, before any thread fires by it
         if self._clock_sync is not None:
             self._clock_sync.start()

@@ -104,13 +104,13 @@ def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
         pool_recycle_s=settings.database_pool_recycle_s,
         pool_ping_idle_s=settings.database_pool_ping_idle_s,
     )
-    log.info("database: %s through %s", redact(settings.database_url), store.driver)
     clock = DatabaseClock(
         store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
     )
     sync = ClockSync(clock, settings.clock_sync_interval_ms)
     publisher = publisher_factory(settings, params, clock)
-    return assemble(settings, store, clock, publisher, sink, sync)
+    database = f"{redact(settings.database_url)} through {store.driver}"
+    return assemble(settings, store, clock, publisher, sink, sync, database)
 
 
 def assemble(
@@ -120,6 +120,7 @@ def assemble(
     publisher: PublisherFactory,
     metrics_sink: MetricsSink | None = None,
     clock_sync: ClockSync | None = None,
+    database: str = "",
 ) -> TriggerHook:
     """The engine and the façade over ``store``, ``clock`` and ``publisher``
     (and ``clock_sync``, the thread keeping a database clock current)."""
@@ -151,7 +152,7 @@ def assemble(
         )
 
     rules = TaskRules(settings.default_routing_key, settings.max_payload_bytes)
-    return TriggerHook(engine, store, clock, rules, start_metrics, clock_sync)
+    return TriggerHook(engine, store, clock, rules, start_metrics, clock_sync, database)
 
 
 # A lease counts as lapsed this much (plus the clock's bound) before its end,

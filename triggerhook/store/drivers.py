@@ -33,8 +33,14 @@ _TRANSIENT_CODES = frozenset(
         1053,  # server shutdown in progress
         1205,  # lock wait timeout
         1213,  # deadlock, transaction rolled back
+        1158,  # network read error (and the next three: read timeout, write error, timeout)
+        1159,
+        1160,
+        1161,
         1927,  # connection was killed
+        2002,  # can't connect (MariaDB's client library, TCP too)
         2003,  # can't connect
+        2005,  # unknown host (as PyMySQL's 2003 for a failed look-up: DNS may come back)
         2006,  # server has gone away
         2013,  # lost connection during query
         2014,  # commands out of sync (after a broken read)
@@ -236,9 +242,9 @@ def _mysqlclient() -> Driver:
         import MySQLdb.cursors  # noqa: PLC0415
     except ImportError as exc:
         raise ConfigError(
-            "database_url: mysql+mysqldb:// needs mysqlclient, which is not installed: "
-            "pip install 'triggerhook[mysqlclient]' (it builds against libmariadb-dev), "
-            "or use mysql+pymysql://"
+            f"database_url: mysql://, mysql+mysqldb:// need mysqlclient, which cannot be "
+            f"imported ({exc}): pip install 'triggerhook[mysqlclient]' (it builds against "
+            "libmariadb-dev), or use mysql+pymysql://"
         ) from exc
 
     class MySQLdbCursor(MySQLdb.cursors.Cursor):
