@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 
@@ -181,10 +182,10 @@ def test_database_errors_are_named_not_quoted_in_answers_and_logged(
         answered = daemon.wait_for_line("answered 503", 10, start=mark)
         assert "WARNING" in answered and "database unavailable:" in answered, answered
         # The driver's error, which the client must not see: a pooled
-        # connection lost mid-query, or a new one refused at the host.
-        lost = "(2013, 'Lost connection to MySQL server during query')"
-        refused = "(2003, \"Can't connect to MySQL server on '127.0.0.1'"
-        assert lost in answered or refused in answered, answered
+        # connection lost mid-query (2013), or a new one refused at the host
+        # (2003 from PyMySQL, 2002 from MariaDB's client library).
+        detail = r"database unavailable: \((2013|2003|2002), .(Lost connection|Can't connect) to"
+        assert re.search(detail, answered), answered
         assert daemon.count("Traceback", mark) == 0, daemon.tail()
         assert_terminates(daemon)
 
