@@ -7,7 +7,8 @@ Scenarios, in this order, each in its own database and exchange (dropped
 afterwards): ceilings (benchmarks/ceilings.py), create and delete (library:
 benchmarks/engine.py; HTTP: benchmarks/http.py), sending and confirm, burst
 (benchmarks/engine.py), precision (benchmarks/precision.py), precision under
-hostile input (benchmarks/hostile.py).
+hostile input (benchmarks/hostile.py), takeover after kill -9
+(benchmarks/takeover.py).
 
 Writes results.json, results.md and PNG plots to ``--out`` (default
 benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
@@ -30,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ceilings, engine, hostile, http, machine, plots, precision, report
+from benchmarks import ceilings, engine, hostile, http, machine, plots, precision, report, takeover
 from benchmarks.common import DRIVER_VARIABLE, Recorder, server_url
 from triggerhook import Settings
 from triggerhook.store import drivers
@@ -81,6 +82,7 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
         "hostile": lambda rec: hostile.run(
             rec, config.hostile_s, config.probes_per_s, config.quick
         ),
+        "takeover": lambda rec: takeover.run(rec, 5 if config.quick else 20, 200, config.quick),
     }
 
 

@@ -285,20 +285,24 @@ class Consumer:
     """Receives events in another process, so that its Python work competes for
     the CPU like any consumer would, but never for the engine's GIL."""
 
-    def __init__(self, queue: str, expected: int) -> None:
+    def __init__(
+        self, queue: str, expected: int, target: Callable[[str, int, Connection], None] = _consume
+    ) -> None:
+        """``target``: the child's body (default: :func:`_consume`)."""
         self._parent, child = mp.Pipe()
         context = mp.get_context("fork")
-        self._proc = context.Process(target=_consume, args=(queue, expected, child), daemon=True)
+        self._proc = context.Process(target=target, args=(queue, expected, child), daemon=True)
 
     def start(self) -> None:
         self._proc.start()
         if not self._parent.poll(30) or self._parent.recv() != "ready":
             raise RuntimeError("the consumer process did not start")
 
-    def events(self, timeout_s: float) -> list[Event]:
+    def events(self, timeout_s: float) -> list[Any]:
+        """What the child sent back (:func:`_consume`: a list of :data:`Event`)."""
         if not self._parent.poll(timeout_s):
             raise TimeoutError(f"the consumer did not receive every event in {timeout_s:.0f} s")
-        rows: list[Event] = self._parent.recv()
+        rows: list[Any] = self._parent.recv()
         return rows
 
     @property
@@ -312,8 +316,10 @@ class Consumer:
 
 
 @contextmanager
-def consuming(queue: str, expected: int) -> Iterator[Consumer]:
-    consumer = Consumer(queue, expected)
+def consuming(
+    queue: str, expected: int, target: Callable[[str, int, Connection], None] = _consume
+) -> Iterator[Consumer]:
+    consumer = Consumer(queue, expected, target)
     consumer.start()
     try:
         yield consumer

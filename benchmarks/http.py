@@ -45,10 +45,12 @@ class Daemon:
     pid: int
 
 
-@contextmanager
-def daemon(settings: Settings, extra: Mapping[str, str] | None = None) -> Iterator[Daemon]:
-    """A ``triggerhook run`` process on the scenario's database and exchange,
-    once ``/readyz`` answers 200; ``extra``: more settings (name -> value)."""
+def spawn(
+    settings: Settings, extra: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``triggerhook run`` process on the scenario's database and exchange and
+    its API's URL, once ``/readyz`` answers 200 (the caller stops it);
+    ``extra``: more settings (name -> value)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERHOOK_")}
     port = free_port()
     env.update(
@@ -63,17 +65,34 @@ def daemon(settings: Settings, extra: Mapping[str, str] | None = None) -> Iterat
     env.update({f"TRIGGERHOOK_{name.upper()}": value for name, value in (extra or {}).items()})
     proc = subprocess.Popen([sys.executable, "-m", "triggerhook", "run"], env=env)
     url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the daemon exited with status {proc.returncode} before ready")
+        return _ready(url)
+
     try:
-        wait_until(lambda: proc.poll() is None and _ready(url), 60, "daemon ready", step_s=0.1)
+        wait_until(ready, 60, "daemon ready", step_s=0.1)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, url
+
+
+@contextmanager
+def daemon(settings: Settings, extra: Mapping[str, str] | None = None) -> Iterator[Daemon]:
+    """:func:`spawn` for the ``with`` block; it must exit with status 0."""
+    proc, url = spawn(settings, extra)
+    try:
         yield Daemon(url, proc.pid)
     finally:
-        code = _stop(proc)
-        _delete_command_queues(settings.exchange)
+        code = stop(proc)
+        delete_command_queues(settings.exchange)
     if code != 0:  # only reached when the scenario itself went through
         raise RuntimeError(f"the daemon exited with status {code}")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> int:
+def stop(proc: subprocess.Popen[bytes]) -> int:
     proc.terminate()
     try:
         return proc.wait(60)
@@ -91,7 +110,7 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _delete_command_queues(exchange: str) -> None:
+def delete_command_queues(exchange: str) -> None:
     import pika
 
     from benchmarks.common import AMQP_URL

@@ -275,6 +275,22 @@ SPECS = (
         "hostile input: unroutable tasks dead-lettered",
         "events",
     ),
+    # The bound is the default shard_lease_ms (10 s) + 5 s; --quick runs a 2 s lease.
+    Spec(
+        "takeover.time_s",
+        "takeover",
+        "takeover: kill -9 of one of two daemons → the survivor owns every shard",
+        "s",
+        _le(15),
+    ),
+    Spec("takeover.lost", "takeover", "takeover: tasks never received", "tasks", _NONE_EARLY),
+    Spec("takeover.duplicates", "takeover", "takeover: events received twice", "events"),
+    Spec(
+        "takeover.late_max_ms",
+        "takeover",
+        "takeover: latest event of the killed daemon's shards, received - due",
+        "ms",
+    ),
 )
 
 SCENARIOS = (
@@ -286,13 +302,14 @@ SCENARIOS = (
     "near_due",
     "precision",
     "hostile",
+    "takeover",
 )
 
 
 def _number(value: float, unit: str) -> str:
     if unit == "rows/task":
         return f"{value:,.2f}"
-    if unit in ("ms",) and not float(value).is_integer():
+    if unit in ("ms", "s") and not float(value).is_integer():
         return f"{value:,.1f}"
     return f"{value:,.0f}"
 

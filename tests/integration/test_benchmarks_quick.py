@@ -23,6 +23,7 @@ SCENARIOS = {
     "near_due",
     "precision",
     "hostile",
+    "takeover",
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
