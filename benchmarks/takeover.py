@@ -83,17 +83,19 @@ def run(rec: Recorder, seconds: int, rate: int, quick: bool) -> None:
             ]
             uvloop.run(post_batches(procs[1][1], tasks))
             with consuming(place.name, n, _consume_unique) as consumer:
-                killed_at = _pace_until(start_ms / 1000 + seconds / 4)
+                _pace_until(start_ms / 1000 + seconds / 4)
                 doomed = _shards_of(url, "bench-a")
                 os.kill(procs[0][0].pid, signal.SIGKILL)
+                killed_at = time.time()
                 taken_at = wait_until(
                     lambda: _owners(url) == {"bench-b": 64}, lease_ms / 1000 + 30, "takeover"
                 )
                 receipts: list[Receipt] = consumer.events(seconds + 60)
         finally:
-            for proc, _ in procs:
-                stop(proc)
+            codes = [stop(proc) for proc, _ in procs]
             delete_command_queues(place.settings.exchange)
+    if codes[1] != 0:  # the killed one's is -9
+        raise RuntimeError(f"the surviving daemon exited with status {codes[1]}")
     shards = Settings().shard_count
 
     def of_doomed(task_id: str) -> bool:
@@ -131,12 +133,11 @@ def _record(
     )
 
 
-def _pace_until(when_s: float) -> float:
+def _pace_until(when_s: float) -> None:
     """Wait (pacing the scenario, not a test's wait) until epoch ``when_s``."""
     pause_s = when_s - time.time()
     if pause_s > 0:
         threading.Event().wait(pause_s)
-    return time.time()
 
 
 def _query(url: str, statement: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
