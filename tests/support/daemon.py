@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -49,11 +50,26 @@ _LOG_TAIL = 40
 _KILL_WAIT_S = 10.0
 
 
+# Below Linux's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
+# default): no outgoing connection is given such a port, so one picked here is
+# still free when a daemon binds it a second later. (An ephemeral port was
+# once taken in between by the daemon's own connection to the database.)
+_PORTS = range(20000, 32768)
+
+
 def closed_port() -> int:
-    """A local TCP port nothing listens on (bound to an ephemeral port, then closed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A local TCP port nothing listens on (tried free, then closed), outside
+    the ephemeral range."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 def base_env() -> dict[str, str]:
