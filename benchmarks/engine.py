@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from benchmarks.common import (
     isolated,
     rate,
     record_lateness,
+    summary,
     wait_until,
 )
 from triggerhook import CancelResult, Task, TaskSpec, assemble, build
@@ -40,6 +42,7 @@ from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.store.mysql import MySQLStore
 
 THREADS = 8
+SEQUENTIAL = 2000  # calls of the one-caller figures
 OVERDUE_MS = 1_000_000  # 1970: every row is overdue from the start
 
 
@@ -72,6 +75,14 @@ def create(rec: Recorder, n: int) -> None:
 
         rec.add("create.schedule_x8", rate(n, in_threads(THREADS, schedule)))
         _check_rows(place.rows(), 2 * n, "after schedule x8")
+        calls = min(n, SEQUENTIAL)
+        _sequential(
+            rec,
+            "create.sequential",
+            lambda i: hook.schedule(TaskSpec(f"q{i}", at_ms=far_ms + i)),
+            calls,
+        )
+        _check_rows(place.rows(), 2 * n + calls, "after sequential schedules")
 
 
 def delete(rec: Recorder, n: int) -> None:
@@ -86,10 +97,34 @@ def delete(rec: Recorder, n: int) -> None:
                 if hook.cancel(f"m{i}") is not CancelResult.CANCELLED:
                     refused[k] += 1
 
+        calls = min(n, SEQUENTIAL)
+        hook.schedule_many([TaskSpec(id=f"q{i}", at_ms=far_ms + i) for i in range(calls)])
         rec.add("delete.cancel_x8", rate(n, in_threads(THREADS, cancel)))
         if sum(refused):
             raise RuntimeError(f"{sum(refused)} cancels were not CANCELLED")
-        _check_rows(place.rows(), 0, "after cancel x8")
+
+        def cancel_one(i: int) -> None:
+            if hook.cancel(f"q{i}") is not CancelResult.CANCELLED:
+                raise RuntimeError(f"cancel of q{i} was not CANCELLED")
+
+        _sequential(rec, "delete.sequential", cancel_one, calls)
+        _check_rows(place.rows(), 0, "after cancel x8 and sequential cancels")
+
+
+def _sequential(rec: Recorder, key: str, call: Callable[[int], object], calls: int) -> None:
+    """``calls`` calls from one caller, one after another: their latency."""
+    latencies_ms: list[float] = []
+    for i in range(calls):
+        started = time.perf_counter()
+        call(i)
+        latencies_ms.append((time.perf_counter() - started) * 1000)
+    stats = summary(sorted(latencies_ms))
+    rec.add(
+        f"{key}_p50",
+        stats["p50"],
+        f"{calls:,} calls one after another: p99 {stats['p99']:.2f} ms, "
+        f"{rate(calls, sum(latencies_ms) / 1000):,.0f} calls/s",
+    )
 
 
 # -- sending and confirm -------------------------------------------------------------

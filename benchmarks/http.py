@@ -30,6 +30,7 @@ from benchmarks.common import FAR_FUTURE_MS, Recorder, isolated, rate, summary, 
 from triggerhook import Settings
 
 BATCH = 10_000
+SEQUENTIAL = 2000  # requests of the one-client figures
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -215,18 +216,44 @@ def create(rec: Recorder, n: int, clients: int) -> None:
         rec.add("create.http_single_p99", summary(sorted(latencies))["p99"])
         if place.rows() != 2 * n:
             raise RuntimeError(f"{place.rows()} rows after the single POSTs, expected {2 * n}")
+        one = min(n, SEQUENTIAL)
+        calls = Calls(
+            "POST",
+            lambda _i: "/v1/tasks",
+            lambda i: json.dumps({"id": f"q{i}", "at": far_s}).encode(),
+            201,
+        )
+        _sequential(rec, "create.http_sequential", url, one, calls)
+        if place.rows() != 2 * n + one:
+            raise RuntimeError(f"{place.rows()} rows after the sequential POSTs")
 
 
 def delete(rec: Recorder, n: int, clients: int) -> None:
     with isolated() as place, daemon(place.settings) as running:
         url = running.url
         far_s = int(_far_s())
+        one = min(n, SEQUENTIAL)
         tasks: list[dict[str, object]] = [{"id": f"d{i}", "at": far_s} for i in range(n)]
+        tasks += [{"id": f"e{i}", "at": far_s} for i in range(one)]
         uvloop.run(post_batches(url, tasks))
         calls = Calls("DELETE", lambda i: f"/v1/tasks/d{i}", lambda _i: None, 204)
         elapsed_s, latencies = uvloop.run(requests(url, n, clients, calls))
         detail = _latency_detail(clients, latencies)
         rec.add("delete.http_single", rate(n, elapsed_s), detail)
         rec.add("delete.http_single_p99", summary(sorted(latencies))["p99"])
+        calls = Calls("DELETE", lambda i: f"/v1/tasks/e{i}", lambda _i: None, 204)
+        _sequential(rec, "delete.http_sequential", url, one, calls)
         if place.rows() != 0:
             raise RuntimeError(f"{place.rows()} rows left after the DELETEs")
+
+
+def _sequential(rec: Recorder, key: str, url: str, n: int, calls: Calls) -> None:
+    """``n`` requests from one client, one after another: their latency."""
+    elapsed_s, latencies = uvloop.run(requests(url, n, 1, calls))
+    stats = summary(sorted(latencies))
+    rec.add(
+        f"{key}_p50",
+        stats["p50"],
+        f"{n:,} requests from one keep-alive client, one after another: "
+        f"p99 {stats['p99']:.1f} ms, {rate(n, elapsed_s):,.0f} requests/s",
+    )

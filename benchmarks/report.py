@@ -115,6 +115,33 @@ SPECS = (
         "ms",
         _le(50),
     ),
+    # One client, one call at a time (the capacity issue's target: p50 ≤ 1 ms).
+    Spec(
+        "create.sequential_p50",
+        "create",
+        "create: single `schedule`, one caller, one call at a time: latency p50",
+        "ms",
+    ),
+    Spec(
+        "create.http_sequential_p50",
+        "create",
+        "create: HTTP single `POST /v1/tasks`, one client, one at a time: latency p50",
+        "ms",
+        _le(1),
+    ),
+    Spec(
+        "delete.sequential_p50",
+        "delete",
+        "delete: single `cancel`, one caller, one call at a time: latency p50",
+        "ms",
+    ),
+    Spec(
+        "delete.http_sequential_p50",
+        "delete",
+        "delete: HTTP `DELETE /v1/tasks/{id}`, one client, one at a time: latency p50",
+        "ms",
+        _le(1),
+    ),
     Spec(
         "delete.cancel_x8",
         "delete",
