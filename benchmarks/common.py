@@ -112,6 +112,23 @@ def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
 
+# Calls of the one-caller, one-call-at-a-time figures (library and HTTP).
+SEQUENTIAL = 2000
+
+
+def record_sequential(
+    rec: Recorder, key: str, latencies_ms: Sequence[float], elapsed_s: float, what: str
+) -> None:
+    """``<key>_p50`` of calls made one after another, with their p99 and rate."""
+    stats = summary(sorted(latencies_ms))
+    rec.add(
+        f"{key}_p50",
+        stats["p50"],
+        f"{len(latencies_ms):,} {what} one after another: p99 {stats['p99']:.2f} ms, "
+        f"{rate(len(latencies_ms), elapsed_s):,.0f}/s",
+    )
+
+
 # -- isolation ------------------------------------------------------------------
 
 

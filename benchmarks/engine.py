@@ -23,6 +23,7 @@ from typing import Any
 
 from benchmarks.common import (
     FAR_FUTURE_MS,
+    SEQUENTIAL,
     CpuMeter,
     Recorder,
     RowWrites,
@@ -32,7 +33,7 @@ from benchmarks.common import (
     isolated,
     rate,
     record_lateness,
-    summary,
+    record_sequential,
     wait_until,
 )
 from triggerhook import CancelResult, Task, TaskSpec, assemble, build
@@ -42,7 +43,6 @@ from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.store.mysql import MySQLStore
 
 THREADS = 8
-SEQUENTIAL = 2000  # calls of the one-caller figures
 OVERDUE_MS = 1_000_000  # 1970: every row is overdue from the start
 
 
@@ -118,13 +118,7 @@ def _sequential(rec: Recorder, key: str, call: Callable[[int], object], calls: i
         started = time.perf_counter()
         call(i)
         latencies_ms.append((time.perf_counter() - started) * 1000)
-    stats = summary(sorted(latencies_ms))
-    rec.add(
-        f"{key}_p50",
-        stats["p50"],
-        f"{calls:,} calls one after another: p99 {stats['p99']:.2f} ms, "
-        f"{rate(calls, sum(latencies_ms) / 1000):,.0f} calls/s",
-    )
+    record_sequential(rec, key, latencies_ms, sum(latencies_ms) / 1000, "calls")
 
 
 # -- sending and confirm -------------------------------------------------------------

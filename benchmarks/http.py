@@ -26,11 +26,19 @@ from dataclasses import dataclass
 import aiohttp
 import uvloop
 
-from benchmarks.common import FAR_FUTURE_MS, Recorder, isolated, rate, summary, wait_until
+from benchmarks.common import (
+    FAR_FUTURE_MS,
+    SEQUENTIAL,
+    Recorder,
+    isolated,
+    rate,
+    record_sequential,
+    summary,
+    wait_until,
+)
 from triggerhook import Settings
 
 BATCH = 10_000
-SEQUENTIAL = 2000  # requests of the one-client figures
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -250,10 +258,4 @@ def delete(rec: Recorder, n: int, clients: int) -> None:
 def _sequential(rec: Recorder, key: str, url: str, n: int, calls: Calls) -> None:
     """``n`` requests from one client, one after another: their latency."""
     elapsed_s, latencies = uvloop.run(requests(url, n, 1, calls))
-    stats = summary(sorted(latencies))
-    rec.add(
-        f"{key}_p50",
-        stats["p50"],
-        f"{n:,} requests from one keep-alive client, one after another: "
-        f"p99 {stats['p99']:.1f} ms, {rate(n, elapsed_s):,.0f} requests/s",
-    )
+    record_sequential(rec, key, latencies, elapsed_s, "requests from one keep-alive client")
