@@ -1,13 +1,15 @@
 """The benchmark suite, against the real local MariaDB and RabbitMQ.
 
     python -m benchmarks [--tasks N] [--quick] [--only SCENARIO ...]
+                         [--capacity-rates R,R,...] [--capacity-step-s S]
                          [--driver mysqldb|pymysql] [--out DIR] [--publish DIR]
 
 Scenarios, in this order, each in its own database and exchange (dropped
 afterwards): ceilings (benchmarks/ceilings.py), create and delete (library:
 benchmarks/engine.py; HTTP: benchmarks/http.py), sending and confirm, burst
-(benchmarks/engine.py), precision (benchmarks/precision.py), precision under
-hostile input (benchmarks/hostile.py), takeover after kill -9
+(benchmarks/engine.py), precision (benchmarks/precision.py), capacity: steady
+rates stepped up until one is not held (benchmarks/capacity.py), precision
+under hostile input (benchmarks/hostile.py), takeover after kill -9
 (benchmarks/takeover.py).
 
 Writes results.json, results.md and PNG plots to ``--out`` (default
@@ -15,7 +17,9 @@ benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
 the plots there (docs/benchmarks for the committed figures). ``--driver``: the
 database driver the engine speaks (default: what ``mysql://`` means, mysqlclient
 when it is installed); the results name it. ``--quick``: small
-sizes for CI, targets shown but not judged. Exit status 1 when a scenario failed.
+sizes for CI (capacity: 500 and 1,000 fires/s, 2 s each, unless
+``--capacity-rates``/``--capacity-step-s`` say), targets shown but not judged.
+Exit status 1 when a scenario failed.
 """
 
 from __future__ import annotations
@@ -27,11 +31,23 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import ceilings, engine, hostile, http, machine, plots, precision, report, takeover
+from benchmarks import (
+    capacity,
+    catalogue,
+    ceilings,
+    engine,
+    hostile,
+    http,
+    machine,
+    plots,
+    precision,
+    report,
+    takeover,
+)
 from benchmarks.common import DRIVER_VARIABLE, Recorder, server_url
 from triggerhook import Settings
 from triggerhook.store import drivers
@@ -52,6 +68,8 @@ class Config:
     quick: bool
     hostile_s: int = 30
     probes_per_s: int = 200
+    capacity_rates: tuple[int, ...] = capacity.RATES
+    capacity_step_s: int = capacity.STEP_S
 
 
 def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
@@ -79,6 +97,7 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
         "precision": lambda rec: precision.run(
             rec, config.precision_s, config.fires_per_s, clients
         ),
+        "capacity": lambda rec: capacity.run(rec, config.capacity_rates, config.capacity_step_s),
         "hostile": lambda rec: hostile.run(
             rec, config.hostile_s, config.probes_per_s, config.quick
         ),
@@ -106,24 +125,57 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--precision-s", type=int, default=60, help="seconds of steady load")
     parser.add_argument("--fires-per-s", type=int, default=1000, help="steady load rate")
     parser.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients")
+    parser.add_argument(
+        "--capacity-rates",
+        type=_rates,
+        help="capacity's steps, fires/s (default: 1000,2000,4000,8000,16000)",
+    )
+    parser.add_argument("--capacity-step-s", type=int, help="seconds a capacity step (default 20)")
     parser.add_argument("--quick", action="store_true", help="small sizes for CI, no targets")
-    parser.add_argument("--only", nargs="+", choices=report.SCENARIOS, default=report.SCENARIOS)
+    parser.add_argument(
+        "--only", nargs="+", choices=catalogue.SCENARIOS, default=catalogue.SCENARIOS
+    )
     parser.add_argument("--driver", choices=drivers.NAMES, help="default: mysql:// decides")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/<timestamp>")
     parser.add_argument("--publish", type=Path, help="also copy results.md and plots here")
     args = parser.parse_args(argv)
-    for name in ("tasks", "precision_s", "fires_per_s", "clients"):
-        if getattr(args, name) < 1:
+    for name in ("tasks", "precision_s", "fires_per_s", "clients", "capacity_step_s"):
+        value = getattr(args, name)
+        if value is not None and value < 1:  # None: not given, the default
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
 
 
+def _rates(text: str) -> tuple[int, ...]:
+    """``--capacity-rates``: a comma list of positive integers, stepped up in order."""
+    try:
+        rates = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if rates[0] < 1:
+        raise argparse.ArgumentTypeError("rates must be at least 1")
+    return tuple(rates)
+
+
 def _config(args: argparse.Namespace) -> Config:
     if args.quick:
-        return Config(
-            QUICK_TASKS, QUICK_PRECISION_S, args.fires_per_s, args.clients, True, QUICK_PRECISION_S
+        config = Config(
+            QUICK_TASKS,
+            QUICK_PRECISION_S,
+            args.fires_per_s,
+            args.clients,
+            True,
+            hostile_s=QUICK_PRECISION_S,
+            capacity_rates=capacity.QUICK_RATES,
+            capacity_step_s=capacity.QUICK_STEP_S,
         )
-    return Config(args.tasks, args.precision_s, args.fires_per_s, args.clients, False)
+    else:
+        config = Config(args.tasks, args.precision_s, args.fires_per_s, args.clients, False)
+    return replace(
+        config,
+        capacity_rates=args.capacity_rates or config.capacity_rates,
+        capacity_step_s=args.capacity_step_s or config.capacity_step_s,
+    )
 
 
 def _meta(config: Config, argv: list[str], wall_s: float) -> dict[str, Any]:
@@ -154,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     scenarios = _scenarios(config)
-    recorders = [_run(name, scenarios[name]) for name in report.SCENARIOS if name in args.only]
+    recorders = [_run(name, scenarios[name]) for name in catalogue.SCENARIOS if name in args.only]
     wall_s = time.perf_counter() - started
     meta = _meta(config, argv, wall_s)
     rows = report.evaluate(recorders, config.quick)

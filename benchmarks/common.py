@@ -7,6 +7,7 @@ where it stopped.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -275,9 +276,10 @@ class Sampler:
 Event = tuple[int, int, float]
 
 
-def _consume(queue: str, expected: int, out: Connection) -> None:
+def _consume(queue: str, expected: int, out: Connection, until_s: float | None = None) -> None:
     """Child process: receive ``expected`` events (auto-ack: the cheapest
-    delivery), then send back their (due, fired, received) rows."""
+    delivery), or stop at ``until_s`` (epoch) with what came by then, then send
+    back their (due, fired, received) rows."""
     conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     channel = conn.channel()
     rows: list[Event] = []
@@ -293,9 +295,17 @@ def _consume(queue: str, expected: int, out: Connection) -> None:
             ch.stop_consuming()
 
     channel.basic_consume(queue, on_message, auto_ack=True)
+    if until_s is not None:
+        conn.call_later(max(0.0, until_s - time.time()), channel.stop_consuming)
     channel.start_consuming()
     conn.close()
     out.send(rows)
+
+
+def consume_until(until_s: float) -> Callable[[str, int, Connection], None]:
+    """A consumer body that also stops at ``until_s`` (epoch), so that a run
+    that fell behind still reports what did arrive."""
+    return functools.partial(_consume, until_s=until_s)
 
 
 class Consumer:
@@ -360,8 +370,32 @@ def record_lateness(rec: Recorder, prefix: str, label: str, events: Sequence[Eve
 _SERVICES = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 if it is gone)."""
+def child_pids(pid: int) -> tuple[int, ...]:
+    """The live children of ``pid`` (a daemon's API processes), from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except OSError:
+                continue  # ended meanwhile
+    return tuple(found)
+
+
+def daemon_processes(pid: int) -> dict[str, int | tuple[int, ...]]:
+    """A ``triggerhook run`` daemon for :class:`CpuMeter`: "daemon" is all of
+    its processes, "daemon's API processes" the share of its children."""
+    children = child_pids(pid)
+    return {"daemon": (pid, *children), "daemon's API processes": children}
+
+
+def _cpu_s(pids: int | tuple[int, ...]) -> float:
+    """User + system CPU seconds of a process (or several, added) so far (0 if gone)."""
+    if isinstance(pids, tuple):
+        return sum(_cpu_s(pid) for pid in pids)
+    pid = pids
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
@@ -389,8 +423,9 @@ class CpuMeter:
     """CPU seconds each process used between :meth:`start` and :meth:`stop`:
     the named ones plus the local MariaDB and RabbitMQ servers (Linux /proc)."""
 
-    def __init__(self, processes: dict[str, int]) -> None:
-        self._pids = {**processes, **_service_pids()}
+    def __init__(self, processes: dict[str, int | tuple[int, ...]]) -> None:
+        """``processes``: name -> its pid, or several pids counted together."""
+        self._pids: dict[str, int | tuple[int, ...]] = {**processes, **_service_pids()}
         self._before: dict[str, float] = {}
         self._started_s = 0.0
         self.used: dict[str, float] = {}

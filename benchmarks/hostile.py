@@ -30,7 +30,15 @@ import aiohttp
 import pika
 import uvloop
 
-from benchmarks.common import AMQP_URL, CpuMeter, Recorder, consuming, isolated, record_lateness
+from benchmarks.common import (
+    AMQP_URL,
+    CpuMeter,
+    Recorder,
+    consuming,
+    daemon_processes,
+    isolated,
+    record_lateness,
+)
 from benchmarks.http import JSON_HEADERS, daemon, post_batches
 
 HUGE_DIGITS = 300_000
@@ -57,7 +65,7 @@ def run(rec: Recorder, seconds: int, probes_per_s: int, quick: bool) -> None:
             ]
             uvloop.run(post_batches(running.url, probes + nobody))
             with consuming(place.name, n) as consumer:
-                cpu = CpuMeter({"daemon": running.pid, "load": os.getpid()})
+                cpu = CpuMeter({**daemon_processes(running.pid), "load": os.getpid()})
                 cpu.start()
                 answers = uvloop.run(
                     _hostile(running.url, place.name, start_ms / 1000 + seconds, scale)

@@ -2,10 +2,13 @@
 
 R fires/s (default 1,000) for S seconds (default 60), due times spread at
 random within each second, posted ahead through the batch endpoint; a consumer
-process receives every event. Twice, each in its own database and daemon:
-with the daemon otherwise idle, and while C clients (default 32) POST single
-far-future tasks flat out. Per task: x-fired-ms - x-due-ms (the engine's
-lateness) and received - due (what a consumer sees); events early by either.
+process receives every event. Three times, each in its own database and
+daemon: with the daemon otherwise idle, and while C clients (default 32) POST
+single far-future tasks flat out, to the daemon as it runs by default (an API
+process beside the firing one) and, as the peer of the same run, to one with
+everything in one process (``api_processes = 0``). Per task: x-fired-ms -
+x-due-ms (the engine's lateness) and received - due (what a consumer sees);
+events early by either.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 
 import aiohttp
 import uvloop
@@ -25,20 +29,43 @@ from benchmarks.common import (
     Event,
     Recorder,
     consuming,
+    daemon_processes,
     isolated,
     record_lateness,
 )
 from benchmarks.http import JSON_HEADERS, daemon, post_batches
 
 
+@dataclass(frozen=True)
+class Run:
+    """One of the runs: its figures' prefix, its label, with HTTP load or not,
+    the daemon's extra settings."""
+
+    prefix: str
+    label: str
+    load: bool
+    extra: dict[str, str]
+
+
+_RUNS = (
+    Run("precision.idle", "steady load", False, {}),
+    Run("precision.http_load", "steady load + HTTP create load", True, {}),
+    Run(
+        "precision.http_load_one",
+        "steady load + HTTP create load, all in one process",
+        True,
+        {"api_processes": "0"},
+    ),
+)
+
+
 def run(rec: Recorder, seconds: int, fires_per_s: int, clients: int) -> None:
-    with rec.part("idle daemon"):
-        _run_once(rec, seconds, fires_per_s, clients, load=False)
-    with rec.part("under HTTP create load"):
-        _run_once(rec, seconds, fires_per_s, clients, load=True)
+    for how in _RUNS:
+        with rec.part(how.label):
+            _run_once(rec, how, seconds, fires_per_s, clients)
 
 
-def _due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
+def due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
     rng = random.Random(7)
     return [
         start_ms + second * 1000 + rng.randrange(1000)
@@ -47,33 +74,38 @@ def _due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
     ]
 
 
-def _run_once(rec: Recorder, seconds: int, fires_per_s: int, clients: int, load: bool) -> None:
+def _run_once(rec: Recorder, how: Run, seconds: int, fires_per_s: int, clients: int) -> None:
     n = seconds * fires_per_s
-    with isolated() as place, daemon(place.settings) as running:
+    with isolated() as place, daemon(place.settings, how.extra) as running:
         # Far enough ahead that the batches are in before the first is due.
         start_ms = int(time.time() * 1000) + 3000 + n // 20
         tasks: list[dict[str, object]] = [
             {"at": due_ms / 1000, "routing_key": "p"}
-            for due_ms in _due_times(start_ms, seconds, fires_per_s)
+            for due_ms in due_times(start_ms, seconds, fires_per_s)
         ]
         uvloop.run(post_batches(running.url, tasks))
         with consuming(place.name, n) as consumer:
             cpu = CpuMeter(
-                {"daemon": running.pid, "load generator": os.getpid(), "consumer": consumer.pid}
+                {
+                    **daemon_processes(running.pid),
+                    "load generator": os.getpid(),
+                    "consumer": consumer.pid,
+                }
             )
             cpu.start()
             load_rate = None
-            if load:
+            if how.load:
                 load_started_s = time.time()
                 sent = uvloop.run(_load_until(running.url, clients, start_ms / 1000 + seconds))
                 load_rate = sent / (time.time() - load_started_s)
             events = consumer.events(seconds + 60 + (start_ms / 1000 - time.time()))
             cpu.stop()
-    _record(rec, events, seconds, clients, load_rate, cpu)
+    _record(rec, how, events, seconds, clients, load_rate, cpu)
 
 
 def _record(
     rec: Recorder,
+    how: Run,
     events: list[Event],
     seconds: int,
     clients: int,
@@ -81,9 +113,8 @@ def _record(
     cpu: CpuMeter,
 ) -> None:
     """``load_rate``: requests/s of the HTTP load, None when there was none."""
-    prefix = "precision.idle" if load_rate is None else "precision.http_load"
-    label = "steady load" if load_rate is None else "steady load + HTTP create load"
-    record_lateness(rec, prefix, label, events)
+    prefix = how.prefix
+    record_lateness(rec, prefix, how.label, events)
     fired, received = rec.distributions[-2], rec.distributions[-1]
     detail = f"{len(events):,} fires over {seconds} s"
     if load_rate is not None:
@@ -96,6 +127,7 @@ def _record(
     detail += f"; {cpu.text()}"
     rec.add(f"{prefix}.fired_p50", fired.stats["p50"], detail)
     rec.add(f"{prefix}.fired_p99", fired.stats["p99"])
+    rec.add(f"{prefix}.fired_max", fired.stats["max"])
     fires = max(1, len(events))
     for who in ("MariaDB", "daemon"):
         if who in cpu.used:
@@ -104,6 +136,9 @@ def _record(
                 cpu.used[who] / fires * 1e6,
                 f"{who} CPU per fired task, µs ({cpu.used[who]:.1f} CPU-s over {fires:,} fires)",
             )
+    if "MariaDB" in cpu.used:
+        both_s = cpu.used["MariaDB"] + cpu.used["daemon"]
+        rec.add(f"{prefix}.cpu_both_us", both_s / fires * 1e6, f"{both_s:.1f} CPU-s")
     rec.add(
         f"{prefix}.early",
         fired.early + received.early,

@@ -14,332 +14,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catalogue import (
+    CEILING_SPECS,
+    SCENARIOS,
+    SPECS,
+    STEP_SPECS,
+    Spec,
+    format_number,
+)
 from benchmarks.common import Recorder
-
-
-@dataclass(frozen=True)
-class Target:
-    op: str  # ">=" or "<=" or "=="
-    bound: float
-
-    def met(self, value: float) -> bool:
-        if self.op == ">=":
-            return value >= self.bound
-        if self.op == "<=":
-            return value <= self.bound
-        return value == self.bound
-
-    def text(self, unit: str) -> str:
-        op = {">=": "≥", "<=": "≤", "==": "="}[self.op]
-        return f"{op} {_number(self.bound, unit)} {unit}"
-
-
-@dataclass(frozen=True)
-class Spec:
-    key: str
-    scenario: str
-    label: str
-    unit: str
-    target: Target | None = None
-    ceilings: tuple[str, ...] = ()
-    th_here: str = ""  # Trigger Hook (Go) measured on this machine
-    th_aws: str = ""  # Trigger Hook's published figure (AWS t2.micro + RDS db.t3.micro)
-    th_here_value: float | None = None
-
-
-def _ge(bound: float) -> Target:
-    return Target(">=", bound)
-
-
-def _le(bound: float) -> Target:
-    return Target("<=", bound)
-
-
-_NONE_EARLY = Target("==", 0)
-_TH_PRECISION = "1 s (its precision)"
-
-CEILING_SPECS = (
-    Spec("ceiling.insert", "ceilings", "raw INSERT (multi-row)", "rows/s"),
-    Spec("ceiling.read", "ceilings", "raw range SELECT by shard and fire time", "rows/s"),
-    Spec("ceiling.delete", "ceilings", "raw batched DELETE by id", "rows/s"),
-    Spec("ceiling.publish", "ceilings", "raw pika publish, pipelined confirms", "msgs/s"),
-    Spec(
-        "ceiling.publish_frames",
-        "ceilings",
-        "raw publish, pre-encoded frames, pipelined confirms",
-        "msgs/s",
-    ),
-    Spec("ceiling.heapq", "ceilings", "heapq push + pop", "pairs/s"),
-)
-
-SPECS = (
-    Spec(
-        "create.schedule_many",
-        "create",
-        "create: `schedule_many`, all in one call",
-        "tasks/s",
-        _ge(50_000),
-        ("ceiling.insert",),
-    ),
-    Spec(
-        "create.schedule_x8",
-        "create",
-        "create: single `schedule`, 8 threads",
-        "tasks/s",
-        _ge(10_000),
-        ("ceiling.insert",),
-        "4,316/s (8 goroutines)",
-        "1,396/s",
-        4316,
-    ),
-    Spec(
-        "create.http_batch",
-        "create",
-        "create: HTTP `POST /v1/tasks/batch` (10,000 a request, 2 in flight)",
-        "tasks/s",
-        _ge(30_000),
-        ("ceiling.insert",),
-    ),
-    Spec(
-        "create.http_single",
-        "create",
-        "create: HTTP single `POST /v1/tasks`, 32 clients",
-        "req/s",
-        _ge(3_000),
-        ("ceiling.insert",),
-    ),
-    Spec(
-        "create.http_single_p99",
-        "create",
-        "create: HTTP single `POST /v1/tasks`, latency p99",
-        "ms",
-        _le(50),
-    ),
-    # One client, one call at a time (the capacity issue's target: p50 ≤ 1 ms).
-    Spec(
-        "create.sequential_p50",
-        "create",
-        "create: single `schedule`, one caller, one call at a time: latency p50",
-        "ms",
-    ),
-    Spec(
-        "create.http_sequential_p50",
-        "create",
-        "create: HTTP single `POST /v1/tasks`, one client, one at a time: latency p50",
-        "ms",
-        _le(1),
-    ),
-    Spec(
-        "delete.sequential_p50",
-        "delete",
-        "delete: single `cancel`, one caller, one call at a time: latency p50",
-        "ms",
-    ),
-    Spec(
-        "delete.http_sequential_p50",
-        "delete",
-        "delete: HTTP `DELETE /v1/tasks/{id}`, one client, one at a time: latency p50",
-        "ms",
-        _le(1),
-    ),
-    Spec(
-        "delete.cancel_x8",
-        "delete",
-        "delete: single `cancel`, 8 threads",
-        "tasks/s",
-        _ge(20_000),
-        ("ceiling.delete",),
-        "7,050/s",
-        "1,920/s",
-        7050,
-    ),
-    Spec(
-        "delete.http_single",
-        "delete",
-        "delete: HTTP `DELETE /v1/tasks/{id}`, 32 clients",
-        "req/s",
-        None,
-        ("ceiling.delete",),
-    ),
-    Spec(
-        "delete.http_single_p99",
-        "delete",
-        "delete: HTTP `DELETE /v1/tasks/{id}`, latency p99",
-        "ms",
-    ),
-    Spec(
-        "sending.no_broker",
-        "sending",
-        "sending: overdue rows → arm (one write a shard) → heap → send buffer (no broker)",
-        "tasks/s",
-        _ge(250_000),
-        ("ceiling.read", "ceiling.heapq"),
-        "488,304/s",
-        "200,668/s",
-        488_304,
-    ),
-    Spec(
-        "confirm.delete",
-        "sending",
-        "confirm: confirmed ids → rows deleted in batches",
-        "tasks/s",
-        _ge(100_000),
-        ("ceiling.delete",),
-        "142,468/s",
-        "49,905/s",
-        142_468,
-    ),
-    Spec(
-        "sending.broker",
-        "sending",
-        "sending through RabbitMQ: overdue rows → published and confirmed",
-        "tasks/s",
-        None,
-        ("ceiling.publish", "ceiling.publish_frames"),
-    ),
-    Spec(
-        "burst.end_to_end",
-        "burst",
-        "burst: all due at one instant → last event received and last row deleted",
-        "tasks/s",
-        _ge(20_000),
-        ("ceiling.publish", "ceiling.publish_frames"),
-    ),
-    Spec(
-        "burst.row_writes",
-        "burst",
-        "row writes per fired task (insert, arm, delete), from MariaDB's table statistics",
-        "rows/task",
-        _le(2.2),
-    ),
-    Spec(
-        "near_due.fired_p99",
-        "near_due",
-        "100 ms ahead through an instance owning none of the shards: lateness p99",
-        "ms",
-        _le(10),
-    ),
-    Spec(
-        "precision.idle.cpu_mariadb_us",
-        "precision",
-        "steady 1,000/s: MariaDB CPU per fired task",
-        "µs",
-        _le(100),
-    ),
-    Spec(
-        "precision.idle.cpu_daemon_us",
-        "precision",
-        "steady 1,000/s: daemon CPU per fired task",
-        "µs",
-    ),
-    Spec(
-        "precision.idle.fired_p50",
-        "precision",
-        "precision, steady 1,000/s: lateness p50 (x-fired - x-due)",
-        "ms",
-        _le(1),
-        th_here=_TH_PRECISION,
-        th_aws=_TH_PRECISION,
-    ),
-    Spec(
-        "precision.idle.fired_p99",
-        "precision",
-        "precision, steady 1,000/s: lateness p99",
-        "ms",
-        _le(5),
-        th_here=_TH_PRECISION,
-        th_aws=_TH_PRECISION,
-    ),
-    Spec(
-        "precision.idle.early",
-        "precision",
-        "precision, steady: events early",
-        "events",
-        _NONE_EARLY,
-    ),
-    Spec(
-        "precision.http_load.requests",
-        "precision",
-        "precision + HTTP load: single POSTs from 32 clients",
-        "req/s",
-    ),
-    Spec(
-        "precision.http_load.fired_p50",
-        "precision",
-        "precision + HTTP load: lateness p50",
-        "ms",
-        _le(1),
-    ),
-    Spec(
-        "precision.http_load.fired_p99",
-        "precision",
-        "precision + HTTP load: lateness p99",
-        "ms",
-        _le(10),
-    ),
-    Spec(
-        "precision.http_load.early",
-        "precision",
-        "precision + HTTP load: events early",
-        "events",
-        _NONE_EARLY,
-    ),
-    Spec("hostile.fired_p50", "hostile", "hostile input: probe lateness p50", "ms"),
-    Spec("hostile.fired_p99", "hostile", "hostile input: probe lateness p99", "ms", _le(10)),
-    Spec(
-        "hostile.fired_max",
-        "hostile",
-        "hostile input (300,000-digit times, 10 MB bodies, 600 unroutable tasks, "
-        "300 slow clients): probe lateness max",
-        "ms",
-        _le(50),
-    ),
-    Spec("hostile.early", "hostile", "hostile input: probes early", "events", _NONE_EARLY),
-    Spec("hostile.missing", "hostile", "hostile input: probes not received", "events", _NONE_EARLY),
-    Spec(
-        "hostile.dead_letters",
-        "hostile",
-        "hostile input: unroutable tasks dead-lettered",
-        "events",
-    ),
-    # The bound is the default shard_lease_ms (10 s) + 5 s; --quick runs a 2 s lease.
-    Spec(
-        "takeover.time_s",
-        "takeover",
-        "takeover: kill -9 of one of two daemons → the survivor owns every shard",
-        "s",
-        _le(15),
-    ),
-    Spec("takeover.lost", "takeover", "takeover: tasks never received", "tasks", _NONE_EARLY),
-    Spec("takeover.duplicates", "takeover", "takeover: events received twice", "events"),
-    Spec(
-        "takeover.late_max_ms",
-        "takeover",
-        "takeover: latest event of the killed daemon's shards, received - due",
-        "ms",
-    ),
-)
-
-SCENARIOS = (
-    "ceilings",
-    "create",
-    "delete",
-    "sending",
-    "burst",
-    "near_due",
-    "precision",
-    "hostile",
-    "takeover",
-)
-
-
-def _number(value: float, unit: str) -> str:
-    if unit == "rows/task":
-        return f"{value:,.2f}"
-    if unit in ("ms", "s") and not float(value).is_integer():
-        return f"{value:,.1f}"
-    return f"{value:,.0f}"
-
 
 # -- evaluation ------------------------------------------------------------------------
 
@@ -357,11 +40,35 @@ class Row:
     missing: str = ""
 
 
+def _step_key(key: str) -> tuple[str, int, str] | None:
+    """(scenario, step, measure) of a per-step figure's key; None for the others."""
+    scenario, _, rest = key.partition(".")
+    step, _, measure = rest.partition(".")
+    if scenario in STEP_SPECS and step.isdigit() and measure:
+        return scenario, int(step), measure
+    return None
+
+
+def _step_specs(recorders: Sequence[Recorder]) -> list[Spec]:
+    """The specs of the per-step figures recorded, in the order of :data:`STEP_SPECS`;
+    a step that failed has the figures it got (the failure is reported anyway)."""
+    recorded = {key for rec in recorders for f in rec.figures if (key := _step_key(f.key))}
+    steps = sorted({(scenario, step) for scenario, step, _ in recorded})
+    return [
+        Spec(f"{scenario}.{step}.{t.measure}", scenario, t.label.format(step=step), t.unit)
+        for scenario, step in steps
+        for t in STEP_SPECS[scenario]
+        if (scenario, step, t.measure) in recorded
+    ]
+
+
 def evaluate(recorders: Sequence[Recorder], quick: bool) -> list[Row]:
     by_scenario = {rec.scenario: rec for rec in recorders}
     values = {f.key: f for rec in recorders for f in rec.figures}
     rows = []
-    for spec in (*CEILING_SPECS, *SPECS):
+    specs = [*CEILING_SPECS, *SPECS, *_step_specs(recorders)]
+    specs.sort(key=lambda s: SCENARIOS.index(s.scenario))  # steps after their scenario's others
+    for spec in specs:
         rec = by_scenario.get(spec.scenario)
         if rec is None:
             continue  # scenario not run
@@ -434,7 +141,7 @@ def _met_text(row: Row, quick: bool) -> str:
 def _value_text(row: Row) -> str:
     if row.value is None:
         return row.missing
-    return f"{_number(row.value, row.spec.unit)} {row.spec.unit}"
+    return f"{format_number(row.value, row.spec.unit)} {row.spec.unit}"
 
 
 def _ceiling_text(row: Row) -> str:
@@ -457,8 +164,8 @@ def figures_table(rows: Sequence[Row], quick: bool) -> list[str]:
         "|---|---:|---|---|---|---:|---:|",
     ]
     for row in rows:
-        if row.spec.scenario == "ceilings":
-            continue
+        if row.spec.scenario == "ceilings" or _step_key(row.spec.key):
+            continue  # in their own tables
         target = row.spec.target.text(row.spec.unit) if row.spec.target else ""
         lines.append(
             f"| {row.spec.label} | {_value_text(row)} | {target} | {_met_text(row, quick)} "
@@ -472,6 +179,28 @@ def ceilings_table(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         if row.spec.scenario == "ceilings":
             lines.append(f"| {row.spec.label} | {_value_text(row)} | {row.detail} |")
+    return lines
+
+
+def steps_tables(rows: Sequence[Row]) -> list[str]:
+    """A stepped scenario's per-step figures, a line a step; their labels and
+    details are listed under Details."""
+    cells: dict[str, dict[int, dict[str, str]]] = {}
+    for row in rows:
+        if found := _step_key(row.spec.key):
+            scenario, step, measure = found
+            text = row.missing if row.value is None else format_number(row.value, row.spec.unit)
+            cells.setdefault(scenario, {}).setdefault(step, {})[measure] = text
+    lines: list[str] = []
+    for scenario, steps in cells.items():
+        specs = STEP_SPECS[scenario]
+        lines += ["", f"### {scenario}", ""]
+        lines.append("| step | " + " | ".join(f"{s.column} ({s.unit})" for s in specs) + " |")
+        lines.append("|---:|" + "---:|" * len(specs))
+        for step, values in steps.items():
+            lines.append(
+                f"| {step:,} | " + " | ".join(values.get(s.measure, "") for s in specs) + " |"
+            )
     return lines
 
 
@@ -516,7 +245,8 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"- Versions: {versions}; commit {meta['commit']}.",
         f"- Sizes: {config['tasks']:,} tasks per scenario; precision {config['precision_s']} s "
         f"at {config['fires_per_s']:,} fires/s; {config['clients']} HTTP clients; "
-        "engine settings: defaults.",
+        f"capacity {', '.join(f'{r:,}' for r in config['capacity_rates'])} fires/s, "
+        f"{config['capacity_step_s']} s a step; engine settings: defaults.",
         "- Trigger Hook (Go) columns: its own benchmark run on this machine, and the figures "
         "it published (AWS t2.micro app + RDS db.t3.micro MySQL 8).",
     ]
@@ -530,6 +260,8 @@ def markdown(
     if meta.get("plot_error"):
         failures.append(f"- **plots failed**: {meta['plot_error']}")
     parts = [*_header(meta), "", "## Figures", "", *figures_table(rows, quick)]
+    if steps := steps_tables(rows):
+        parts += ["", "## Steps", *steps]
     lateness, ceilings = lateness_table(recorders), ceilings_table(rows)
     if len(lateness) > 2:
         parts += ["", "## Lateness per task", "", *lateness]

@@ -271,8 +271,9 @@ class TriggerHook:
             if self._clock_sync is not None:
                 self._clock_sync.stop()
             raise
-        self.metrics = self._new_metrics()
-        self.metrics.start()
+        if self._engine.config.fires:  # an API process's figures go to the firing one's
+            self.metrics = self._new_metrics()
+            self.metrics.start()
 
     def stop(self, timeout_s: float | None = None) -> bool:
         """Graceful stop; True when everything due was published and confirmed."""

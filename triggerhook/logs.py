@@ -43,9 +43,13 @@ class ContextFormatter(logging.Formatter):
         return line
 
 
-def configure(level: str) -> None:
+def configure(level: str, context: dict[str, object] | None = None) -> None:
+    """Log lines to stderr at ``level``; ``context`` goes on every record
+    (an API process names itself: ``api_process=0``)."""
     handler = logging.StreamHandler()
     handler.setFormatter(ContextFormatter())
+    for key, value in (context or {}).items():
+        handler.addFilter(_Tag(key, value))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -56,3 +60,15 @@ def configure(level: str) -> None:
     # the sink reports failures itself. DEBUG shows them all again.
     if level.upper() != "DEBUG":
         logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class _Tag(logging.Filter):
+    """Sets one attribute on every record it passes."""
+
+    def __init__(self, key: str, value: object) -> None:
+        super().__init__()
+        self._key, self._value = key, value
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        setattr(record, self._key, self._value)
+        return True

@@ -1,5 +1,9 @@
 """The daemon (``triggerhook run``): the engine, the HTTP API and the AMQP
-command consumer in one process, stopped gracefully on SIGTERM/SIGINT.
+command consumer, stopped gracefully on SIGTERM/SIGINT.
+
+Processes: with ``api_processes`` = 0 all of it runs in one; otherwise
+:class:`Service` runs the engine and supervises the API processes, each an
+:class:`ApiService` serving the interfaces (:mod:`triggerhook.processes`).
 
 Threads: the main thread runs the uvloop event loop (HTTP API, signal
 handling, supervision); the engine and the command consumer run their own
@@ -18,7 +22,8 @@ restart it; a fatal failure (a thread died, the HTTP port is taken) still
 exits 1 at once.
 
 Shutdown order: stop taking requests (HTTP, then commands; both finish what is
-in flight), then stop the engine (fire what is armed, release the shards).
+in flight; the API processes, when there are any), then stop the engine (fire
+what is armed, release the shards).
 """
 
 from __future__ import annotations
@@ -32,15 +37,17 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import uvloop
 
 from triggerhook.api.commands import CommandConsumer
 from triggerhook.api.http import HttpApi
-from triggerhook.app import TriggerHook
+from triggerhook.app import Figures, TriggerHook
 from triggerhook.errors import SchemaError, StoreError, StoreUnavailable
 from triggerhook.logs import redact
+from triggerhook.processes import REPORT_INTERVAL_S, ApiProcesses, EngineLink
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.sdnotify import Notifier
 
@@ -56,6 +63,9 @@ _READY_PROBE_MAX_S = 1.0
 # The start-up bound (see the module doc): not ready by then, say why.
 READY_WARN_AFTER_S = 10.0
 READY_WARN_EVERY_S = 60.0
+# An API process's stop beyond shutdown_timeout_s: its HTTP runner's and
+# command consumer's own grace.
+_API_STOP_GRACE_S = 7.0
 # A failing dependency's raw error is logged at most this often per kind of
 # failure (/readyz may be probed every second).
 _DETAIL_LOG_EVERY_S = 60.0
@@ -115,8 +125,13 @@ class Service:
     and :meth:`fail` and block on :attr:`executor`.
     """
 
-    def __init__(self, hook: TriggerHook, shutdown_timeout_s: float) -> None:
+    def __init__(
+        self, hook: TriggerHook, shutdown_timeout_s: float, processes: ApiProcesses | None = None
+    ) -> None:
+        """``processes``: the API processes to start and supervise (None: the
+        interfaces, if any, are :meth:`attach`-ed to this process)."""
         self.hook = hook
+        self.processes = processes
         self._shutdown_timeout_s = shutdown_timeout_s
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="th-pool")
         self._failure: str | None = None  # the detail, for the log
@@ -128,7 +143,8 @@ class Service:
         self.commands: CommandConsumer | None = None
         self.http: HttpApi | None = None
         self._notifier = Notifier()
-        self._watchdog = Watchdog(self._notifier, hook.responsive)
+        self._watchdog = Watchdog(self._notifier, self._responsive)
+        self._stop: asyncio.Event | None = None  # while running; set to stop
 
     def run(self) -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -141,15 +157,29 @@ class Service:
 
     def fail(self, name: str, exc: BaseException) -> None:
         """A fatal failure of ``name`` (a thread of an interface): stop, exit 1."""
+        self._fail(f"thread {name} failed: {exc!r}", f"{name}: failed")
+
+    def _fail(self, failure: str, reason: str) -> None:
         if self._failure is None:
-            self._failure = f"thread {name} failed: {exc!r}"
-            self._failure_reason = f"{name}: failed"
+            self._failure = failure
+            self._failure_reason = reason
         self._failed.set()
+
+    def _responsive(self, max_silence_s: float) -> bool:
+        alive = self.processes is None or self.processes.alive()
+        return alive and self.hook.responsive(max_silence_s)
 
     def readiness(self) -> list[str]:
         """Why the daemon is not ready (empty: ready). Blocking: checks the
         database. Each reason names a dependency and its kind of failure, never
         the raw error (logged instead, rate-limited)."""
+        if self.processes is None:
+            return self.engine_reasons() + self.own_reasons()
+        # The API processes check the same database: their reports say so.
+        return self.engine_reasons() + self.processes.reasons()
+
+    def engine_reasons(self) -> list[str]:
+        """Why the engine cannot fire (empty: it can). Does not block."""
         reasons = []
         health = self.hook.health()
         if not health.alive:
@@ -160,6 +190,11 @@ class Service:
             reasons.append("clock: the database's time is not known well enough to fire by")
         if not health.publisher_connected:
             reasons.append("rabbitmq: publisher not connected")
+        return reasons
+
+    def own_reasons(self) -> list[str]:
+        """Why this process's interfaces and database are not ready. Blocking."""
+        reasons = []
         if self.commands is not None and not self.commands.is_connected():
             reasons.append("rabbitmq: command consumer not connected")
         if self._failure_reason:
@@ -175,9 +210,10 @@ class Service:
 
     async def _main(self) -> int:
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
+        stop = self._stop = asyncio.Event()
         self._handle_signals(loop, stop)
         self.hook.start()
+        tending = asyncio.ensure_future(self._tend(stop))
         try:
             await self._start_interfaces()
         except OSError as exc:
@@ -191,7 +227,31 @@ class Service:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), _SUPERVISE_INTERVAL_S)
         self._notifier.stopping("stopping: firing what is armed, releasing shards")
+        tending.cancel()
         return await self._shutdown()
+
+    async def _tend(self, stop: asyncio.Event) -> None:
+        """Every ``REPORT_INTERVAL_S`` while running: :meth:`tick`."""
+        while not stop.is_set():
+            self.tick(time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), REPORT_INTERVAL_S)
+
+    def tick(self, now_s: float) -> None:
+        """The API processes get the engine's state; one that ended stops us."""
+        if self.processes is None:
+            return
+        failure = self.processes.tick(now_s, self.engine_reasons(), self._figures)
+        if failure is not None:
+            self._fail(failure, "api processes: one exited")
+
+    def _figures(self) -> Figures:
+        """The engine's figures (with the API processes' writes, see
+        :meth:`Engine.count_also`) and the API processes' request totals."""
+        figures = self.hook.figures()
+        if self.processes is None:
+            return figures
+        return replace(figures, totals={**figures.totals, **self.processes.http.counters()})
 
     def _must_stop(self, stop: asyncio.Event) -> bool:
         return stop.is_set() or self._failed.is_set() or self.hook.health().failure is not None
@@ -236,6 +296,9 @@ class Service:
         return probe.result() if probe.done() else None
 
     async def _start_interfaces(self) -> None:
+        if self.processes is not None:
+            self.processes.start(asyncio.get_running_loop().add_reader)
+            self.hook.observe_http(self.processes.http)
         if self.commands is not None:
             self.commands.start()
         if self.http is not None:
@@ -252,6 +315,14 @@ class Service:
         if self.commands is not None:
             consumer = self.commands
             await loop.run_in_executor(self.executor, consumer.stop, _left(deadline_s))
+        if self.processes is not None:
+            self.processes.close_readers(loop.remove_reader)
+            # Their own stop is bounded by the same timeout, plus their HTTP
+            # runner's and command consumer's few seconds of grace.
+            budget_s = _left(deadline_s) + _API_STOP_GRACE_S
+            stopped = await loop.run_in_executor(self.executor, self.processes.stop, budget_s)
+            if not stopped:
+                self._fail("an API process did not stop cleanly", "api processes: failed")
         clean = await loop.run_in_executor(self.executor, self.hook.stop, _left(deadline_s))
         self.hook.close()
         self.executor.shutdown(wait=False)
@@ -278,3 +349,47 @@ class Service:
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
+
+
+class ApiService(Service):
+    """An API process (:mod:`triggerhook.processes`): the interfaces over an
+    engine that only writes; the firing process's state comes through
+    ``link``, and this one's goes back every ``REPORT_INTERVAL_S``. It sends
+    systemd nothing (the firing process does) and stops, exiting 1, when the
+    firing process is gone."""
+
+    def __init__(self, hook: TriggerHook, shutdown_timeout_s: float, link: EngineLink) -> None:
+        super().__init__(hook, shutdown_timeout_s)
+        self.link = link
+
+    def engine_reasons(self) -> list[str]:
+        """The firing process's, as it last said, and this one's write path."""
+        return self.link.engine_reasons() + self._write_path()
+
+    def _write_path(self) -> list[str]:
+        health = self.hook.health()
+        if health.alive:
+            return []
+        failure = health.failure
+        return [f"api: {failure.partition(':')[0] if failure else 'not running'}"]
+
+    def figures(self) -> Figures:
+        """What ``/v1/status`` and ``/metrics`` show: the firing process's figures."""
+        return self.link.figures() or self.hook.figures()
+
+    async def _tend(self, stop: asyncio.Event) -> None:
+        self.link.start(on_gone=lambda: self._fail("the firing process is gone", "engine: gone"))
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            await loop.run_in_executor(self.executor, self._report)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), REPORT_INTERVAL_S)
+
+    def _report(self) -> None:
+        """This process's readiness and request figures, to the firing process
+        (a pool thread: the readiness check queries the database)."""
+        reasons = self._write_path() + self.own_reasons()
+        http = self.http
+        totals = {**http.stats.counters(), **http.guard.counters()} if http is not None else {}
+        stats = http.stats if http is not None else None
+        self.link.report(reasons, stats, totals, self.hook.engine.counters())

@@ -24,6 +24,8 @@ ENV_PREFIX = "TRIGGERHOOK_"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _INSTANCE_ID = ID_PATTERN
 _ROUTING_KEY = ROUTING_KEY_PATTERN
+# More would only share the same cores; each holds its own database connections.
+MAX_API_PROCESSES = 32
 _MAX_SHARDS = 4096
 # Settings of the claim protocol (schema v2), renamed or gone with the shard
 # protocol (v3): a configuration naming one gets told what to write instead.
@@ -170,6 +172,13 @@ class Settings:
         15, "Graceful stop waits this long for due tasks to be published and confirmed.", 0
     )
     log_level: str = _setting("INFO", "Logging level: DEBUG, INFO, WARNING or ERROR.")
+    api_processes: int = _setting(
+        1,
+        "Processes `triggerhook run` serves the HTTP API and the AMQP command queue "
+        "from, beside the one that fires, so that their Python work cannot delay a "
+        "fire; several share http_port (SO_REUSEPORT). 0 = everything in one process.",
+        0,
+    )
     http_enabled: bool = _setting(True, "Serve the HTTP API (`triggerhook run`).")
     http_host: str = _setting("127.0.0.1", "Address the HTTP API binds to.")
     http_port: int = _setting(8080, "TCP port of the HTTP API.", 0)
@@ -309,6 +318,13 @@ class Settings:
             raise ConfigError("command_allowed_users: an empty name in the list")
 
     def _check_http(self) -> None:
+        if self.api_processes > MAX_API_PROCESSES:
+            raise ConfigError(f"api_processes: at most {MAX_API_PROCESSES}")
+        if self.api_processes > 1 and self.http_enabled and self.http_port == 0:
+            raise ConfigError(
+                "http_port: 0 (any free port) would give each of the api_processes its "
+                "own port; set a port, or api_processes = 1"
+            )
         open_to_all = not self.api_token and not self.http_allow_public_without_token
         if self.http_enabled and open_to_all and not is_loopback(self.http_host):
             raise ConfigError(

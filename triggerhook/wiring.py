@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from triggerhook.amqp.connection import AmqpParameters, amqp_parameters
 from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.api.config import CommandConfig, HttpConfig
-from triggerhook.app import TriggerHook
+from triggerhook.app import Figures, TriggerHook
 from triggerhook.clock import ClockSync, DatabaseClock
 from triggerhook.domain.delivery import DeliveryPolicy
 from triggerhook.domain.spec import TaskRules
@@ -35,7 +37,8 @@ from triggerhook.settings import Settings
 from triggerhook.store.mysql import MySQLStore
 
 if TYPE_CHECKING:
-    from triggerhook.service import Service
+    from triggerhook.processes import EngineLink
+    from triggerhook.service import ApiService, Service
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +51,59 @@ def build(settings: Settings) -> TriggerHook:
 
 def build_daemon(settings: Settings) -> Service:
     """Everything ``triggerhook run`` runs: the library, the HTTP API and the
-    AMQP command consumer (each when enabled), and the service over them."""
+    AMQP command consumer (each when enabled), and the service over them; with
+    ``api_processes``, the interfaces run in API processes of their own
+    (:mod:`triggerhook.processes`), each built by :func:`build_api_process`."""
     # Here, not at the top: the library (``import triggerhook``) does not load
     # the daemon's event loop and web server.
-    from triggerhook.api.commands import CommandConsumer  # noqa: PLC0415
-    from triggerhook.api.http import HttpApi  # noqa: PLC0415
+    from triggerhook.processes import ApiProcesses, SummedRequestStats  # noqa: PLC0415
     from triggerhook.service import Service  # noqa: PLC0415
 
     params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumer
     hook = _build(settings, params)
+    if settings.api_processes and (settings.http_enabled or settings.commands_enabled):
+        # The API processes speak for this instance: its name, not one of their own.
+        theirs = replace(settings, instance_id=hook.instance_id)
+        wake = hook.engine.armer.wake
+        processes = ApiProcesses(theirs, settings.api_processes, wake, SummedRequestStats())
+        hook.engine.count_also(processes.engine_totals)
+        return Service(hook, settings.shutdown_timeout_s, processes)
     service = Service(hook, settings.shutdown_timeout_s)
+    _attach_interfaces(service, settings, params)
+    return service
+
+
+def build_api_process(settings: Settings, link: EngineLink) -> ApiService:
+    """An API process of ``triggerhook run``: the interfaces over an engine
+    that only writes, with the firing process's ``settings`` (sent over ``link``)."""
+    from triggerhook.service import ApiService  # noqa: PLC0415
+
+    params = amqp_parameters(settings.amqp_url)
+    hook = _build(settings, params, wake_armer=link.soon)
+    service = ApiService(hook, settings.shutdown_timeout_s, link)
+    _attach_interfaces(service, settings, params, service.figures, settings.api_processes > 1)
+    return service
+
+
+def _attach_interfaces(
+    service: Service,
+    settings: Settings,
+    params: AmqpParameters,
+    figures: Callable[[], Figures] | None = None,
+    reuse_port: bool = False,
+) -> None:
+    from triggerhook.api.commands import CommandConsumer  # noqa: PLC0415
+    from triggerhook.api.http import HttpApi  # noqa: PLC0415
+
+    hook = service.hook
     commands = None
     if settings.commands_enabled:
         commands = CommandConsumer(hook, command_config(settings), params, service.fail)
     http = None
     if settings.http_enabled:
-        http = HttpApi(hook, http_config(settings), service.readiness, service.executor)
+        config = replace(http_config(settings), reuse_port=reuse_port)
+        http = HttpApi(hook, config, service.readiness, service.executor, figures)
     service.attach(http, commands)
-    return service
 
 
 def http_config(settings: Settings) -> HttpConfig:
@@ -95,7 +133,10 @@ def command_config(settings: Settings) -> CommandConfig:
     )
 
 
-def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
+def _build(
+    settings: Settings, params: AmqpParameters, wake_armer: Callable[[], None] | None = None
+) -> TriggerHook:
+    """``wake_armer``: an engine that only writes, waking another's armer."""
     sink = sink_from_settings(settings)
     store = MySQLStore(
         settings.database_url,
@@ -110,7 +151,7 @@ def _build(settings: Settings, params: AmqpParameters) -> TriggerHook:
     sync = ClockSync(clock, settings.clock_sync_interval_ms)
     publisher = publisher_factory(settings, params, clock)
     database = f"{redact(settings.database_url)} through {store.driver}"
-    return assemble(settings, store, clock, publisher, sink, sync, database)
+    return assemble(settings, store, clock, publisher, sink, sync, database, wake_armer=wake_armer)
 
 
 def assemble(
@@ -121,10 +162,15 @@ def assemble(
     metrics_sink: MetricsSink | None = None,
     clock_sync: ClockSync | None = None,
     database: str = "",
+    *,
+    wake_armer: Callable[[], None] | None = None,
 ) -> TriggerHook:
     """The engine and the façade over ``store``, ``clock`` and ``publisher``
-    (and ``clock_sync``, the thread keeping a database clock current)."""
-    engine = Engine(engine_config(settings), store, clock, publisher)
+    (and ``clock_sync``, the thread keeping a database clock current).
+    ``wake_armer``: the engine only writes (an API process), and its soon-due
+    rows go there."""
+    config = replace(engine_config(settings), fires=wake_armer is None)
+    engine = Engine(config, store, clock, publisher, wake_armer)
     tags = {"instance": engine.instance, "host": socket.gethostname()}
 
     def start_metrics() -> MetricsReporter:

@@ -22,6 +22,7 @@ SCENARIOS = {
     "burst",
     "near_due",
     "precision",
+    "capacity",
     "hostile",
     "takeover",
 }
@@ -29,9 +30,25 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
 PLOTS = {
     "burst": {"lateness-burst.png", "burst-throughput.png"},
-    "precision": {"lateness-precision-idle.png", "lateness-precision-http_load.png"},
+    "precision": {
+        "lateness-precision-idle.png",
+        "lateness-precision-http_load.png",
+        "lateness-precision-http_load_one.png",
+    },
     "hostile": {"lateness-hostile.png"},
+    "capacity": {"capacity.png"},
 }
+# Quick mode's capacity steps (500 and 1,000 fires/s): the figures each step gives.
+CAPACITY_STEPS = (500, 1000)
+CAPACITY_MEASURES = (
+    "fired_p99",
+    "early",
+    "missing",
+    "backlog_ms",
+    "cpu_daemon_per_1k_s",
+    "cpu_mariadb_per_1k_s",
+    "cpu_rabbitmq_per_1k_s",
+)
 
 
 def _run_quick(out: Path, publish: Path) -> subprocess.CompletedProcess[str]:
@@ -64,6 +81,23 @@ def _check_scenario(scenario: dict[str, Any]) -> None:
             assert scenario["status"] == "failed", figure
 
 
+def _check_capacity(scenario: dict[str, Any]) -> None:
+    """The rate held, and every measure of each step that ran: those held and the
+    first not held, which ends the stepping."""
+    figures = {f["key"] for f in scenario["figures"]}
+    assert "capacity.held_fires_per_s" in figures, sorted(figures)
+    if scenario["status"] != "ok":
+        return
+    (held,) = (f["value"] for f in scenario["figures"] if f["key"] == "capacity.held_fires_per_s")
+    assert held in (0, *CAPACITY_STEPS), held
+    ran = [rate for rate in CAPACITY_STEPS if rate <= held]
+    ran += [rate for rate in CAPACITY_STEPS if rate > held][:1]
+    steps = {f"capacity.{rate}.{measure}" for rate in ran for measure in CAPACITY_MEASURES}
+    assert figures == {"capacity.held_fires_per_s", *steps}, sorted(figures)
+    lateness = {d["key"] for d in scenario["distributions"]}
+    assert lateness == {f"capacity.{rate}.{m}" for rate in ran for m in ("fired", "received")}
+
+
 @pytest.mark.slow
 def test_quick_mode_reports_every_scenario_and_writes_its_outputs(tmp_path: Path) -> None:
     out, publish = tmp_path / "results", tmp_path / "docs"
@@ -78,6 +112,7 @@ def test_quick_mode_reports_every_scenario_and_writes_its_outputs(tmp_path: Path
     assert set(scenarios) == SCENARIOS
     for scenario in scenarios.values():
         _check_scenario(scenario)
+    _check_capacity(scenarios["capacity"])
     failed = [s["name"] for s in scenarios.values() if s["status"] == "failed"]
     assert (done.returncode == 1) == bool(failed or report["plot_error"]), done.stderr[-5000:]
 

@@ -351,7 +351,9 @@ def test_readiness_reasons_name_the_dependency_and_its_kind_of_failure(
         "unreachable": "mysql: unreachable",
         "no-schema": "mysql: schema missing or not current (`triggerhook db status` says which)",
     }[case]
-    settings = Settings(database_url=url, instance_id="probe", http_enabled=False)
+    # In one process (api_processes = 0): the readiness that checks the store
+    # itself (an API process's does the same; a daemon test covers that one).
+    settings = Settings(database_url=url, instance_id="probe", http_enabled=False, api_processes=0)
     service = build_daemon(settings)
     hook = service.hook
     try:

@@ -11,6 +11,7 @@
        client/                 the HTTP client, a separate package (its own rule, below)
     4  app                     the library API: the façade over the engine and metrics
     5  api/                    HTTP and AMQP commands, over the app
+       processes               the daemon's firing and API processes, and their channel
     6  service                 the daemon: runs the app and the interfaces
     7  wiring                  the composition root: everything built from Settings
     8  cli, triggerhook        the command; the package's public names (__init__)
@@ -64,7 +65,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "interfaces settings clock logs ratelimit sdnotify status",
         "engine store amqp metrics client",
         "app",
-        "api",
+        "api processes",
         "service",
         "wiring",
         "cli triggerhook",

@@ -22,6 +22,7 @@ class HttpConfig:
     max_body_bytes: int
     max_batch_tasks: int
     max_payload_bytes: int
+    reuse_port: bool = False  # several API processes share the port (SO_REUSEPORT)
 
 
 @dataclass(frozen=True, slots=True)

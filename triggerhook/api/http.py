@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from aiohttp import web
@@ -45,7 +45,7 @@ from triggerhook.api.limits import (
     ThrottledWarning,
     read_body,
 )
-from triggerhook.app import Scheduled, Ticket, TriggerHook
+from triggerhook.app import Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     RESCHEDULE_OUTCOMES,
@@ -265,8 +265,13 @@ class HttpApi:
         config: HttpConfig,
         readiness: Readiness,
         executor: ThreadPoolExecutor,
+        figures: Callable[[], Figures] | None = None,
     ) -> None:
+        """``figures``: what ``/v1/status`` and ``/metrics`` show when the engine
+        runs in another process (they then include every API process's request
+        figures); None: this process's own."""
         self._hook = hook
+        self._remote_figures = figures
         self._config = config
         self._readiness = readiness
         self._executor = executor
@@ -330,6 +335,7 @@ class HttpApi:
             self._config.host,
             self._config.port,
             self.guard.factory(self._runner.server),
+            reuse_port=self._config.reuse_port,
         )
         await site.start()
         self.port = site.port
@@ -509,7 +515,7 @@ class HttpApi:
 
     async def status(self, _request: web.Request) -> web.Response:
         """The live figures: the last metrics period, and totals since start."""
-        figures = self._hook.figures()
+        figures = self._figures()
         return _response(
             200,
             {
@@ -522,10 +528,16 @@ class HttpApi:
         )
 
     async def prometheus(self, _request: web.Request) -> web.Response:
-        figures = self._hook.figures()
-        totals = {**figures.totals, **self.stats.counters(), **self.guard.counters()}
-        text = prometheus.render({"instance": figures.instance}, totals, figures.latest)
+        figures = self._figures()
+        text = prometheus.render({"instance": figures.instance}, figures.totals, figures.latest)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    def _figures(self) -> Figures:
+        if self._remote_figures is not None:
+            return self._remote_figures()
+        figures = self._hook.figures()
+        http = {**self.stats.counters(), **self.guard.counters()}
+        return replace(figures, totals={**figures.totals, **http})
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)

@@ -250,7 +250,7 @@ def attach_server(site: web.BaseSite, server: asyncio.AbstractServer) -> None:
 class GuardedSite(web.BaseSite):
     """A TCP site whose connections go through a :class:`ConnectionGuard`."""
 
-    __slots__ = ("_factory", "_host", "_listening", "_port")
+    __slots__ = ("_factory", "_host", "_listening", "_port", "_reuse_port")
 
     def __init__(
         self,
@@ -259,11 +259,13 @@ class GuardedSite(web.BaseSite):
         port: int,
         factory: Callable[[], asyncio.BaseProtocol],
         backlog: int = 128,
+        reuse_port: bool = False,
     ) -> None:
         super().__init__(runner, backlog=backlog)
         self._host = host
         self._port = port
         self._factory = factory
+        self._reuse_port = reuse_port
         self._listening: asyncio.Server | None = None
 
     @property
@@ -280,7 +282,11 @@ class GuardedSite(web.BaseSite):
         await super().start()
         loop = asyncio.get_running_loop()
         self._listening = await loop.create_server(
-            self._factory, self._host, self._port, backlog=self._backlog
+            self._factory,
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_port=self._reuse_port or None,
         )
         attach_server(self, self._listening)
 

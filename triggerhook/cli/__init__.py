@@ -29,6 +29,7 @@ from triggerhook.cli.backends import Backend, BackendError, HttpBackend, Library
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
+from triggerhook.processes import EngineLink
 from triggerhook.settings import (
     FIELDS,
     Settings,
@@ -40,7 +41,7 @@ from triggerhook.settings import (
 )
 from triggerhook.status import render as status_text
 from triggerhook.store.schema import init_schema, schema_status, upgrade_schema
-from triggerhook.wiring import build, build_daemon
+from triggerhook.wiring import build, build_api_process, build_daemon
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
 
@@ -152,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="create or upgrade the schema first, as `db init` does (upgrades are offline)",
     )
+    api = sub.add_parser("api-process", help="(started by `run`: one of its api_processes)")
+    api.add_argument("--channel-fd", type=int, required=True, help="its socket to `run`")
+    api.add_argument("--index", type=int, required=True, help="which of the api_processes")
     sched = sub.add_parser("schedule", help="schedule one task")
     sched.add_argument("--id", help="task id (default: a new UUIDv4)")
     _due_time_arguments(sched)
@@ -210,6 +214,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "api-process":  # its settings come from `run`, not from here
+        return _api_process(args.channel_fd, args.index)
     try:
         settings = _settings(args)
         logs.configure(settings.log_level)
@@ -222,6 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         rendering = CLI_RENDERING[outcome]
         _error(f"{exc}{rendering.hint}")
         return rendering.exit
+
+
+def _api_process(channel_fd: int, index: int) -> int:
+    link = EngineLink.from_fd(channel_fd)
+    settings = link.settings()
+    logs.configure(settings.log_level, {"api_process": index})
+    try:
+        return build_api_process(settings, link).run()
+    except (ConfigError, SchemaError) as exc:
+        _error(str(exc))
+        return EXIT_USAGE
 
 
 def _error(message: str) -> None:

@@ -1,5 +1,10 @@
 """The engine: builds the threads, starts them, stops them gracefully.
 
+An engine *fires* (the default) or only writes: in an API process of
+``triggerhook run`` (:mod:`triggerhook.processes`) it runs the group committers
+alone, holds no shard and no instance name, and every soon-due row it writes
+goes to ``wake_armer``, which tells the firing process.
+
 Threads and what each owns: ``th-shards`` (:class:`ShardKeeper`) writes the
 :class:`ShardTable`; ``th-armer`` arms tasks into the :class:`Inventory` and
 the scheduler's heap; ``th-scheduler`` moves due tasks into the send buffer;
@@ -65,6 +70,7 @@ class EngineConfig:
     commit_queue_max: int
     shutdown_timeout_s: float
     switch_interval_us: int = 0  # 0: leave the interpreter's switch interval alone
+    fires: bool = True  # False: the write path only (an API process)
 
 
 class Engine:
@@ -76,7 +82,9 @@ class Engine:
         store: TaskStore,
         clock: Clock,
         publisher_factory: PublisherFactory,
+        wake_armer: Callable[[], None] | None = None,
     ) -> None:
+        """``wake_armer``: where soon-due writes go when the engine does not fire."""
         self.config = config
         self.instance = instance = config.instance
         self._store = store
@@ -129,11 +137,15 @@ class Engine:
             config.schedule_batch_size,
             config.commit_queue_max,
         )
-        self.writes = Writes(
-            store, clock, self.shards, self.armer.wake, limits, lambda: self.running, self._fail
-        )
+        owns: Callable[[int], bool]
+        if config.fires:
+            owns, wake = self.shards.owns, self.armer.wake
+        else:
+            owns, wake = _every_shard, wake_armer or _nobody
+        self.writes = Writes(store, clock, owns, wake, limits, lambda: self.running, self._fail)
         self._running = False
         self.publish_retries = 0  # the publisher's thread only
+        self._more_counters: list[Callable[[], dict[str, int]]] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -142,6 +154,11 @@ class Engine:
         return self._running and not self.failed.is_set()
 
     def start(self) -> None:
+        if not self.config.fires:
+            self.writes.start()
+            self._running = True
+            log.info("write path started", extra={"instance": self.instance})
+            return
         if self.config.switch_interval_us:
             # A busy thread gives up the GIL only every switch interval; the
             # scheduler waking at a due time must not wait 5 ms (the default).
@@ -161,6 +178,8 @@ class Engine:
         log.info("engine started", extra={"instance": self.instance})
 
     def _workers(self) -> list[Worker | EventPublisher]:
+        if not self.config.fires:
+            return []
         # Downstream first, so nothing is handed to a stage that is not running.
         return [self.confirmer, self.publisher, self.scheduler, self.armer, self.keeper]
 
@@ -172,7 +191,7 @@ class Engine:
         """Alive, and the looping threads (scheduler, armer) went round their loops
         within ``max_silence_s``: not wedged."""
         now_s = time.monotonic()
-        beats = (self.scheduler.beat_s, self.armer.beat_s)
+        beats = (self.scheduler.beat_s, self.armer.beat_s) if self.config.fires else ()
         return self.alive() and all(now_s - beat <= max_silence_s for beat in beats)
 
     def stop(self, timeout_s: float | None = None) -> bool:
@@ -189,6 +208,8 @@ class Engine:
         timeout = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         self.writes.stop()
+        if not self.config.fires:
+            return self.writes.join(_left(deadline)) and not self.failed.is_set()
         self.armer.stop()
         self.writes.join(_left(deadline))
         self.armer.join(_left(deadline))
@@ -226,8 +247,20 @@ class Engine:
         self.publish_retries += 1
         self.confirmer.defer(task, int(self._clock.now_ms()) + delay_ms)
 
+    def count_also(self, counters: Callable[[], dict[str, int]]) -> None:
+        """Add ``counters`` (totals since start, e.g. the API processes' writes)
+        to :meth:`counters`; call before :meth:`start`."""
+        self._more_counters.append(counters)
+
     def counters(self) -> dict[str, int]:
         """Totals since start, for metrics (the metrics thread takes differences)."""
+        totals = self._own_counters()
+        for more in self._more_counters:
+            for key, value in more().items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
+
+    def _own_counters(self) -> dict[str, int]:
         db_errors = sum(w.transient_errors for w in (self.keeper, self.armer, self.confirmer))
         db_errors += self.writes.failed_writes()
         return {
@@ -257,6 +290,14 @@ class Engine:
             fired=self.scheduler.fired,
             deleted=self.confirmer.deleted,
         )
+
+
+def _every_shard(_shard: int) -> bool:
+    return True
+
+
+def _nobody() -> None:
+    pass
 
 
 def _left(deadline: float) -> float:

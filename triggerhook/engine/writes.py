@@ -24,7 +24,6 @@ from typing import Any, Generic, TypeVar
 from triggerhook.domain.arming import shard_of
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Ticket
-from triggerhook.engine.shards import ShardTable
 from triggerhook.errors import NotRunningError
 from triggerhook.interfaces import (
     Clock,
@@ -103,7 +102,7 @@ class Writes:
         self,
         store: TaskStore,
         clock: Clock,
-        shards: ShardTable,
+        owns: Callable[[int], bool],
         wake_armer: Callable[[], None],
         limits: WriteLimits,
         running: Callable[[], bool],
@@ -111,7 +110,7 @@ class Writes:
     ) -> None:
         self._store = store
         self._clock = clock
-        self._shards = shards
+        self._owns = owns  # shard -> do its soon-due rows wake the armer
         self._wake_armer = wake_armer
         self._limits = limits
         self.inserts = _Path("commit", _new_rows, self._insert, running, limits, on_failure)
@@ -172,9 +171,10 @@ class Writes:
 
     def _wake_if_ours(self, written: Sequence[tuple[str, int]]) -> None:
         """A soon-due row of a shard this instance owns: arm it now, not at the
-        next interval (another instance's rows wait for their owner's pass)."""
+        next interval (another instance's rows wait for their owner's pass).
+        In an API process every shard counts: its wake goes to the firing one."""
         soon_ms = self._clock.now_ms() + self._limits.soon_ms
-        count, owns = self._store.shard_count(), self._shards.owns
+        count, owns = self._store.shard_count(), self._owns
         if any(due_ms <= soon_ms and owns(shard_of(tid, count)) for tid, due_ms in written):
             self._wake_armer()
 

@@ -13,6 +13,7 @@ metrics thread. Pure: no I/O.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 
 class Tally:
@@ -36,6 +37,9 @@ class Samples:
 
     def record(self, value: float) -> None:
         self._values.append(value)
+
+    def extend(self, values: Iterable[float]) -> None:
+        self._values.extend(values)
 
     def take(self) -> list[float]:
         """The values recorded since the last take."""

@@ -1,0 +1,419 @@
+"""What the benchmarks report: every figure's label, unit and target, the
+ceilings each is compared with, and Trigger Hook's figures beside them.
+
+:mod:`benchmarks.report` evaluates a run's recorders against this catalogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    op: str  # ">=" or "<=" or "=="
+    bound: float
+
+    def met(self, value: float) -> bool:
+        if self.op == ">=":
+            return value >= self.bound
+        if self.op == "<=":
+            return value <= self.bound
+        return value == self.bound
+
+    def text(self, unit: str) -> str:
+        op = {">=": "≥", "<=": "≤", "==": "="}[self.op]
+        return f"{op} {format_number(self.bound, unit)} {unit}"
+
+
+@dataclass(frozen=True)
+class Spec:
+    key: str
+    scenario: str
+    label: str
+    unit: str
+    target: Target | None = None
+    ceilings: tuple[str, ...] = ()
+    th_here: str = ""  # Trigger Hook (Go) measured on this machine
+    th_aws: str = ""  # Trigger Hook's published figure (AWS t2.micro + RDS db.t3.micro)
+    th_here_value: float | None = None
+
+
+def _ge(bound: float) -> Target:
+    return Target(">=", bound)
+
+
+def _le(bound: float) -> Target:
+    return Target("<=", bound)
+
+
+_NONE_EARLY = Target("==", 0)
+_TH_PRECISION = "1 s (its precision)"
+
+CEILING_SPECS = (
+    Spec("ceiling.insert", "ceilings", "raw INSERT (multi-row)", "rows/s"),
+    Spec("ceiling.read", "ceilings", "raw range SELECT by shard and fire time", "rows/s"),
+    Spec("ceiling.delete", "ceilings", "raw batched DELETE by id", "rows/s"),
+    Spec("ceiling.publish", "ceilings", "raw pika publish, pipelined confirms", "msgs/s"),
+    Spec(
+        "ceiling.publish_frames",
+        "ceilings",
+        "raw publish, pre-encoded frames, pipelined confirms",
+        "msgs/s",
+    ),
+    Spec("ceiling.heapq", "ceilings", "heapq push + pop", "pairs/s"),
+)
+
+SPECS = (
+    Spec(
+        "create.schedule_many",
+        "create",
+        "create: `schedule_many`, all in one call",
+        "tasks/s",
+        _ge(50_000),
+        ("ceiling.insert",),
+    ),
+    Spec(
+        "create.schedule_x8",
+        "create",
+        "create: single `schedule`, 8 threads",
+        "tasks/s",
+        _ge(15_000),
+        ("ceiling.insert",),
+        "4,316/s (8 goroutines)",
+        "1,396/s",
+        4316,
+    ),
+    Spec(
+        "create.http_batch",
+        "create",
+        "create: HTTP `POST /v1/tasks/batch` (10,000 a request, 2 in flight)",
+        "tasks/s",
+        _ge(30_000),
+        ("ceiling.insert",),
+    ),
+    Spec(
+        "create.http_single",
+        "create",
+        "create: HTTP single `POST /v1/tasks`, 32 clients",
+        "req/s",
+        _ge(8_000),
+        ("ceiling.insert",),
+    ),
+    Spec(
+        "create.http_single_p99",
+        "create",
+        "create: HTTP single `POST /v1/tasks`, latency p99",
+        "ms",
+        _le(20),
+    ),
+    # One client, one call at a time (the capacity issue's target: p50 ≤ 1 ms).
+    Spec(
+        "create.sequential_p50",
+        "create",
+        "create: single `schedule`, one caller, one call at a time: latency p50",
+        "ms",
+        _le(1),
+    ),
+    Spec(
+        "create.http_sequential_p50",
+        "create",
+        "create: HTTP single `POST /v1/tasks`, one client, one at a time: latency p50",
+        "ms",
+        _le(1),
+    ),
+    Spec(
+        "delete.sequential_p50",
+        "delete",
+        "delete: single `cancel`, one caller, one call at a time: latency p50",
+        "ms",
+        _le(1),
+    ),
+    Spec(
+        "delete.http_sequential_p50",
+        "delete",
+        "delete: HTTP `DELETE /v1/tasks/{id}`, one client, one at a time: latency p50",
+        "ms",
+        _le(1),
+    ),
+    Spec(
+        "delete.cancel_x8",
+        "delete",
+        "delete: single `cancel`, 8 threads",
+        "tasks/s",
+        _ge(20_000),
+        ("ceiling.delete",),
+        "7,050/s",
+        "1,920/s",
+        7050,
+    ),
+    Spec(
+        "delete.http_single",
+        "delete",
+        "delete: HTTP `DELETE /v1/tasks/{id}`, 32 clients",
+        "req/s",
+        None,
+        ("ceiling.delete",),
+    ),
+    Spec(
+        "delete.http_single_p99",
+        "delete",
+        "delete: HTTP `DELETE /v1/tasks/{id}`, latency p99",
+        "ms",
+    ),
+    Spec(
+        "sending.no_broker",
+        "sending",
+        "sending: overdue rows → arm (one write a shard) → heap → send buffer (no broker)",
+        "tasks/s",
+        _ge(250_000),
+        ("ceiling.read", "ceiling.heapq"),
+        "488,304/s",
+        "200,668/s",
+        488_304,
+    ),
+    Spec(
+        "confirm.delete",
+        "sending",
+        "confirm: confirmed ids → rows deleted in batches",
+        "tasks/s",
+        _ge(100_000),
+        ("ceiling.delete",),
+        "142,468/s",
+        "49,905/s",
+        142_468,
+    ),
+    Spec(
+        "sending.broker",
+        "sending",
+        "sending through RabbitMQ: overdue rows → published and confirmed",
+        "tasks/s",
+        None,
+        ("ceiling.publish", "ceiling.publish_frames"),
+    ),
+    Spec(
+        "burst.end_to_end",
+        "burst",
+        "burst: all due at one instant → last event received and last row deleted",
+        "tasks/s",
+        _ge(20_000),
+        ("ceiling.publish", "ceiling.publish_frames"),
+    ),
+    Spec(
+        "burst.row_writes",
+        "burst",
+        "row writes per fired task (insert, arm, delete), from MariaDB's table statistics",
+        "rows/task",
+        _le(2.2),
+    ),
+    Spec(
+        "near_due.fired_p99",
+        "near_due",
+        "100 ms ahead through an instance owning none of the shards: lateness p99",
+        "ms",
+        _le(10),
+    ),
+    Spec(
+        "precision.idle.cpu_mariadb_us",
+        "precision",
+        "steady 1,000/s: MariaDB CPU per fired task",
+        "µs",
+        _le(100),
+    ),
+    Spec(
+        "precision.idle.cpu_daemon_us",
+        "precision",
+        "steady 1,000/s: daemon CPU per fired task (all its processes)",
+        "µs",
+    ),
+    Spec(
+        "precision.idle.cpu_both_us",
+        "precision",
+        "steady 1,000/s: daemon + MariaDB CPU per fired task",
+        "µs",
+        _le(150),
+    ),
+    Spec(
+        "precision.idle.fired_p50",
+        "precision",
+        "precision, steady 1,000/s: lateness p50 (x-fired - x-due)",
+        "ms",
+        _le(1),
+        th_here=_TH_PRECISION,
+        th_aws=_TH_PRECISION,
+    ),
+    Spec(
+        "precision.idle.fired_p99",
+        "precision",
+        "precision, steady 1,000/s: lateness p99",
+        "ms",
+        _le(2),
+        th_here=_TH_PRECISION,
+        th_aws=_TH_PRECISION,
+    ),
+    Spec(
+        "precision.idle.early",
+        "precision",
+        "precision, steady: events early",
+        "events",
+        _NONE_EARLY,
+    ),
+    Spec(
+        "precision.http_load.requests",
+        "precision",
+        "precision + HTTP load: single POSTs from 32 clients",
+        "req/s",
+    ),
+    Spec(
+        "precision.http_load.fired_p50",
+        "precision",
+        "precision + HTTP load: lateness p50",
+        "ms",
+        _le(1),
+    ),
+    Spec(
+        "precision.http_load.fired_p99",
+        "precision",
+        "precision + HTTP load: lateness p99",
+        "ms",
+        _le(2),
+    ),
+    Spec(
+        "precision.http_load.early",
+        "precision",
+        "precision + HTTP load: events early",
+        "events",
+        _NONE_EARLY,
+    ),
+    Spec(
+        "precision.http_load.fired_max",
+        "precision",
+        "precision + HTTP load: lateness max",
+        "ms",
+        _le(10),
+    ),
+    Spec(
+        "precision.http_load_one.requests",
+        "precision",
+        "precision + HTTP load, all in one process (api_processes = 0): POSTs",
+        "req/s",
+    ),
+    Spec(
+        "precision.http_load_one.fired_p50",
+        "precision",
+        "precision + HTTP load, all in one process: lateness p50",
+        "ms",
+    ),
+    Spec(
+        "precision.http_load_one.fired_p99",
+        "precision",
+        "precision + HTTP load, all in one process: lateness p99",
+        "ms",
+    ),
+    Spec(
+        "precision.http_load_one.fired_max",
+        "precision",
+        "precision + HTTP load, all in one process: lateness max",
+        "ms",
+    ),
+    Spec(
+        "precision.http_load_one.early",
+        "precision",
+        "precision + HTTP load, all in one process: events early",
+        "events",
+        _NONE_EARLY,
+    ),
+    Spec(
+        "capacity.held_fires_per_s",
+        "capacity",
+        "capacity: highest steady rate held (p99 ≤ 5 ms, none early or lost, no growing backlog)",
+        "fires/s",
+        _ge(5_000),
+    ),
+    Spec("hostile.fired_p50", "hostile", "hostile input: probe lateness p50", "ms"),
+    Spec("hostile.fired_p99", "hostile", "hostile input: probe lateness p99", "ms", _le(10)),
+    Spec(
+        "hostile.fired_max",
+        "hostile",
+        "hostile input (300,000-digit times, 10 MB bodies, 600 unroutable tasks, "
+        "300 slow clients): probe lateness max",
+        "ms",
+        _le(50),
+    ),
+    Spec("hostile.early", "hostile", "hostile input: probes early", "events", _NONE_EARLY),
+    Spec("hostile.missing", "hostile", "hostile input: probes not received", "events", _NONE_EARLY),
+    Spec(
+        "hostile.dead_letters",
+        "hostile",
+        "hostile input: unroutable tasks dead-lettered",
+        "events",
+    ),
+    # The bound is the default shard_lease_ms (10 s) + 5 s; --quick runs a 2 s lease.
+    Spec(
+        "takeover.time_s",
+        "takeover",
+        "takeover: kill -9 of one of two daemons → the survivor owns every shard",
+        "s",
+        _le(15),
+    ),
+    Spec("takeover.lost", "takeover", "takeover: tasks never received", "tasks", _NONE_EARLY),
+    Spec("takeover.duplicates", "takeover", "takeover: events received twice", "events"),
+    Spec(
+        "takeover.late_max_ms",
+        "takeover",
+        "takeover: latest event of the killed daemon's shards, received - due",
+        "ms",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """A figure a stepped scenario measures once a step, ``<scenario>.<step>.<measure>``
+    (capacity: a step a rate). The steps are the run's parameters, so
+    :func:`evaluate` makes a :class:`Spec` of it for every step recorded."""
+
+    measure: str
+    label: str  # "{step:,}" stands for the step (an integer)
+    unit: str
+    column: str  # its heading in the steps table
+
+
+_CPU_1K = "CPU per 1,000 fires"
+STEP_SPECS = {
+    "capacity": tuple(
+        StepSpec(measure, f"capacity, {{step:,}} fires/s: {label}", unit, column)
+        for measure, label, unit, column in (
+            ("fired_p99", "lateness p99 (x-fired - x-due)", "ms", "fired p99"),
+            ("early", "events early", "events", "early"),
+            ("missing", "events not received", "events", "not received"),
+            ("backlog_ms", "lateness growth, last quarter's median - first's", "ms", "growth"),
+            ("cpu_daemon_per_1k_s", f"daemon {_CPU_1K}", "CPU-s", "daemon CPU per 1k"),
+            ("cpu_mariadb_per_1k_s", f"MariaDB {_CPU_1K}", "CPU-s", "MariaDB CPU per 1k"),
+            ("cpu_rabbitmq_per_1k_s", f"RabbitMQ {_CPU_1K}", "CPU-s", "RabbitMQ CPU per 1k"),
+        )
+    ),
+}
+
+SCENARIOS = (
+    "ceilings",
+    "create",
+    "delete",
+    "sending",
+    "burst",
+    "near_due",
+    "precision",
+    "capacity",
+    "hostile",
+    "takeover",
+)
+
+
+def format_number(value: float, unit: str) -> str:
+    if unit == "rows/task":
+        return f"{value:,.2f}"
+    if unit == "CPU-s":
+        return f"{value:,.3f}"
+    if unit in ("ms", "s") and not float(value).is_integer():
+        return f"{value:,.1f}"
+    return f"{value:,.0f}"
