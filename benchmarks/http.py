@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -42,10 +43,23 @@ BATCH = 10_000
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
+# Below Linux's ephemeral range (32768-60999 by default): no outgoing connection
+# (the daemon's own, to the database and the broker, made before its API
+# process binds) can take the port between the pick and the bind.
+_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 @dataclass(frozen=True)

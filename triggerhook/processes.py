@@ -34,11 +34,11 @@ A report older than ``STALE_S`` counts as "not ready".
 from __future__ import annotations
 
 import array
-import contextlib
 import logging
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -59,6 +59,7 @@ STALE_S = 5.0
 # What systemd hands the main process only: a child must not notify in its name.
 _PARENT_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 _KILL_WAIT_S = 5.0
+_SEND_TIMEOUT = struct.pack("ll", 1, 0)  # struct timeval: 1 s
 
 
 def api_command(channel_fd: int, index: int) -> list[str]:
@@ -131,8 +132,9 @@ class _Member:
 class ApiProcesses:
     """The firing process's side: starts, watches and stops the API processes.
 
-    Used on the event loop's thread only; their messages are read there too
-    (``add_reader``): each is a few hundred bytes, sent whole.
+    Called on the event loop's thread; each API process's messages are read
+    by a thread of its own (``th-api-link-<index>``), which wakes the armer and
+    keeps the member's latest report (plain assignments, atomic under the GIL).
     """
 
     def __init__(
@@ -150,14 +152,16 @@ class ApiProcesses:
         self._members: list[_Member] = []
         self._next_report_s = 0.0
 
-    def start(self, add_reader: Callable[[int, Callable[[], None]], None]) -> None:
+    def start(self) -> None:
         for index in range(self._count):
-            member = self._spawn(index)
-            self._members.append(member)
-            add_reader(member.conn.fileno(), lambda m=member: self._receive(m))  # type: ignore[misc]
+            self._members.append(self._spawn(index))
 
     def _spawn(self, index: int) -> _Member:
         ours, theirs = socket.socketpair()
+        for end in (ours, theirs):
+            # A send blocked this long (the other side stopped reading, its
+            # buffer is full) fails: that side gives the link up, not waits.
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _SEND_TIMEOUT)
         env = {k: v for k, v in os.environ.items() if k not in _PARENT_ONLY_ENV}
         with theirs:
             proc = subprocess.Popen(
@@ -168,24 +172,32 @@ class ApiProcesses:
         log.info("API process %d started", index, extra={"pid": proc.pid})
         member = _Member(index, proc, conn)
         member.reap()
+        name = f"th-api-link-{index}"
+        threading.Thread(target=self._read, args=(member,), name=name, daemon=True).start()
         return member
 
-    def _receive(self, member: _Member) -> None:
-        try:
-            message = member.conn.recv()
-        except (EOFError, OSError):
-            member.connected = False
-            member.reasons = ["gone"]
-            return
-        kind = message[0]
-        if kind == "soon":
-            self._wake_armer()
-        elif kind == "state":
-            _, reasons, http_totals, engine_totals, latencies = message
-            member.reasons = list(reasons)
-            member.reported_s = time.monotonic()
-            self.http.report(member.index, http_totals, latencies)
-            self._engine_totals[member.index] = engine_totals
+    def _read(self, member: _Member) -> None:
+        """The member's link thread: its messages until it hangs up. (A thread
+        of its own, not the event loop's reader: the loop would make the
+        socket non-blocking, and a large report arrives in pieces.)"""
+        while True:
+            try:
+                message = member.conn.recv()
+            except Exception as exc:  # end of file; or a broken stream: either way, gone
+                if not isinstance(exc, EOFError):
+                    log.error("API process %d: its channel broke: %r", member.index, exc)
+                member.connected = False
+                member.reasons = ["gone"]
+                return
+            kind = message[0]
+            if kind == "soon":
+                self._wake_armer()
+            elif kind == "state":
+                _, reasons, http_totals, engine_totals, latencies = message
+                member.reasons = list(reasons)
+                member.reported_s = time.monotonic()
+                self.http.report(member.index, http_totals, latencies)
+                self._engine_totals[member.index] = engine_totals
 
     def engine_totals(self) -> dict[str, int]:
         """The API processes' engine counters (their writes), added up."""
@@ -199,7 +211,7 @@ class ApiProcesses:
             if code is not None:
                 return f"API process {member.index} exited with status {code}"
             if not member.connected:
-                return f"API process {member.index} closed its channel"
+                return f"API process {member.index} closed its channel or stopped reading it"
         if now_s >= self._next_report_s:
             self._next_report_s = now_s + REPORT_INTERVAL_S
             self._send_all(("engine", reasons, figures()))
@@ -210,7 +222,7 @@ class ApiProcesses:
             if member.connected:
                 try:
                     member.conn.send(message)
-                except OSError:
+                except OSError:  # it hung up, or stopped reading for long
                     member.connected = False
 
     def reasons(self) -> list[str]:
@@ -249,11 +261,6 @@ class ApiProcesses:
             member.conn.close()
         return clean
 
-    def close_readers(self, remove_reader: Callable[[int], object]) -> None:
-        for member in self._members:
-            if not member.conn.closed:
-                remove_reader(member.conn.fileno())
-
 
 class EngineLink:
     """An API process's side of its socket to the firing process.
@@ -271,6 +278,7 @@ class EngineLink:
         self._figures: Figures | None = None
         self._reported_s: float | None = None
         self._thread: threading.Thread | None = None
+        self._on_gone: Callable[[], None] = _nothing
 
     @classmethod
     def from_fd(cls, fd: int) -> EngineLink:
@@ -284,6 +292,7 @@ class EngineLink:
         return settings
 
     def start(self, on_gone: Callable[[], None]) -> None:
+        self._on_gone = on_gone
         self._thread = threading.Thread(
             target=self._read, args=(on_gone,), name="th-engine-link", daemon=True
         )
@@ -318,9 +327,12 @@ class EngineLink:
         self._send(("state", reasons, http_totals, engine_totals, taken.tobytes()))
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        # A hang-up: the reader sees it and stops the process.
-        with self._send_lock, contextlib.suppress(OSError):
-            self._conn.send(message)
+        with self._send_lock:
+            try:
+                self._conn.send(message)
+            except OSError as exc:  # hung up, or it stopped reading: the stream may be cut
+                log.error("cannot tell the firing process: %r; stopping", exc)
+                self._on_gone()
 
     def engine_reasons(self) -> list[str]:
         """Why the engine is not ready, as it last said (empty: ready)."""
@@ -332,3 +344,7 @@ class EngineLink:
     def figures(self) -> Figures | None:
         """The engine's figures as last reported (None before the first)."""
         return self._figures
+
+
+def _nothing() -> None:
+    pass

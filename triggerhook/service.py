@@ -297,7 +297,7 @@ class Service:
 
     async def _start_interfaces(self) -> None:
         if self.processes is not None:
-            self.processes.start(asyncio.get_running_loop().add_reader)
+            self.processes.start()
             self.hook.observe_http(self.processes.http)
         if self.commands is not None:
             self.commands.start()
@@ -316,7 +316,6 @@ class Service:
             consumer = self.commands
             await loop.run_in_executor(self.executor, consumer.stop, _left(deadline_s))
         if self.processes is not None:
-            self.processes.close_readers(loop.remove_reader)
             # Their own stop is bounded by the same timeout, plus their HTTP
             # runner's and command consumer's few seconds of grace.
             budget_s = _left(deadline_s) + _API_STOP_GRACE_S

@@ -4,15 +4,24 @@ socket pair (no processes): what each side sends and how the other reads it."""
 from __future__ import annotations
 
 import array
+import io
 import socket
+import struct
 import threading
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 
 from support.waiting import wait_for
 
 from triggerhook.app import Figures
-from triggerhook.processes import STALE_S, EngineLink, SummedRequestStats
+from triggerhook.processes import (
+    STALE_S,
+    ApiProcesses,
+    EngineLink,
+    SummedRequestStats,
+    _Member,
+)
 from triggerhook.runtime.counters import RequestStats
 from triggerhook.settings import Settings
 
@@ -82,3 +91,42 @@ def test_summed_request_stats_add_each_processes_latest_totals() -> None:
     summed.report(0, {"requests_2xx": 6, "connections_refused": 1}, b"")  # a later total
     assert summed.counters() == {"requests_2xx": 9, "connections_refused": 1}
     assert summed.latency.take() == [4.0]
+
+
+def test_a_large_report_arriving_in_pieces_is_read_whole() -> None:
+    """A report with many latencies (a busy API process) spans many socket
+    reads; the firing process's link thread must wait for all of it, not take
+    the first piece for a hung-up channel."""
+    ours, theirs = socket.socketpair()
+    woken = threading.Event()
+    processes = ApiProcesses(Settings(), 1, woken.set, SummedRequestStats())
+    member = _Member(0, None, Connection(ours.detach()))  # type: ignore[arg-type]
+    reader = threading.Thread(target=processes._read, args=(member,), daemon=True)
+    reader.start()
+    latencies = array.array("d", [float(k) for k in range(200_000)]).tobytes()  # 1.6 MB
+    frame = io.BytesIO()
+    ForkingPickler(frame).dump(("state", [], {"requests_2xx": 3}, {"scheduled": 2}, latencies))
+    data = frame.getvalue()
+    sender = theirs.dup()
+    sender.settimeout(10)  # a reader that gave up must fail the test, not hang it
+    theirs.close()
+    header = struct.pack("!i", -1) + struct.pack("!Q", len(data))  # Connection's framing
+    for start in range(0, len(header + data), 65_536):  # pieces, each a write of its own
+        sender.sendall((header + data)[start : start + 65_536])
+        threading.Event().wait(0.001)
+    sender.sendall(_frame(("soon",)))
+    assert woken.wait(10), "the message after the large one never arrived"
+    assert member.connected and member.reported_s is not None
+    assert processes.http.counters() == {"requests_2xx": 3}
+    assert processes.engine_totals() == {"scheduled": 2}
+    assert len(processes.http.latency.take()) == 200_000
+    sender.close()
+    reader.join(5)
+    assert not member.connected  # end of file: gone
+
+
+def _frame(message: object) -> bytes:
+    buf = io.BytesIO()
+    ForkingPickler(buf).dump(message)
+    payload = buf.getvalue()
+    return struct.pack("!i", len(payload)) + payload
