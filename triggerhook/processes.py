@@ -25,10 +25,17 @@ tuples (parent and child only: nothing else can connect):
   counters (totals since it started), and its request latencies since the
   last report; the firing process adds them to its figures and metrics.
 
-Failures: an API process that exits makes the firing process stop gracefully
-and exit 1 (its supervisor restarts the daemon: systemd's ``Restart=``); when
-the firing process is gone (end of file on the socket) the API processes stop.
-A report older than ``STALE_S`` counts as "not ready".
+Threads: in the firing process, per API process a link thread reading its
+messages and a reaper waiting for its exit; in an API process, one link
+thread reading the engine's state. Sends are blocking with a 1 s timeout
+(``SO_SNDTIMEO``): a side whose peer stopped reading for that long, with the
+socket's buffer full, gives the link up.
+
+Failures: an API process that exits (or whose link breaks) makes the firing
+process stop gracefully and exit 1 (its supervisor restarts the daemon:
+systemd's ``Restart=``); when the firing process is gone (end of file on the
+socket) the API processes stop. A report older than ``STALE_S`` counts as
+"not ready".
 """
 
 from __future__ import annotations
@@ -302,8 +309,9 @@ class EngineLink:
         while True:
             try:
                 kind, reasons, figures = self._conn.recv()
-            except (EOFError, OSError):
-                log.error("the firing process is gone: stopping")
+            except Exception as exc:  # end of file; or a broken stream: either way, gone
+                detail = "" if isinstance(exc, EOFError) else f" ({exc!r})"
+                log.error("the firing process is gone%s: stopping", detail)
                 on_gone()
                 return
             if kind == "engine":

@@ -144,7 +144,6 @@ class Service:
         self.http: HttpApi | None = None
         self._notifier = Notifier()
         self._watchdog = Watchdog(self._notifier, self._responsive)
-        self._stop: asyncio.Event | None = None  # while running; set to stop
 
     def run(self) -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -210,7 +209,7 @@ class Service:
 
     async def _main(self) -> int:
         loop = asyncio.get_running_loop()
-        stop = self._stop = asyncio.Event()
+        stop = asyncio.Event()
         self._handle_signals(loop, stop)
         self.hook.start()
         tending = asyncio.ensure_future(self._tend(stop))
