@@ -372,8 +372,17 @@ class ApiService(Service):
         return [f"api: {failure.partition(':')[0] if failure else 'not running'}"]
 
     def figures(self) -> Figures:
-        """What ``/v1/status`` and ``/metrics`` show: the firing process's figures."""
-        return self.link.figures() or self.hook.figures()
+        """What ``/v1/status`` and ``/metrics`` show: the firing process's
+        figures, with every API process's request counters added up. Until
+        the firing process has had this one's first report, this one's own
+        counters stand in (so a scrape right after start finds them)."""
+        figures = self.link.figures() or self.hook.figures()
+        own = self._http_totals()
+        return replace(figures, totals={**own, **figures.totals})
+
+    def _http_totals(self) -> dict[str, int]:
+        http = self.http
+        return {**http.stats.counters(), **http.guard.counters()} if http is not None else {}
 
     async def _tend(self, stop: asyncio.Event) -> None:
         self.link.start(on_gone=lambda: self._fail("the firing process is gone", "engine: gone"))
@@ -387,7 +396,5 @@ class ApiService(Service):
         """This process's readiness and request figures, to the firing process
         (a pool thread: the readiness check queries the database)."""
         reasons = self._write_path() + self.own_reasons()
-        http = self.http
-        totals = {**http.stats.counters(), **http.guard.counters()} if http is not None else {}
-        stats = http.stats if http is not None else None
-        self.link.report(reasons, stats, totals, self.hook.engine.counters())
+        stats = self.http.stats if self.http is not None else None
+        self.link.report(reasons, stats, self._http_totals(), self.hook.engine.counters())
