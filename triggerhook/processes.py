@@ -56,7 +56,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from triggerhook.app import Figures
-from triggerhook.runtime.counters import RequestStats
+from triggerhook.runtime.counters import RequestStats, add_totals
 from triggerhook.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -85,16 +85,15 @@ def api_command(channel_fd: int, index: int) -> list[str]:
 
 def _summed(per_process: dict[int, dict[str, int]]) -> dict[str, int]:
     summed: dict[str, int] = {}
-    for totals in list(per_process.values()):  # a copy: the loop's thread adds to it
-        for key, value in totals.items():
-            summed[key] = summed.get(key, 0) + value
+    for totals in list(per_process.values()):  # a copy: the link threads add to it
+        add_totals(summed, totals)
     return summed
 
 
 class SummedRequestStats(RequestStats):
     """The API processes' request figures, added up, as the metrics read them:
     counters are the sum of each process's latest totals; latencies are
-    recorded as the reports bring them. The event loop's thread writes, the
+    recorded as the reports bring them. The link threads write, the
     metrics thread reads (dict and list operations, atomic under the GIL)."""
 
     def __init__(self) -> None:

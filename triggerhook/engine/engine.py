@@ -41,6 +41,7 @@ from triggerhook.interfaces import (
     TaskStore,
     new_rev,
 )
+from triggerhook.runtime.counters import add_totals
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -256,8 +257,7 @@ class Engine:
         """Totals since start, for metrics (the metrics thread takes differences)."""
         totals = self._own_counters()
         for more in self._more_counters:
-            for key, value in more().items():
-                totals[key] = totals.get(key, 0) + value
+            add_totals(totals, more())
         return totals
 
     def _own_counters(self) -> dict[str, int]:

@@ -47,6 +47,13 @@ class Samples:
         return taken
 
 
+def add_totals(into: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """``more``'s counters added to ``into``'s, key by key (in place; returned)."""
+    for key, value in more.items():
+        into[key] = into.get(key, 0) + value
+    return into
+
+
 def quantile(ordered: list[float], q: float) -> float:
     """Nearest-rank quantile of an ascending, non-empty list."""
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
