@@ -356,9 +356,12 @@ class ApiService(Service):
     systemd nothing (the firing process does) and stops, exiting 1, when the
     firing process is gone."""
 
-    def __init__(self, hook: TriggerHook, shutdown_timeout_s: float, link: EngineLink) -> None:
+    def __init__(
+        self, hook: TriggerHook, shutdown_timeout_s: float, link: EngineLink, sole: bool
+    ) -> None:
         super().__init__(hook, shutdown_timeout_s)
         self.link = link
+        self.sole = sole  # the only API process: its request counters are the daemon's
 
     def engine_reasons(self) -> list[str]:
         """The firing process's, as it last said, and this one's write path."""
@@ -375,9 +378,12 @@ class ApiService(Service):
         """What ``/v1/status`` and ``/metrics`` show: the firing process's
         figures, with every API process's request counters added up. Until
         the firing process has had this one's first report, this one's own
-        counters stand in (so a scrape right after start finds them)."""
+        counters stand in (so a scrape right after start finds them); the
+        sole API process shows its own, which are the sums, as they are now."""
         figures = self.link.figures() or self.hook.figures()
         own = self._http_totals()
+        if self.sole:  # its own counters are the daemon's, and live
+            return replace(figures, totals={**figures.totals, **own})
         return replace(figures, totals={**own, **figures.totals})
 
     def _http_totals(self) -> dict[str, int]:

@@ -80,8 +80,9 @@ def build_api_process(settings: Settings, link: EngineLink) -> ApiService:
 
     params = amqp_parameters(settings.amqp_url)
     hook = _build(settings, params, wake_armer=link.soon)
-    service = ApiService(hook, settings.shutdown_timeout_s, link)
-    _attach_interfaces(service, settings, params, service.figures, settings.api_processes > 1)
+    sole = settings.api_processes == 1
+    service = ApiService(hook, settings.shutdown_timeout_s, link, sole)
+    _attach_interfaces(service, settings, params, service.figures, not sole)
     return service
 
 
