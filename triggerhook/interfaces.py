@@ -95,11 +95,13 @@ class Armed:
     and ``rev`` set, earliest first per shard), the shards found no longer
     ours (fenced: drop them), and how many of the tasks were armed by a
     write of their own row rather than by their shard's marks (the rare
-    settle case of :class:`~triggerhook.domain.arming.ArmPlan`)."""
+    settle case of :class:`~triggerhook.domain.arming.ArmPlan`). ``skipped``:
+    no pass was made, a read found nothing to arm by the time asked."""
 
     tasks: list[Task]
     lost: list[int]
     settled: int = 0
+    skipped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +140,22 @@ class TaskStore(Protocol):
         """
         ...
 
-    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
+    def arm(
+        self,
+        instance: str,
+        leases: Sequence[Lease],
+        horizon_ms: int,
+        limit: int,
+        urgent_ms: int | None = None,
+    ) -> Armed:
         """One arming pass (R3) over the leased shards, fenced by each lease:
         arms up to ``limit`` rows due by ``horizon_ms`` in all, by
-        :func:`~triggerhook.domain.arming.plan_arming` per shard."""
+        :func:`~triggerhook.domain.arming.plan_arming` per shard.
+
+        With ``urgent_ms``: when a read without locks finds no row to arm due
+        by then, no pass is made (``Armed.skipped``); a store may also skip
+        an idle pass so without being asked. Skipping is always safe (the
+        rows are armed by a later pass); it saves the pass's writes."""
         ...
 
     def inherited(

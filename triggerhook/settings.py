@@ -71,7 +71,8 @@ class Settings:
     )
     arm_interval_ms: int = _setting(
         25,
-        "How often each instance arms the tasks of the shards it owns; a task scheduled "
+        "How often each instance looks for tasks to arm in the shards it owns (a read; "
+        "a full arming pass runs at least every half of arm_ahead_ms); a task scheduled "
         "through an instance that does not own its shard waits at most this long to be "
         "armed. Keep it well under arm_ahead_ms.",
         1,
@@ -100,7 +101,10 @@ class Settings:
     )
     confirm_batch_size: int = _setting(2000, "Most rows deleted by one confirm batch.", 1)
     confirm_max_delay_ms: int = _setting(
-        20, "Longest a confirmed task waits for its batch delete.", 0
+        50,
+        "Longest a confirmed task waits for its batch delete (longer: fewer, larger "
+        "deletes at low rates; a crash meanwhile fires those tasks again).",
+        0,
     )
     schedule_batch_size: int = _setting(
         1000, "Most single schedule() calls committed in one group transaction.", 1

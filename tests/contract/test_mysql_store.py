@@ -391,6 +391,11 @@ def test_round_trips(pymysql_store: MySQLStore, monkeypatch: pytest.MonkeyPatch)
     ]
     assert trips.during(lambda: store.delete_fired([("rt1", 5), ("rt2", 6)])) == ["DELETE"]
     assert trips.during(lambda: store.renew(ME, leases, LEASE)) == ["UPDATE", "SELECT"]
+    # Between full passes (urgent_ms), after a pass that armed something: one read.
+    assert len(store.arm(ME, leases, now + 60, 100).tasks) > 0
+    assert trips.during(lambda: store.arm(ME, leases, now + 80, 100, urgent_ms=now + 70)) == [
+        "(SELECT"
+    ]
 
 
 # -- query plans ---------------------------------------------------------------------------------

@@ -325,6 +325,21 @@ def test_the_horizon_is_inclusive(store: TaskStore, now: int) -> None:
     assert ids(arm(store, leases.values(), now + 501).tasks) == ["after"]
 
 
+def test_a_pass_with_nothing_due_by_urgent_ms_is_skipped(store: TaskStore, now: int) -> None:
+    insert(store, task("first", now + 10))
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + 1000).tasks) == ["first"]
+    insert(store, task("later", now + 900))
+    skipped = store.arm(ME, list(leases.values()), now + 1000, 100, urgent_ms=now + 500)
+    assert (skipped.tasks, skipped.skipped) == ([], True)
+    assert state(store, "later") is TaskState.SCHEDULED  # not armed: still cancellable
+    # One due by urgent_ms (below the watermark too): a pass, to the horizon.
+    insert(store, task("urgent", now + 400))
+    made = store.arm(ME, list(leases.values()), now + 1000, 100, urgent_ms=now + 500)
+    assert not made.skipped
+    assert sorted(ids(made.tasks)) == ["later", "urgent"]
+
+
 def test_a_row_written_below_the_watermark_is_armed_by_the_next_pass(
     store: TaskStore, now: int
 ) -> None:

@@ -85,6 +85,7 @@ class ArmCall:
     leases: tuple[Lease, ...]
     horizon_ms: int
     limit: int
+    urgent_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,11 +216,18 @@ class FakeStore(MemoryStore):
             self.insert_calls.append(list(rows))
             return super().insert(rows, atomic)
 
-    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
+    def arm(
+        self,
+        instance: str,
+        leases: Sequence[Lease],
+        horizon_ms: int,
+        limit: int,
+        urgent_ms: int | None = None,
+    ) -> Armed:
         with self._lock:
             self._maybe_fail("arm")
-            self.arm_calls.append(ArmCall(instance, tuple(leases), horizon_ms, limit))
-            return super().arm(instance, leases, horizon_ms, limit)
+            self.arm_calls.append(ArmCall(instance, tuple(leases), horizon_ms, limit, urgent_ms))
+            return super().arm(instance, leases, horizon_ms, limit, urgent_ms)
 
     def inherited(
         self, acquired: Acquired, after: Mark | None, limit: int

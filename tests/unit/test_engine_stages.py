@@ -12,7 +12,7 @@ from support.waiting import wait_until
 
 from triggerhook.domain.arming import ShardMarks, shard_of
 from triggerhook.domain.task import CancelResult, Task
-from triggerhook.engine.armer import Armer
+from triggerhook.engine.armer import Armer, full_interval_ms
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
@@ -407,6 +407,56 @@ def test_armer_permanent_store_error_propagates(stages: Stages) -> None:
     stages.store.fail_next("arm", StoreError("bad schema"))
     with pytest.raises(StoreError):
         stages.armer.step(NOW)
+
+
+def test_between_full_passes_only_a_row_due_before_the_next_one_makes_a_pass(
+    stages: Stages,
+) -> None:
+    # arm_ahead_ms 200, arm_interval_ms 10: a full pass at most every 100 ms.
+    _own_all(stages)
+    _insert(stages, plain("first", NOW + 50))
+    stages.armer.step(NOW)  # full: arms up to NOW + 200
+    assert ids(stages.scheduler.take_remaining()) == ["first"]
+    calls = len(stages.store.arm_calls)
+    # Written meanwhile through another process: one due after the next full
+    # pass (NOW + 100) plus arm_interval_ms, one before it.
+    _insert(stages, plain("later", NOW + 190))
+    stages.armer.step(NOW + 10)
+    assert len(stages.scheduler) == 0  # skipped: "later" has time
+    assert stages.store.arm_calls[calls].urgent_ms == NOW + 110
+    assert stages.armer.passes == 1
+    _insert(stages, plain("urgent", NOW + 105))
+    stages.armer.step(NOW + 20)  # a pass, of the whole horizon
+    assert sorted(ids(stages.scheduler.take_remaining())) == ["later", "urgent"]
+    assert stages.armer.passes == 2
+
+
+def test_a_full_pass_comes_within_half_of_arm_ahead(stages: Stages) -> None:
+    _own_all(stages)
+    stages.armer.step(NOW)  # full (nothing there)
+    _insert(stages, plain("crossing", NOW + 290))  # beyond that pass's horizon
+    stages.armer.step(NOW + 99)
+    assert len(stages.scheduler) == 0
+    stages.armer.step(NOW + 100)
+    assert stages.store.arm_calls[-1].urgent_ms is None
+    assert ids(stages.scheduler.take_remaining()) == ["crossing"]  # 190 ms ahead
+
+
+def test_a_pass_cut_by_its_limit_is_followed_by_a_full_one() -> None:
+    s = make_stages(batch_limit=2)
+    _own_all(s)
+    _insert(s, *[plain(f"t{i}", NOW + 150 + i) for i in range(5)])  # none urgent
+    assert s.armer.step(NOW) is True
+    assert s.armer.step(NOW) is True
+    assert s.armer.step(NOW) is False
+    assert sorted(ids(s.scheduler.take_remaining())) == [f"t{i}" for i in range(5)]
+    assert [c.urgent_ms for c in s.store.arm_calls] == [None, None, None]
+
+
+def test_full_interval_is_half_of_arm_ahead_and_never_under_arm_interval() -> None:
+    assert full_interval_ms(200, 25) == 100
+    assert full_interval_ms(200, 150) == 150
+    assert full_interval_ms(3, 1) == 1
 
 
 def test_armer_thread_arms_inserted_tasks(stages: Stages) -> None:

@@ -1,17 +1,34 @@
 """The armer thread: loads soon-due tasks into memory by arming them (R3).
 
 Arming is the point of no return for cancel, and the one pass that loads
-tasks: every ``arm_interval_ms`` (or when woken by an insert into a shard this
-instance owns) it arms, under the leases it holds, the rows due within
+tasks: it arms, under the leases it holds, the rows due within
 ``arm_ahead_ms`` — one write per shard, none per task — and hands them to the
 scheduler. Doing it ``arm_ahead_ms`` early keeps the database off the precise
 firing path. After an acquisition it first reads the shard's inherited rows
 (armed by an earlier owner, perhaps never published): they fire again.
+
+A pass's cost hardly depends on how many rows it arms (a statement per
+step, every shard in each), so passes adapt to the rate:
+
+* a **full pass** at least every half of ``arm_ahead_ms``
+  (:func:`full_interval_ms`): each row crossing the horizon is armed between
+  half and all of ``arm_ahead_ms`` before it is due;
+* in between, every ``arm_interval_ms`` (or at once when woken by an insert
+  of a near-due row through this process), a pass **only if** a read without
+  locks finds a row to arm due before the next full pass plus
+  ``arm_interval_ms`` — a row written meanwhile through another instance or
+  process. So such a row still waits at most ``arm_interval_ms``, and a row
+  the next full pass arms still has at least ``arm_interval_ms`` to spare;
+* a pass that filled the room it had is followed by the next at once: at high
+  rates batches grow instead of passes.
+
+At 1,000 fires/s this is ~10 full passes a second instead of ~40.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -24,6 +41,11 @@ from triggerhook.interfaces import Clock, TaskStore
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
+
+
+def full_interval_ms(arm_ahead_ms: int, arm_interval_ms: int) -> int:
+    """The longest time between full passes."""
+    return max(arm_interval_ms, arm_ahead_ms // 2)
 
 
 class Armer(Worker):
@@ -52,12 +74,16 @@ class Armer(Worker):
         self._inventory = inventory
         self._scheduler = scheduler
         self._ahead_ms = arm_ahead_ms
+        self._interval_ms = interval_ms
         self._interval_s = interval_ms / 1000.0
+        self._full_interval_ms = full_interval_ms(arm_ahead_ms, interval_ms)
+        self._next_full_ms = -math.inf  # a full pass is due from then on
         self._batch_size = batch_size
         self._wakeup = threading.Event()
         self.armed = 0  # tasks taken into memory (armed here or inherited)
         self.inherited = 0
         self.settled = 0  # armed by a write of their own row (rare: see ArmPlan)
+        self.passes = 0  # passes made (not skipped)
         self.beat_s = time.monotonic()
 
     def wake(self) -> None:
@@ -84,7 +110,7 @@ class Armer(Worker):
         try:
             taken = self._read_inherited(limit)
             if len(taken) < limit:
-                taken += self._arm(int(now_ms) + self._ahead_ms, limit - len(taken))
+                taken += self._arm(now_ms, limit - len(taken))
         except BaseException:
             self._inventory.release(limit)
             raise
@@ -93,11 +119,21 @@ class Armer(Worker):
         self._scheduler.push_many(fresh)
         return len(taken) == limit
 
-    def _arm(self, horizon_ms: int, limit: int) -> list[Task]:
+    def _arm(self, now_ms: float, limit: int) -> list[Task]:
         leases = self._shards.for_arming()
         if not leases:
             return []
-        armed = self._store.arm(self._instance, leases, horizon_ms, limit)
+        urgent_ms = None
+        if now_ms < self._next_full_ms:
+            urgent_ms = int(self._next_full_ms) + self._interval_ms
+        horizon_ms = int(now_ms) + self._ahead_ms
+        armed = self._store.arm(self._instance, leases, horizon_ms, limit, urgent_ms)
+        if armed.skipped:
+            return []
+        self.passes += 1
+        # A pass cut by its limit leaves rows due by its horizon: the next is full.
+        cut = len(armed.tasks) >= limit
+        self._next_full_ms = -math.inf if cut else now_ms + self._full_interval_ms
         if armed.lost:
             self._shards.drop(armed.lost)
         self.settled += armed.settled

@@ -213,7 +213,14 @@ class MemoryStore:
 
     # -- R3: arming -----------------------------------------------------------------
 
-    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
+    def arm(
+        self,
+        instance: str,
+        leases: Sequence[Lease],
+        horizon_ms: int,
+        limit: int,
+        urgent_ms: int | None = None,
+    ) -> Armed:
         with self._lock:
             epochs = {lease.shard: lease.epoch for lease in leases}
             held = {
@@ -224,6 +231,10 @@ class MemoryStore:
             lost = sorted(set(epochs) - set(held))
             if not held or limit <= 0:
                 return Armed([], lost)
+            if urgent_ms is not None:
+                probe = self._read_for_arming(held, min(urgent_ms, horizon_ms), limit)
+                if not probe.ranged and not probe.fresh:
+                    return Armed([], lost, skipped=True)
             result = plan_pass(
                 held, self._read_for_arming(held, horizon_ms, limit), horizon_ms, limit, _mark
             )

@@ -393,12 +393,22 @@ class MySQLStore:
 
     # -- R3: arming -----------------------------------------------------------------
 
-    def arm(self, instance: str, leases: Sequence[Lease], horizon_ms: int, limit: int) -> Armed:
+    def arm(
+        self,
+        instance: str,
+        leases: Sequence[Lease],
+        horizon_ms: int,
+        limit: int,
+        urgent_ms: int | None = None,
+    ) -> Armed:
         epochs = {lease.shard: lease.epoch for lease in leases}
         if not epochs or limit <= 0:
             return Armed([], [])
-        if self._nothing_to_arm(epochs, horizon_ms, limit):
-            return Armed([], [])
+        # After a pass that armed nothing, probe the whole horizon: an idle
+        # pass costs one statement.
+        probe_ms = horizon_ms if self._probe_next else urgent_ms
+        if probe_ms is not None and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit):
+            return Armed([], [], skipped=True)
         with self._pool.transaction() as cur:
             locked = self._lock_shards(cur, epochs, sql.LOCK_SHARDS_FOR_ARMING)
             held = {
@@ -419,13 +429,12 @@ class MySQLStore:
         return Armed(tasks, lost, len(result.settle))
 
     def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, limit: int) -> bool:
-        """After a pass that armed nothing: the same reads, without a lock or
-        a transaction, from the marks that pass left (only the owner moves
+        """The pass's reads up to ``horizon_ms``, without a lock or a
+        transaction, from the marks the last pass left (only the owner moves
         them, and only up: the reads are a superset). Finding nothing, the
-        pass is skipped, so an idle pass costs one statement. Any doubt (a
-        lease the last pass did not see): False."""
+        pass is skipped. Any doubt (a lease the last pass did not see): False."""
         cache = self._arm_cache
-        if not self._probe_next or any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
+        if any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
             return False
         held = {s: cache[s][1] for s in epochs}
         with self._autocommit_pool.transaction() as cur:
