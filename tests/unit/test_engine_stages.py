@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -738,3 +739,25 @@ def test_a_copy_that_waited_in_the_send_buffer_past_its_lease_is_not_handed_out(
     assert len(stages.buffer) == 0
     assert ids(stages.scheduler.take_remaining()) == ["lapsed"]  # waits for a renewal
     assert "lost" not in stages.inventory.snapshot()  # dropped
+
+
+# -- Worker ------------------------------------------------------------------------------------
+
+
+def test_a_workers_thread_carries_its_name_in_the_kernel() -> None:
+    """So ``top -H`` and /proc show which stage burns the CPU."""
+
+    class Named(Worker):
+        def __init__(self) -> None:
+            super().__init__("th-a-long-thread-name", lambda _name, _exc: None)
+            self.comm = ""
+
+        def run(self) -> None:
+            native_id = threading.get_native_id()
+            with open(f"/proc/self/task/{native_id}/comm") as comm:
+                self.comm = comm.read().strip()
+
+    worker = Named()
+    worker.start()
+    assert worker.join(WAIT_S)
+    assert worker.comm == "th-a-long-threa"  # the kernel keeps 15 bytes

@@ -66,7 +66,7 @@ from triggerhook.errors import (
 )
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.retry import Backoff
-from triggerhook.runtime.worker import FailureHandler
+from triggerhook.runtime.worker import FailureHandler, name_os_thread
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,7 @@ class CommandConsumer:
     # -- worker threads -----------------------------------------------------------
 
     def _work_loop(self) -> None:
+        name_os_thread(threading.current_thread().name)
         try:
             while (delivery := self._work.get()) is not None:
                 self._broker.post(delivery, self._process(delivery))
