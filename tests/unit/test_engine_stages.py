@@ -432,6 +432,18 @@ def test_between_full_passes_only_a_row_due_before_the_next_one_makes_a_pass(
     assert stages.armer.passes == 2
 
 
+def test_a_shard_found_lost_by_a_skipped_pass_is_dropped(stages: Stages) -> None:
+    _own_all(stages)
+    stages.armer.step(NOW)  # full
+    shard = shard_of("t", SHARDS)
+    stages.store.release(ME, [x for x in stages.shards.leases() if x.shard == shard])
+    assert stages.store.acquire(OTHER, 1, LEASE_MS)
+    stages.armer.step(NOW + 10)  # between full passes: nothing urgent, skipped
+    assert stages.store.arm_calls[-1].urgent_ms is not None
+    assert stages.armer.passes == 1
+    assert not stages.shards.owns(shard)
+
+
 def test_a_full_pass_comes_within_half_of_arm_ahead(stages: Stages) -> None:
     _own_all(stages)
     stages.armer.step(NOW)  # full (nothing there)

@@ -128,14 +128,14 @@ class Armer(Worker):
             urgent_ms = int(self._next_full_ms) + self._interval_ms
         horizon_ms = int(now_ms) + self._ahead_ms
         armed = self._store.arm(self._instance, leases, horizon_ms, limit, urgent_ms)
+        if armed.lost:
+            self._shards.drop(armed.lost)
         if armed.skipped:
             return []
         self.passes += 1
         # A pass cut by its limit leaves rows due by its horizon: the next is full.
         cut = len(armed.tasks) >= limit
         self._next_full_ms = -math.inf if cut else now_ms + self._full_interval_ms
-        if armed.lost:
-            self._shards.drop(armed.lost)
         self.settled += armed.settled
         return armed.tasks
 
