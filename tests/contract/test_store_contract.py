@@ -325,6 +325,23 @@ def test_the_horizon_is_inclusive(store: TaskStore, now: int) -> None:
     assert ids(arm(store, leases.values(), now + 501).tasks) == ["after"]
 
 
+def test_an_idle_pass_below_the_watermark_still_arms_a_row_written_there(
+    store: TaskStore, now: int
+) -> None:
+    # The watermark at now + 10 s; then a pass that armed nothing (idle), and
+    # one whose horizon is lower than the watermark (the clock estimate
+    # stepped back): a row written meanwhile below the watermark but beyond
+    # that horizon is still armed by it, as every row below the watermark is.
+    first, below = in_shard(2, 2)
+    [row] = insert(store, task(first, now + 100))
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + 10_000).tasks) == [first]
+    assert store.delete_fired([(first, row.rev)]) == 1
+    assert arm(store, leases.values(), now + 10_000).tasks == []
+    insert(store, task(below, now + 5000))
+    assert ids(arm(store, leases.values(), now + 1000).tasks) == [below]
+
+
 def test_a_pass_with_nothing_due_by_urgent_ms_is_skipped(store: TaskStore, now: int) -> None:
     insert(store, task("first", now + 10))
     leases = take_all(store)

@@ -438,8 +438,19 @@ class MySQLStore:
             return False
         held = {s: cache[s][1] for s in epochs}
         with self._autocommit_pool.transaction() as cur:
+            if self._probe_next and not self._any_due(cur, held, horizon_ms):
+                return True  # idle: nothing at all is due
             reads = self._read_for_arming(cur, held, horizon_ms, limit)
         return not reads.ranged and not reads.fresh
+
+    @staticmethod
+    def _any_due(cur: Cursor, held: dict[int, ShardMarks], horizon_ms: int) -> bool:
+        """Whether any row of the shards, armed or not, is due by what a
+        pass could arm (sql.ANY_DUE)."""
+        bound_ms = max(horizon_ms, *(marks.armed[0] for marks in held.values()))
+        shards = sorted(held)
+        cur.execute(sql.ANY_DUE.format(shards=sql.placeholders(len(shards))), [*shards, bound_ms])
+        return cur.fetchone() is not None
 
     @staticmethod
     def _read_for_arming(

@@ -133,6 +133,17 @@ ARM_FRESH_BELOW = "(shard = %s AND gen = %s AND fire_ms < %s)"
 ARM_FRESH_TIE = "(shard = %s AND gen = %s AND fire_ms = %s AND id <= %s)"
 UNION_ALL = " UNION ALL "
 
+# Before an idle pass's reads (the last pass armed nothing): is any row of these
+# shards due by the bound at all, armed or not? Every row a pass could arm has
+# fire_ms <= max(horizon, its shard's watermark), so finding none, the pass is
+# skipped. One index range per shard and no marks: about a third of the reads'
+# cost to MariaDB (330 against 1,160 µs of CPU over 64 shards, measured), which
+# an idle instance pays every arm_interval_ms.
+ANY_DUE = (
+    "SELECT 1 FROM th_tasks FORCE INDEX (th_tasks_fire)"
+    " WHERE shard IN ({shards}) AND fire_ms <= %s LIMIT 1"
+)
+
 # Step 3, rarely (the settle case of domain/arming.py's ArmPlan): taken rows
 # of their shard's current generation are armed by their own gen. Their shard
 # rows are locked by this transaction, so nothing else writes these rows.
