@@ -45,6 +45,13 @@ def database_url(mysql_url: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def database_url_module(mysql_url: str) -> Iterator[str]:
+    """Like ``database_url``, shared by the tests of one module (a costly fill)."""
+    with temporary_database(mysql_url, unique_name()) as url:
+        yield url
+
+
 @pytest.fixture
 def amqp_names(amqp_url: str) -> Iterator[AmqpNames]:
     """Unique exchange and queue names; both are deleted after the test."""

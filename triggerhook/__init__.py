@@ -1,6 +1,8 @@
 """triggerhook: a high-precision trigger engine (MySQL in, RabbitMQ out)."""
 
 from triggerhook.app import Figures, Health, Scheduled, TaskSpec, TriggerHook
+from triggerhook.domain.listing import BulkCancelled, Page, TaskFilter, Timeline, make_filter
+from triggerhook.domain.meta import LateKind, LatePolicy, Meta
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import (
     ConfigError,
@@ -15,25 +17,33 @@ from triggerhook.settings import Settings, load_settings
 from triggerhook.wiring import assemble, build
 
 __all__ = [
+    "BulkCancelled",
     "CancelResult",
     "ConfigError",
     "ConflictError",
     "Figures",
     "Health",
+    "LateKind",
+    "LatePolicy",
+    "Meta",
     "Moved",
     "NotRunningError",
+    "Page",
     "RescheduleResult",
     "Scheduled",
     "Settings",
     "StoreUnavailable",
     "Task",
+    "TaskFilter",
     "TaskInfo",
     "TaskSpec",
     "TaskState",
+    "Timeline",
     "TriggerHook",
     "TriggerHookError",
     "ValidationError",
     "assemble",
     "build",
     "load_settings",
+    "make_filter",
 ]

@@ -15,9 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from triggerhook.clock import ClockSync
+from triggerhook.domain.listing import (
+    BulkCancelled,
+    Page,
+    TaskFilter,
+    Timeline,
+    decode_cursor,
+    next_cursor,
+    page_limit,
+    timeline_span,
+)
 from triggerhook.domain.spec import Due, TaskRules, TaskSpec, resolve
-from triggerhook.domain.task import CancelResult, Task, TaskInfo, validate_id
+from triggerhook.domain.task import CancelResult, Task, TaskInfo, validate_due_ms, validate_id
 from triggerhook.domain.timeparse import due_from
+from triggerhook.engine.bulk import cancel_where
 from triggerhook.engine.engine import Engine
 from triggerhook.engine.groupcommit import Done, Ticket
 from triggerhook.errors import ConflictError, TransientError, TriggerHookError
@@ -27,6 +38,8 @@ from triggerhook.runtime.counters import RequestStats
 from triggerhook.runtime.points import Field
 
 log = logging.getLogger(__name__)
+
+ANY = TaskFilter()  # every task
 
 __all__ = ["Done", "Due", "Figures", "Health", "Scheduled", "TaskSpec", "Ticket", "TriggerHook"]
 
@@ -174,6 +187,44 @@ class TriggerHook:
 
     def get(self, task_id: str) -> TaskInfo | None:
         return self._store.get(validate_id(task_id))
+
+    # -- finding tasks ------------------------------------------------------------
+
+    def list_tasks(
+        self, where: TaskFilter = ANY, *, limit: int | None = None, cursor: str | None = None
+    ) -> Page:
+        """A page of the tasks ``where`` matches, in due order (ties by id),
+        from the start or after ``cursor`` (a previous page's). ``limit``:
+        1-1000, default 100. Raises :class:`ValidationError` (limit, cursor)."""
+        size = page_limit(limit)
+        after = None if cursor is None else decode_cursor(cursor)
+        tasks = self._store.list_tasks(where, after, size)
+        return Page(tasks, next_cursor(tasks, size))
+
+    def count(self, where: TaskFilter = ANY) -> int:
+        """How many tasks ``where`` matches (exact; costs a read of every match)."""
+        return self._store.count_where(where)
+
+    def timeline(
+        self,
+        where: TaskFilter = ANY,
+        *,
+        bucket_ms: int = 60_000,
+        buckets: int = 60,
+        start_ms: int | None = None,
+    ) -> Timeline:
+        """Tasks due per routing key in ``buckets`` spans of ``bucket_ms`` from
+        ``start_ms`` (None: the start of the current span)."""
+        bucket_ms, buckets = timeline_span(bucket_ms, buckets)
+        if start_ms is None:
+            start_ms = int(self._clock.now_ms()) // bucket_ms * bucket_ms
+        return self._store.timeline(where, validate_due_ms(start_ms), bucket_ms, buckets)
+
+    def cancel_where(self, where: TaskFilter) -> BulkCancelled:
+        """Cancel every task ``where`` matches (at least one of its id prefix,
+        tag and routing key given), in bounded batches; each task exactly as
+        :meth:`cancel` would. Blocks until done."""
+        return cancel_where(self._store, where)
 
     # -- non-blocking calls, for event loops --------------------------------------
 

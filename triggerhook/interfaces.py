@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from triggerhook.domain.arming import Mark, ShardMarks
+from triggerhook.domain.listing import Key, TaskFilter, Timeline
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
 from triggerhook.runtime.points import Point
 
@@ -232,6 +233,27 @@ class TaskStore(Protocol):
 
     def count_tasks(self) -> int:
         """Every task in the database (an exact, and so not free, COUNT)."""
+        ...
+
+    # -- finding tasks (domain/listing.py; unlocked reads, a snapshot each) ------------
+
+    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
+        """Up to ``limit`` tasks matching ``where``, in (due time, id) order,
+        after the key ``after`` (None: from the first)."""
+        ...
+
+    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
+        """The keys of what :meth:`list_tasks` would return, ``where.state`` aside."""
+        ...
+
+    def count_where(self, where: TaskFilter) -> int:
+        """How many tasks match ``where`` (exact: linear in the matches)."""
+        ...
+
+    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
+        """Tasks due per routing key and bucket of time (``where``'s id prefix,
+        routing key and tag apply; its due range and state do not). Routing
+        keys with no task in the span are absent."""
         ...
 
     def earliest_due_ms(self) -> int | None:

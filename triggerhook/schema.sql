@@ -1,4 +1,4 @@
--- triggerhook schema, version 3. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
+-- triggerhook schema, version 4. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
 -- Applied idempotently by `triggerhook db init`; every statement is safe to re-run.
 -- A database made by an older version is upgraded by `triggerhook db upgrade` (Alembic,
 -- store/alembic/, wrapping store/migrations.py).
@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS th_tasks (
     routing_key    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
     -- NULL: empty body.
     payload        MEDIUMBLOB   NULL,
+    -- Tags, AMQP properties and late-fire policy as JSON (domain/meta.py); NULL: none.
+    meta           BLOB         NULL,
     -- Deliveries of its event that failed (returned as unroutable, or nacked).
     attempts       INT          NOT NULL DEFAULT 0,
     created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
@@ -33,8 +35,23 @@ CREATE TABLE IF NOT EXISTS th_tasks (
     KEY th_tasks_fire (shard, fire_ms, id),
     -- ... and the rows written since its last arming.
     KEY th_tasks_gen (shard, gen, fire_ms, id),
-    -- The metrics' oldest overdue task (a row waiting for a retry keeps its due time).
-    KEY th_tasks_due_ms (due_ms)
+    -- Listing in due order, the timeline's counts per routing key (covering), and
+    -- the metrics' oldest overdue task (a row waiting for a retry keeps its due time).
+    KEY th_tasks_listed (due_ms, id, routing_key),
+    -- Listing and counting one routing key's tasks in due order.
+    KEY th_tasks_key (routing_key, due_ms)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+;
+CREATE TABLE IF NOT EXISTS th_task_tags (
+    -- One row per tag of a task (th_tasks.meta holds them too), for the tag filter
+    -- in due order. Written with the task; due_ms follows a reschedule; the
+    -- foreign key removes the rows with their task, whoever deletes it.
+    tag            VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    due_ms         BIGINT       NOT NULL,
+    id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    PRIMARY KEY (tag, due_ms, id),
+    KEY th_task_tags_id (id),
+    CONSTRAINT th_task_tags_task FOREIGN KEY (id) REFERENCES th_tasks (id) ON DELETE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
 ;
 CREATE TABLE IF NOT EXISTS th_shards (
@@ -70,5 +87,5 @@ CREATE TABLE IF NOT EXISTS th_meta (
     value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
-INSERT INTO th_meta (name, value) VALUES ('schema_version', '3')
+INSERT INTO th_meta (name, value) VALUES ('schema_version', '4')
     ON DUPLICATE KEY UPDATE name = name

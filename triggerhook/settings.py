@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import socket
 import tomllib
 import uuid
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triggerhook.domain.meta import FIRE, LateKind, LatePolicy
 from triggerhook.domain.task import ID_PATTERN, ROUTING_KEY_PATTERN
 from triggerhook.errors import ConfigError
 
@@ -127,6 +129,12 @@ class Settings:
     dead_letter_routing_key: str = _setting(
         "triggerhook.dead",
         "Routing key (on `exchange`) undeliverable events are published with, headers saying why.",
+    )
+    late_policy: str = _setting(
+        "fire",
+        "Late-fire policy of tasks that have none of their own: `fire` (however late), or "
+        "`skip_after_ms=N` (a task found more than N ms late when published is "
+        "dead-lettered instead, cause `late`).",
     )
     dead_letter_queue: str = _setting(
         "triggerhook.dead",
@@ -305,6 +313,7 @@ class Settings:
             raise ConfigError("instance_id: must be 1-64 characters from [A-Za-z0-9._:-]")
         self._check_names()
         self._check_http()
+        self.default_late_policy()
         if self.metrics_influx_version not in (1, 2):
             raise ConfigError("metrics_influx_version: must be 1 or 2")
 
@@ -335,6 +344,16 @@ class Settings:
                 f"http_host: {self.http_host!r} is not a loopback address and api_token "
                 "is empty; set api_token (or http_allow_public_without_token = true)"
             )
+
+    def default_late_policy(self) -> LatePolicy:
+        """late_policy, parsed; ConfigError naming it when malformed."""
+        text = self.late_policy.strip()
+        if text == "fire":
+            return FIRE
+        name, _, value = text.partition("=")
+        if name.strip() == "skip_after_ms" and re.fullmatch(r"[0-9]{1,15}", value.strip()):
+            return LatePolicy(LateKind.SKIP_AFTER, int(value.strip()))
+        raise ConfigError("late_policy: must be `fire` or `skip_after_ms=N` (N: milliseconds)")
 
     def command_users(self) -> list[str]:
         """command_allowed_users as a list (empty setting: none)."""

@@ -249,6 +249,7 @@ def publisher_factory(settings: Settings, params: AmqpParameters, clock: Clock) 
             settings.dead_letter_routing_key,
             settings.dead_letter_queue,
             clock,
+            settings.default_late_policy(),
         )
 
     return publisher

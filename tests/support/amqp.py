@@ -50,6 +50,8 @@ class Received:
     timestamp: int | None
     headers: dict[str, object]
     received_ms: int  # time.time() * 1000 when the consumer got it
+    content_type: str | None = None
+    content_encoding: str | None = None
 
 
 def _now_ms() -> int:
@@ -174,6 +176,8 @@ class EventConsumer:
                 timestamp=properties.timestamp,
                 headers=dict(properties.headers or {}),
                 received_ms=received_ms,
+                content_type=properties.content_type,
+                content_encoding=properties.content_encoding,
             )
         )
         channel.basic_ack(delivery_tag=method.delivery_tag)

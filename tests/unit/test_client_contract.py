@@ -23,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from triggerhook.api.http import HTTP_RENDERING, HttpRendering, _at, _info
+from triggerhook.api.http import HTTP_RENDERING, HttpRendering
 from triggerhook.api.http import ApiError as DaemonError
+from triggerhook.api.render import at_s as _at
+from triggerhook.api.render import task_json as _info
 from triggerhook.client import (
     ApiError,
     Conflict,

@@ -76,12 +76,13 @@ def test_attempts_are_not_part_of_a_tasks_content() -> None:
 
 
 def test_dead_letter_frames_match_pika() -> None:
-    extra = dead_letter_headers("returned 312 NO_ROUTE; é", 4, "nobody.home")
+    extra = dead_letter_headers("returned 312 NO_ROUTE; é", 4, "nobody.home", "undeliverable")
     ours = encode_event(3, "ex", "triggerhook.dead", b"body", "t-1", 5, 2**31, 9, 4096, extra)
     headers = {
         "x-due-ms": 5,
         "x-fired-ms": 2**31,
         "x-rev": 9,
+        "x-triggerhook-dead-cause": "undeliverable",
         "x-triggerhook-dead-reason": "returned 312 NO_ROUTE; é",
         "x-triggerhook-attempts": 4,
         "x-triggerhook-routing-key": "nobody.home",

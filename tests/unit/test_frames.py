@@ -8,6 +8,7 @@ import pika.spec
 import pytest
 
 from triggerhook.amqp.frames import encode_event
+from triggerhook.domain.meta import Meta, make_meta
 
 
 def pika_frames(
@@ -48,3 +49,32 @@ def test_encoding_matches_pika(
 def test_overlong_routing_key_is_refused() -> None:
     with pytest.raises(ValueError, match="255"):
         encode_event(1, "ex", "k" * 256, b"", "id", 0, 0, 0, 1000)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        make_meta(content_type="application/json; charset=utf-8"),
+        make_meta(content_encoding="gzip"),
+        make_meta(
+            content_type="text/plain",
+            content_encoding="identity",
+            headers={"tenant": "é-42", "count": 2**40, "small": -3, "urgent": True, "no": False},
+        ),
+        make_meta(tags=["only-tags"]),  # tags are not on the wire
+    ],
+)
+def test_a_tasks_properties_match_pika(meta: Meta) -> None:
+    ours = encode_event(5, "ex", "rk", b"{}", "t-9", 1, 2, 3, 4096, meta=meta)
+    props = pika.spec.BasicProperties(
+        content_type=meta.content_type,
+        content_encoding=meta.content_encoding,
+        message_id="t-9",
+        delivery_mode=2,
+        timestamp=0,
+        headers={"x-due-ms": 1, "x-fired-ms": 2, "x-rev": 3, **dict(meta.headers)},
+    )
+    method = pika.spec.Basic.Publish(exchange="ex", routing_key="rk", mandatory=True)
+    theirs = [pika.frame.Method(5, method), pika.frame.Header(5, 2, props)]
+    theirs.append(pika.frame.Body(5, b"{}"))
+    assert ours == b"".join(bytes(f.marshal()) for f in theirs)

@@ -217,7 +217,7 @@ def test_revisions_lead_step_by_step_to_the_schema_version() -> None:
         (revisions.revision_of(v), revisions.revision_of(v - 1) if v > 1 else None)
         for v in versions
     ]
-    assert revisions.head() == revisions.revision_of(sql.SCHEMA_VERSION) == "0003"
+    assert revisions.head() == revisions.revision_of(sql.SCHEMA_VERSION) == "0004"
     for script in scripts.walk_revisions():
         assert callable(script.module.upgrade)
     schema = (Path(mysql.__file__).parent.parent / "schema.sql").read_text()
@@ -227,7 +227,7 @@ def test_revisions_lead_step_by_step_to_the_schema_version() -> None:
 def test_case_and_derived_table_lists() -> None:
     assert sql.cases(2) == "WHEN %s THEN %s WHEN %s THEN %s"
     assert sql.moves(3).count("%s") == 12 and sql.moves(3).count("UNION ALL") == 2
-    assert sql.new_rows(2).count("%s") == 14 and sql.new_rows(1).count("UNION") == 0
+    assert sql.new_rows(2).count("%s") == 16 and sql.new_rows(1).count("UNION") == 0
     for build in (sql.cases, sql.moves, sql.new_rows):
         with pytest.raises(ValueError):
             build(0)

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import struct
 
+from triggerhook.domain.meta import NO_META, Meta
+
 _FRAME_END = b"\xce"
 _METHOD, _HEADER, _BODY = 1, 2, 3
 _BASIC = 60
 _BASIC_PUBLISH = 40
 _MANDATORY = b"\x01"
 # BasicProperties flags, in the order the properties are encoded.
+_FLAG_CONTENT_TYPE = 1 << 15
+_FLAG_CONTENT_ENCODING = 1 << 14
 _FLAG_HEADERS = 1 << 13
 _FLAG_DELIVERY_MODE = 1 << 12
 _FLAG_MESSAGE_ID = 1 << 7
@@ -57,12 +61,37 @@ def _str_field(value: str) -> bytes:
     return _long_string_head(b"S", len(data)) + data
 
 
-def dead_letter_headers(reason: str, attempts: int, routing_key: str) -> bytes:
+def _header_field(value: str | int | bool) -> bytes:
+    if isinstance(value, bool):  # before int: a bool is an int
+        return b"t\x01" if value else b"t\x00"
+    if isinstance(value, int):
+        return _int_field(value)
+    return _str_field(value)
+
+
+def meta_properties(meta: Meta) -> tuple[int, bytes, bytes]:
+    """A task's own part of its event's properties: the flags it adds, the
+    encoded content type and encoding (they come first), and its header entries."""
+    flags, head = 0, b""
+    if meta.content_type is not None:
+        flags |= _FLAG_CONTENT_TYPE
+        head += _shortstr(meta.content_type)
+    if meta.content_encoding is not None:
+        flags |= _FLAG_CONTENT_ENCODING
+        head += _shortstr(meta.content_encoding)
+    entries = b"".join(_shortstr(name) + _header_field(value) for name, value in meta.headers)
+    return flags, head, entries
+
+
+def dead_letter_headers(reason: str, attempts: int, routing_key: str, cause: str) -> bytes:
     """Field-table entries a dead letter carries besides ``x-due-ms`` and
-    ``x-fired-ms``: why, after how many failed deliveries, and the routing key
-    it was meant for."""
+    ``x-fired-ms``: why (``cause``: ``late`` or ``undeliverable``, and the
+    ``reason`` in words), after how many failed deliveries, and the routing
+    key it was meant for."""
     return (
-        _shortstr("x-triggerhook-dead-reason")
+        _shortstr("x-triggerhook-dead-cause")
+        + _str_field(cause)
+        + _shortstr("x-triggerhook-dead-reason")
         + _str_field(reason)
         + _shortstr("x-triggerhook-attempts")
         + _int_field(attempts)
@@ -93,11 +122,18 @@ def encode_event(
     rev: int,
     max_body_frame: int,
     extra_headers: bytes = b"",
+    meta: Meta = NO_META,
 ) -> bytes:
     """Method, content header and body frames of one event (the wire format);
     ``rev``: the stored row's revision (``x-rev``: a consumer tells a stale
     copy from a new incarnation of the id by it); ``extra_headers``: more
-    encoded field-table entries (see :func:`dead_letter_headers`)."""
+    encoded field-table entries (see :func:`dead_letter_headers`); ``meta``:
+    the task's content type, content encoding and headers."""
+    flags, head = _FLAGS, b""
+    if meta:
+        own_flags, head, own_headers = meta_properties(meta)
+        flags |= own_flags
+        extra_headers += own_headers
     table = (
         b"\x08x-due-ms"
         + _int_field(due_ms)
@@ -108,13 +144,14 @@ def encode_event(
         + extra_headers
     )
     properties = (
-        _u32(len(table))
+        head
+        + _u32(len(table))
         + table
         + b"\x02"  # delivery_mode = 2: persistent
         + _shortstr(message_id)
         + _u64(fired_ms // 1000)
     )
-    header = _header_head(_BASIC, 0, len(body), _FLAGS) + properties
+    header = _header_head(_BASIC, 0, len(body), flags) + properties
     out = publish_method(channel, exchange, routing_key) + _frame(_HEADER, channel, header)
     for start in range(0, len(body), max_body_frame):
         out += _frame(_BODY, channel, body[start : start + max_body_frame])

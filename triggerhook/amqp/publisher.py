@@ -14,6 +14,9 @@ persistent and ``mandatory``; up to ``max_unconfirmed`` are in flight at once.
   ``publish_max_age_ms``): the event is published again at once with the
   dead-letter routing key and headers saying why; its row is deleted once that
   publish is confirmed. Logged per routing key, rate-limited; counted.
+* Late: a task whose late-fire policy (its own, else the configured
+  default) says it is too late by the clock at publish time is not fired but
+  dead-lettered the same way (cause ``late``); counted as ``late_skipped``.
 * Connection lost: every unconfirmed task goes back to the front of the send
   buffer and is published again after reconnecting (at-least-once).
 """
@@ -39,6 +42,7 @@ from triggerhook.amqp.connection import (
 )
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
 from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy
+from triggerhook.domain.meta import LatePolicy
 from triggerhook.domain.task import Task
 from triggerhook.interfaces import Clock, ConfirmSink, FiredSource, RetryHandler
 from triggerhook.ratelimit import RateLimitedLog
@@ -50,6 +54,15 @@ log = logging.getLogger(__name__)
 _SLICE = 256  # messages published per I/O-loop turn, so acks are read in between
 _FINISH_CHECK_S = 0.02
 _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
+_UNDELIVERABLE, _LATE = "undeliverable", "late"  # x-triggerhook-dead-cause
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Why:
+    """Why a dead letter is one: its cause and the reason in words."""
+
+    cause: str
+    reason: str
 
 
 class AmqpPublisher(Worker):
@@ -66,7 +79,9 @@ class AmqpPublisher(Worker):
         dead_letter_routing_key: str,
         dead_letter_queue: str,
         clock: Clock,
+        late_policy: LatePolicy,
     ) -> None:
+        """``late_policy``: for tasks that have none of their own."""
         super().__init__("th-publisher", on_failure)
         self._clock = clock  # x-fired-ms and the lateness: the database's time
         self._loop = ConnectionLoop(params, self, "publishing", self._on_open, self._reset, log)
@@ -74,10 +89,12 @@ class AmqpPublisher(Worker):
         self._policy = policy
         self._dead_key = dead_letter_routing_key
         self._dead_queue = dead_letter_queue
+        self._late_policy = late_policy
         # Owned by the I/O thread: dead letters to publish, and those in flight
-        # (task id -> reason); they outlive a connection, like the send buffer.
-        self._dead: deque[tuple[Task, str]] = deque()
-        self._dead_unconfirmed: dict[str, str] = {}
+        # (task id -> cause and reason); they outlive a connection, like the send buffer.
+        self._dead: deque[tuple[Task, _Why]] = deque()
+        self._dead_unconfirmed: dict[str, _Why] = {}
+        self._late_log = RateLimitedLog(log, _LOG_EVERY_S)
         self._undelivered_log = RateLimitedLog(log, _LOG_EVERY_S)
         self._buffer = buffer
         self._confirms = confirms
@@ -97,6 +114,7 @@ class AmqpPublisher(Worker):
         self.returned = 0
         self.nacked = 0
         self.dead_lettered = 0
+        self.late_skipped = 0
         self.reconnects = 0
         self._lateness = Samples()  # appended by the I/O thread, taken by the metrics thread
 
@@ -129,6 +147,7 @@ class AmqpPublisher(Worker):
             "returned": self.returned,
             "nacked": self.nacked,
             "dead_lettered": self.dead_lettered,
+            "late_skipped": self.late_skipped,
             "broker_reconnects": self.reconnects,
         }
 
@@ -262,11 +281,17 @@ class AmqpPublisher(Worker):
         tag = self._next_tag
         frames = []
         record = self._lateness.record
+        default_late = self._late_policy
         for task in tasks:
             if task.attempts and self._policy.exhausted(task):
-                self._dead.append((task, f"not delivered after {task.attempts} attempts"))
+                why = _Why(_UNDELIVERABLE, f"not delivered after {task.attempts} attempts")
+                self._dead.append((task, why))
                 continue
             fired_ms = int(self._clock.now_ms())
+            late = (task.meta.late or default_late).too_late(task.due_ms, fired_ms)
+            if late is not None:
+                self._skip_late(task, late)
+                continue
             record(fired_ms - task.due_ms)
             frames.append(
                 encode_event(
@@ -279,6 +304,7 @@ class AmqpPublisher(Worker):
                     fired_ms,
                     task.rev,
                     max_body,
+                    meta=task.meta,
                 )
             )
             tag += 1
@@ -297,9 +323,9 @@ class AmqpPublisher(Worker):
         frames: list[bytes] = []
         max_body = body_frame_max(conn)
         while self._dead and len(frames) < limit:
-            task, reason = self._dead.popleft()
+            task, why = self._dead.popleft()
             fired_ms = int(self._clock.now_ms())
-            extra = dead_letter_headers(reason, task.attempts, task.routing_key)
+            extra = dead_letter_headers(why.reason, task.attempts, task.routing_key, why.cause)
             frames.append(
                 encode_event(
                     channel.channel_number,
@@ -312,12 +338,13 @@ class AmqpPublisher(Worker):
                     task.rev,
                     max_body,
                     extra,
+                    task.meta,
                 )
             )
             self._next_tag += 1
             self._tags.append(self._next_tag)
             self._unconfirmed[self._next_tag] = task
-            self._dead_unconfirmed[task.id] = reason
+            self._dead_unconfirmed[task.id] = why
         self.published += len(frames)
         if frames:
             write_frames(conn, [b"".join(frames)])
@@ -363,7 +390,10 @@ class AmqpPublisher(Worker):
         if isinstance(decision, DeadLetter):
             # The copy sent counts this failure, as the row would after a deferral.
             self._dead.append(
-                (dataclasses.replace(task, attempts=task.attempts + 1), decision.reason)
+                (
+                    dataclasses.replace(task, attempts=task.attempts + 1),
+                    _Why(_UNDELIVERABLE, decision.reason),
+                )
             )
             outcome = f"dead-lettered with routing key {self._dead_key!r}"
         else:
@@ -384,6 +414,18 @@ class AmqpPublisher(Worker):
                 "routing_key": task.routing_key,
                 "attempt": task.attempts + 1,
             },
+        )
+
+    def _skip_late(self, task: Task, reason: str) -> None:
+        """The late-fire policy says no: a dead letter instead of the event."""
+        self.late_skipped += 1
+        self._dead.append((task, _Why(_LATE, reason)))
+        self._late_log.warning(
+            task.routing_key,
+            "task not fired, %s: dead-lettered with routing key %r",
+            reason,
+            self._dead_key,
+            extra={"task_id": task.id, "routing_key": task.routing_key},
         )
 
     def _settle(self, tag: int, multiple: bool) -> list[Task]:

@@ -16,19 +16,35 @@ import binascii
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
+from triggerhook.domain.meta import LateKind, LatePolicy, parse_late
 from triggerhook.domain.spec import TaskSpec
 from triggerhook.domain.timeparse import parse_at, seconds_to_ms
 from triggerhook.errors import ValidationError
 
-CREATE_FIELDS = frozenset({"id", "at", "delay", "routing_key", "payload", "payload_b64"})
+CREATE_FIELDS = frozenset(
+    {
+        "id",
+        "at",
+        "delay",
+        "routing_key",
+        "payload",
+        "payload_b64",
+        "tags",
+        "content_type",
+        "content_encoding",
+        "headers",
+        "late",
+    }
+)
 RESCHEDULE_FIELDS = frozenset({"at", "delay"})
 # Longest delay accepted (about 6,300 years; also in the OpenAPI document).
 MAX_DELAY_S = 200_000_000_000
-# Not a task id over the interfaces: ``/v1/tasks/batch`` is the batch endpoint.
-RESERVED_IDS = frozenset({"batch"})
+# Not task ids over the interfaces: ``/v1/tasks/<these>`` are other endpoints.
+RESERVED_IDS = frozenset({"batch", "count", "timeline", "cancel"})
 
 # msgspec decodes a 4 MiB batch body about 2.5 times as fast as json.loads (the
 # GIL is held for the whole decode, delaying the firing threads), and, like
@@ -64,7 +80,9 @@ class When:
 
 
 def parse_create(body: object, prefix: str = "") -> TaskSpec:
-    """A create body: ``{"id"?, "at" | "delay", "routing_key"?, "payload"? | "payload_b64"?}``."""
+    """A create body: ``{"id"?, "at" | "delay", "routing_key"?, "payload"? |
+    "payload_b64"?, "tags"?, "content_type"?, "content_encoding"?,
+    "headers"?, "late"?}`` (the metadata is checked by domain/meta.py)."""
     fields = _object(body, prefix, CREATE_FIELDS)
     when = _when(fields, prefix)
     if "payload" in fields and "payload_b64" in fields:
@@ -83,7 +101,31 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         delay_ms=when.delay_ms,
         routing_key=_optional_string(fields, "routing_key", prefix),
         payload=payload,
+        tags=_unchecked(fields, "tags"),
+        content_type=_unchecked(fields, "content_type"),
+        content_encoding=_unchecked(fields, "content_encoding"),
+        headers=_unchecked(fields, "headers"),
+        late=_late(fields["late"], _name(prefix, "late")) if "late" in fields else None,
     )
+
+
+def _unchecked(fields: Mapping[str, object], key: str) -> Any:
+    """A metadata field as given: resolve() checks it (domain/meta.py's make_meta)."""
+    return fields.get(key)
+
+
+def _late(value: object, field: str) -> LatePolicy:
+    """``"fire"``, ``{"skip_after_ms": N}`` or ``{"deadline": time}`` (as ``at``)."""
+    if isinstance(value, Mapping) and len(value) == 1 and "deadline" in value:
+        deadline = value["deadline"]
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float | str):
+            raise ValidationError(
+                f"{field}.deadline", "must be epoch seconds (a number) or an RFC 3339 string"
+            )
+        return LatePolicy(LateKind.DEADLINE, parse_at(deadline, f"{field}.deadline", past_ok=True))
+    if isinstance(value, Mapping) and "deadline_ms" in value:
+        raise ValidationError(f"{field}.deadline_ms", "unknown (allowed: skip_after_ms, deadline)")
+    return parse_late(value, field)
 
 
 def parse_batch(body: object, max_tasks: int) -> list[TaskSpec]:

@@ -15,7 +15,6 @@ and bounds how long a request head and a body may take to arrive.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
 import json
 import logging
@@ -45,6 +44,8 @@ from triggerhook.api.limits import (
     ThrottledWarning,
     read_body,
 )
+from triggerhook.api.listing import ListingApi, only_method
+from triggerhook.api.render import at_s, task_json
 from triggerhook.app import Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
@@ -54,7 +55,7 @@ from triggerhook.domain.outcomes import (
     scheduled_outcome,
     unavailable_what,
 )
-from triggerhook.domain.task import CancelResult, TaskInfo, validate_id
+from triggerhook.domain.task import CancelResult, validate_id
 from triggerhook.errors import (
     ConflictError,
     StoreUnavailable,
@@ -214,10 +215,6 @@ def _response(status: int, data: object, headers: dict[str, str] | None = None) 
     )
 
 
-def _at(due_ms: int) -> float:
-    return due_ms / 1000
-
-
 class Commit(Generic[T]):
     """A non-blocking engine call's outcome, awaited on the event loop: pass
     :attr:`done` to the call (a writer thread calls it), :meth:`hold` the
@@ -307,7 +304,8 @@ class HttpApi:
         app.router.add_post("/v1/tasks", self.create)
         app.router.add_post("/v1/tasks/batch", self.create_batch)
         # Not a task id: other methods on this path are 405, not a lookup of "batch".
-        app.router.add_route("*", "/v1/tasks/batch", _only_post)
+        app.router.add_route("*", "/v1/tasks/batch", only_method("POST"))
+        ListingApi(self._hook, self._executor).add_routes(app.router, self._body)
         app.router.add_get("/v1/tasks/{id}", self.get, allow_head=False)
         app.router.add_patch("/v1/tasks/{id}", self.reschedule)
         app.router.add_delete("/v1/tasks/{id}", self.cancel)
@@ -446,7 +444,7 @@ class HttpApi:
         scheduled = await commit.wait()
         status = status_of(scheduled_outcome(scheduled.created))
         task = scheduled.task
-        return _response(status, {"id": task.id, "at": _at(task.due_ms)})
+        return _response(status, {"id": task.id, "at": at_s(task.due_ms)})
 
     async def create_batch(self, request: web.Request) -> web.Response:
         body = await self._body(request)
@@ -470,7 +468,7 @@ class HttpApi:
         info = await self._blocking(lambda: self._hook.get(task_id))
         if info is None:
             raise ApiError(Outcome.NOT_FOUND, id=task_id)
-        return _response(status_of(Outcome.FOUND), _info(info))
+        return _response(status_of(Outcome.FOUND), task_json(info))
 
     async def reschedule(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
@@ -487,7 +485,7 @@ class HttpApi:
             outcome = Outcome.NOT_FOUND
         if moved.task is None or not outcome.ok:
             raise ApiError(outcome, id=task_id)
-        return _response(status_of(outcome), {"id": task_id, "at": _at(moved.task.due_ms)})
+        return _response(status_of(outcome), {"id": task_id, "at": at_s(moved.task.due_ms)})
 
     async def cancel(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
@@ -541,25 +539,6 @@ class HttpApi:
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)
-
-
-async def _only_post(_request: web.Request) -> web.Response:
-    raise web.HTTPMethodNotAllowed("", ["POST"])
-
-
-def _info(info: TaskInfo) -> dict[str, Any]:
-    task = info.task
-    data: dict[str, Any] = {
-        "id": task.id,
-        "at": _at(task.due_ms),
-        "routing_key": task.routing_key,
-        "state": info.state.value,
-    }
-    try:  # the way it would be sent: text if it is UTF-8, else base64
-        data["payload"] = task.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        data["payload_b64"] = base64.b64encode(task.payload).decode("ascii")
-    return data
 
 
 def _settle(future: asyncio.Future[T], result: T | None, error: TriggerHookError | None) -> None:

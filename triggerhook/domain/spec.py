@@ -7,9 +7,11 @@ Every interface (library, HTTP, AMQP commands, CLI) hands the library a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from triggerhook.domain.meta import HeaderValue, LatePolicy, make_meta
 from triggerhook.domain.task import Task, make_task
 from triggerhook.domain.timeparse import due_from
 from triggerhook.errors import ValidationError
@@ -24,7 +26,10 @@ class TaskSpec:
     ``at``: a datetime (naive = UTC), epoch seconds, or an ISO-8601 string;
     ``at_ms``: epoch milliseconds; ``delay_ms``: milliseconds from now.
     ``id``: None for a new UUIDv4; ``routing_key``: None for the configured
-    default; ``payload``: text is sent as UTF-8.
+    default; ``payload``: text is sent as UTF-8. The rest is metadata
+    (``domain/meta.py``): ``tags`` to find it by, the event's
+    ``content_type``, ``content_encoding`` and ``headers``, and ``late``, its
+    late-fire policy (None: the engine's default).
     """
 
     id: str | None = None
@@ -33,6 +38,11 @@ class TaskSpec:
     delay_ms: int | None = None
     routing_key: str | None = None
     payload: bytes | str | None = None
+    tags: Sequence[str] | None = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: Mapping[str, HeaderValue] | None = None
+    late: LatePolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +68,13 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
             ),
             payload=spec.payload,
             max_payload_bytes=rules.max_payload_bytes,
+            meta=make_meta(
+                tags=spec.tags,
+                content_type=spec.content_type,
+                content_encoding=spec.content_encoding,
+                headers=spec.headers,
+                late=spec.late,
+            ),
         )
     except ValidationError as exc:
         if not field:

@@ -11,6 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from triggerhook.domain.meta import NO_META, Meta
 from triggerhook.errors import ValidationError
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
@@ -71,6 +72,8 @@ class Task:
     # The row's fire time when later than the due time: the next try of an
     # event the broker did not take (0: none).
     fire_ms: int = field(default=0, compare=False)
+    # Tags, AMQP properties and late-fire policy (domain/meta.py): content.
+    meta: Meta = NO_META
 
     @property
     def fire_at_ms(self) -> int:
@@ -133,6 +136,7 @@ def make_task(
     routing_key: str,
     payload: object,
     max_payload_bytes: int,
+    meta: Meta = NO_META,
 ) -> Task:
     """Build a validated task; raises :class:`ValidationError` naming the field."""
     return Task(
@@ -140,4 +144,5 @@ def make_task(
         due_ms=validate_due_ms(due_ms),
         routing_key=validate_routing_key(routing_key),
         payload=validate_payload(payload, max_payload_bytes),
+        meta=meta,
     )

@@ -59,6 +59,7 @@ from triggerhook.domain.arming import (
     is_inherited,
     shard_of,
 )
+from triggerhook.domain.listing import Key, TaskFilter, Timeline
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, InstanceNameInUse
 from triggerhook.interfaces import (
@@ -126,6 +127,10 @@ def _shard(row: StoredRow) -> int:
     return row.shard
 
 
+def _key(info: TaskInfo) -> Key:
+    return (info.task.due_ms, info.task.id)
+
+
 class MemoryStore:
     """In-memory :class:`~triggerhook.interfaces.TaskStore`. Thread-safe."""
 
@@ -170,7 +175,7 @@ class MemoryStore:
     def _content(self, task: Task) -> Task:
         """Content only (what get and the duplicate check compare)."""
         routing_key = task.routing_key or self._default_routing_key
-        return Task(task.id, task.due_ms, routing_key, task.payload)
+        return Task(task.id, task.due_ms, routing_key, task.payload, meta=task.meta)
 
     def _armed(self, row: StoredRow) -> bool:
         return is_armed(row.mark, row.gen, self._shards[row.shard].marks)
@@ -208,7 +213,7 @@ class MemoryStore:
     def _new_row(self, new: NewRow) -> StoredRow:
         task = new.task
         shard = shard_of(task.id, len(self._shards))
-        content = Task(task.id, task.due_ms, task.routing_key, task.payload)  # attempts 0
+        content = self._content(task)  # an empty routing key is written as the default
         return StoredRow(content, shard, new.rev, self._shards[shard].marks.gen, task.due_ms)
 
     # -- R3: arming -----------------------------------------------------------------
@@ -423,14 +428,45 @@ class MemoryStore:
     def get(self, task_id: str) -> TaskInfo | None:
         with self._lock:
             row = self._rows.get(task_id)
-            if row is None:
-                return None
-            state = TaskState.FIRING if self._armed(row) else TaskState.SCHEDULED
-            return TaskInfo(self._content(row.task), state)
+            return None if row is None else self._info(row)
 
     def count_tasks(self) -> int:
         with self._lock:
             return len(self._rows)
+
+    def _matching(self, where: TaskFilter) -> list[TaskInfo]:
+        """Every task ``where`` matches, in (due time, id) order."""
+        found = [self._info(row) for row in self._rows.values()]
+        return sorted((i for i in found if where.matches(i)), key=_key)
+
+    def _info(self, row: StoredRow) -> TaskInfo:
+        state = TaskState.FIRING if self._armed(row) else TaskState.SCHEDULED
+        return TaskInfo(self._content(row.task), state)
+
+    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
+        with self._lock:
+            found = self._matching(where)
+        return [i for i in found if after is None or _key(i) > after][:limit]
+
+    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
+        anyhow = dataclasses.replace(where, state=None)
+        return [_key(info) for info in self.list_tasks(anyhow, after, limit)]
+
+    def count_where(self, where: TaskFilter) -> int:
+        with self._lock:
+            return len(self._matching(where))
+
+    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
+        span = dataclasses.replace(
+            where, due_after_ms=start_ms, due_before_ms=start_ms + bucket_ms * buckets, state=None
+        )
+        counts: dict[str, list[int]] = {}
+        with self._lock:
+            found = self._matching(span)
+        for info in found:
+            row = counts.setdefault(info.task.routing_key, [0] * buckets)
+            row[(info.task.due_ms - start_ms) // bucket_ms] += 1
+        return Timeline(start_ms, bucket_ms, buckets, dict(sorted(counts.items())))
 
     def earliest_due_ms(self) -> int | None:
         """The earliest due time (a row waiting for a retry keeps its own)."""

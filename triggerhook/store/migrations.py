@@ -31,6 +31,14 @@ would go on claiming rows that no longer have claim columns.
   (again, once); every other row is unarmed, of the shard's current
   generation, and is armed by the first pass as usual. Then the claim columns
   and their keys go, and the shard keys come.
+- 4: metadata and listing. ``th_tasks.meta`` (tags, AMQP properties and
+  late-fire policy, as JSON; NULL: none), ``th_task_tags`` (one row per tag,
+  removed with its task by the foreign key), and the listing keys:
+  ``th_tasks_listed (due_ms, id, routing_key)`` in place of
+  ``th_tasks_due_ms (due_ms)``, and ``th_tasks_key (routing_key, due_ms)``.
+  Every row is kept as it is (no metadata). Offline like the others: an
+  instance of version 3 still running would fire new tasks without their
+  metadata.
 """
 
 from __future__ import annotations
@@ -226,3 +234,33 @@ def _replace_keys(cur: Cursor) -> None:
         # schema.sql has no defaults for these: every writer sets them.
         clauses += ["ALTER COLUMN shard DROP DEFAULT", "ALTER COLUMN fire_ms DROP DEFAULT"]
         cur.execute(f"ALTER TABLE th_tasks {', '.join(clauses)}")
+
+
+# -- 4 ------------------------------------------------------------------------------------
+
+# As version 4 made it (schema.sql has the current form).
+_V4_TAGS = (
+    "CREATE TABLE IF NOT EXISTS th_task_tags ("
+    " tag VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " due_ms BIGINT NOT NULL,"
+    " id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " PRIMARY KEY (tag, due_ms, id), KEY th_task_tags_id (id),"
+    " CONSTRAINT th_task_tags_task FOREIGN KEY (id) REFERENCES th_tasks (id) ON DELETE CASCADE"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+)
+_V4_KEYS = {
+    "th_tasks_listed": "ADD KEY th_tasks_listed (due_ms, id, routing_key)",
+    "th_tasks_key": "ADD KEY th_tasks_key (routing_key, due_ms)",
+}
+
+
+def to_v4(cur: Cursor) -> None:
+    columns, keys = _columns(cur, "th_tasks"), _keys(cur, "th_tasks")
+    clauses = [] if "meta" in columns else ["ADD COLUMN meta BLOB NULL AFTER payload"]
+    clauses += [ddl for key, ddl in _V4_KEYS.items() if key not in keys]
+    if "th_tasks_due_ms" in keys:
+        clauses.append("DROP KEY th_tasks_due_ms")
+    if clauses:
+        cur.execute(f"ALTER TABLE th_tasks {', '.join(clauses)}")
+    cur.execute(_V4_TAGS)
+    _set_version(cur, 4)

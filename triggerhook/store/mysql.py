@@ -32,6 +32,8 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+import msgspec
+
 from triggerhook.domain.arming import (
     BOTTOM,
     TOP_ID,
@@ -42,8 +44,16 @@ from triggerhook.domain.arming import (
     is_inherited,
     shard_of,
 )
+from triggerhook.domain.listing import Key, TaskFilter, Timeline
+from triggerhook.domain.meta import NO_META, Meta, from_record
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
-from triggerhook.errors import ConflictError, InstanceNameInUse, SchemaError, StoreError
+from triggerhook.errors import (
+    ConflictError,
+    InstanceNameInUse,
+    SchemaError,
+    StoreError,
+    ValidationError,
+)
 from triggerhook.interfaces import (
     Acquired,
     Armed,
@@ -55,7 +65,7 @@ from triggerhook.interfaces import (
     Moved,
     NewRow,
 )
-from triggerhook.store import sql
+from triggerhook.store import queries, sql
 from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
 from triggerhook.store.connection import (
     ConnectionPool,
@@ -93,6 +103,7 @@ class TaskRow(NamedTuple):
     shard: int
     fire_ms: int
     gen: int
+    meta: bytes | None
 
     @property
     def mark(self) -> Mark:
@@ -127,6 +138,26 @@ class ShardRow(NamedTuple):
 
 class _NotEvery(Exception):
     """Rolls back a one-statement cancel that did not find every id unarmed."""
+
+
+def meta_blob(meta: Meta) -> bytes | None:
+    """th_tasks.meta of a task: JSON, NULL when it has none."""
+    return msgspec.json.encode(meta.to_record()) if meta else None
+
+
+def meta_of(blob: bytes | None, task_id: str) -> Meta:
+    """The metadata th_tasks.meta holds. A value no release wrote (edited by
+    hand) is logged and read as none, so that the task still fires."""
+    if blob is None:
+        return NO_META
+    try:
+        record = msgspec.json.decode(blob)
+        if not isinstance(record, dict):
+            raise ValidationError("meta", "is not a JSON object")
+        return from_record(record)
+    except (msgspec.DecodeError, ValidationError) as exc:
+        log.error("task %r has unreadable metadata, read as none: %s", task_id, exc)
+        return NO_META
 
 
 def _schema_hint(version: int) -> str:
@@ -266,11 +297,19 @@ class MySQLStore:
             row.shard,
             epoch,
             row.fire_ms,
+            meta_of(row.meta, row.id),
         )
 
     def _content(self, row: Row) -> Task:
-        """A task as get and the duplicate check compare it (no attempts, rev)."""
-        return Task(row[0], row[1], row[2] or self._default_routing_key, bytes(row[3] or b""))
+        """A task as get and the duplicate check compare it (no attempts,
+        rev), from sql.CONTENT_COLUMNS."""
+        return Task(
+            row[0],
+            row[1],
+            row[2] or self._default_routing_key,
+            bytes(row[3] or b""),
+            meta=meta_of(row[4], row[0]),
+        )
 
     # -- shard and task row locks ---------------------------------------------------
 
@@ -324,6 +363,7 @@ class MySQLStore:
         if (
             len(rows) > _INSERT_CHUNK_ROWS
             or sum(len(r.task.payload) for r in rows) > _INSERT_CHUNK_BYTES
+            or any(r.task.meta.tags for r in rows)  # tag rows: the general path
         ):
             return False
         count = self.shard_count()
@@ -333,7 +373,8 @@ class MySQLStore:
             task, shard = row.task, shard_of(row.task.id, count)
             shards.add(shard)
             params += (task.id, shard, row.rev, task.due_ms, task.due_ms)
-            params += (task.routing_key, task.payload or None)
+            params += (task.routing_key or self._default_routing_key, task.payload or None)
+            params.append(meta_blob(task.meta))
         params += sorted(shards)
         statement = sql.INSERT_TASKS_LOCKING.format(
             rows=sql.new_rows(len(rows)), shards=sql.placeholders(len(shards))
@@ -358,7 +399,9 @@ class MySQLStore:
         count = self.shard_count()
         pending = chunk
         for _ in range(_DUPLICATE_RETRIES):
-            params = [_insert_params(rows[i], count, gens) for i in pending]
+            params = [
+                _insert_params(rows[i], count, gens, self._default_routing_key) for i in pending
+            ]
             try:
                 cur.executemany(sql.INSERT_TASKS, params)
             except self._integrity_error as exc:
@@ -367,6 +410,7 @@ class MySQLStore:
             else:
                 for i in pending:
                     outcomes[i] = InsertOutcome.CREATED
+                _insert_tags(cur, [rows[i].task for i in pending])
                 return
             # Slow path: some ids exist. Compare their contents, insert the rest.
             existing = self._fetch(cur, [rows[i].task.id for i in pending])
@@ -559,7 +603,7 @@ class MySQLStore:
             return False
         ids, shard_set = list(shards), sorted(set(shards.values()))
         statement = sql.CANCEL_UNARMED.format(
-            shards=sql.placeholders(len(shard_set)), ids=sql.placeholders(len(ids))
+            shards=sql.placeholders(len(shard_set)), ids=sql.placeholders(len(ids)), armed=sql.ARMED
         )
         try:
             with self._pool.transaction() as cur:
@@ -590,16 +634,21 @@ class MySQLStore:
         moved: dict[str, Moved],
     ) -> None:
         writes: list[Any] = []
+        tagged = False
         for tid, row in self._lock_tasks(cur, part).items():
             if _is_armed(row, locked):
                 moved[tid] = Moved(RescheduleResult.TOO_LATE)
                 continue
             move = last[tid]
             writes += (tid, move.due_ms, move.rev, locked[row.shard].arm_gen)
-            task = self._content((tid, move.due_ms, row.routing_key, row.payload))
+            task = self._content((tid, move.due_ms, row.routing_key, row.payload, row.meta))
+            tagged = tagged or bool(task.meta.tags)
             moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
         if writes:
-            cur.execute(sql.RESCHEDULE.format(moves=sql.moves(len(writes) // 4)), writes)
+            derived = sql.moves(len(writes) // 4)
+            cur.execute(sql.RESCHEDULE.format(moves=derived), writes)
+            if tagged:
+                cur.execute(sql.RESCHEDULE_TAGS.format(moves=derived), writes)
 
     # -- R2: shard leases -----------------------------------------------------------
 
@@ -710,11 +759,38 @@ class MySQLStore:
         with self._autocommit_pool.transaction() as cur:
             cur.execute(sql.SELECT_TASK_STATE, (task_id,))
             row = cur.fetchone()
-        if row is None:
-            return None
-        fire_ms, gen, marks = row[4], row[5], ShardMarks((row[6], row[7]), row[8])
+        return None if row is None else self._info(row)
+
+    def _info(self, row: Row) -> TaskInfo:
+        """A task and its state from sql.TASK_STATE_COLUMNS."""
+        fire_ms, gen, marks = row[5], row[6], ShardMarks((row[7], row[8]), row[9])
         armed = is_armed((fire_ms, row[0]), gen, marks)
         return TaskInfo(self._content(row), TaskState.FIRING if armed else TaskState.SCHEDULED)
+
+    def _query(self, built: tuple[str, list[Any]]) -> list[Row]:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(*built)
+            return list(cur.fetchall())
+
+    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
+        built = queries.list_tasks(where, after, limit)
+        return [self._info(row) for row in self._query(built)]
+
+    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
+        built = queries.match_keys(where, after, limit)
+        return [(int(row[0]), str(row[1])) for row in self._query(built)]
+
+    def count_where(self, where: TaskFilter) -> int:
+        rows = self._query(queries.count(where))
+        return int(rows[0][0]) if rows else 0
+
+    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
+        built = queries.timeline(where, start_ms, bucket_ms, buckets)
+        counts: dict[str, list[int]] = {}
+        for key, bucket, number in self._query(built):
+            row = counts.setdefault(key or self._default_routing_key, [0] * buckets)
+            row[int(bucket)] += int(number)
+        return Timeline(start_ms, bucket_ms, buckets, dict(sorted(counts.items())))
 
     def count_tasks(self) -> int:
         with self._autocommit_pool.transaction() as cur:
@@ -742,7 +818,7 @@ class MySQLStore:
         self._autocommit_pool.close()
 
 
-def _insert_params(row: NewRow, shard_count: int, gens: dict[int, int]) -> Row:
+def _insert_params(row: NewRow, shard_count: int, gens: dict[int, int], default_key: str) -> Row:
     task = row.task
     shard = shard_of(task.id, shard_count)
     if shard not in gens:
@@ -754,9 +830,17 @@ def _insert_params(row: NewRow, shard_count: int, gens: dict[int, int]) -> Row:
         gens[shard],
         task.due_ms,
         task.due_ms,
-        task.routing_key,
+        task.routing_key or default_key,
         task.payload or None,
+        meta_blob(task.meta),
     )
+
+
+def _insert_tags(cur: Cursor, tasks: Sequence[Task]) -> None:
+    """The tag rows of tasks just inserted (sql.INSERT_TAGS)."""
+    rows = [(tag, task.due_ms, task.id) for task in tasks for tag in task.meta.tags]
+    for part in _chunks(rows, _INSERT_CHUNK_ROWS):
+        cur.executemany(sql.INSERT_TAGS, part)
 
 
 def _is_armed(row: TaskRow, locked: dict[int, ShardRow]) -> bool:

@@ -15,7 +15,7 @@ locking read of the shard rows sees every write that held those locks.
 from __future__ import annotations
 
 # The version schema.sql creates: Alembic's head revision (store/alembic/versions).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The database's clock in epoch milliseconds, in SQL: UTC arithmetic only, so
 # no session time zone (and no daylight-saving fold) is involved. Every "now"
@@ -42,19 +42,27 @@ DROP_SHARDS_BEYOND = "DELETE FROM th_shards WHERE shard < 0 OR shard >= %s"
 # -- rows <-> tasks ------------------------------------------------------------------------
 
 # The columns a task is read with (store/mysql.py's TaskRow, in this order).
-TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen"
+TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen, meta"
 
 # The columns a shard row is read with (store/mysql.py's ShardRow, in this order).
 SHARD_COLUMNS = (
     "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
 )
 
-SELECT_CONTENT_BY_IDS = "SELECT id, due_ms, routing_key, payload FROM th_tasks WHERE id IN ({ids})"
+# The content columns (store/mysql.py's _content reads them, in this order).
+CONTENT_COLUMNS = "id, due_ms, routing_key, payload, meta"
+
+SELECT_CONTENT_BY_IDS = f"SELECT {CONTENT_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
+
+# A task's content and state: the row and its shard's marks (mysql.py's _info).
+TASK_STATE_COLUMNS = (
+    "t.id, t.due_ms, t.routing_key, t.payload, t.meta, t.fire_ms, t.gen,"
+    " s.armed_ms, s.armed_id, s.arm_gen"
+)
 
 # get(): the row and its shard's marks, without locks (a snapshot of both).
 SELECT_TASK_STATE = (
-    "SELECT t.id, t.due_ms, t.routing_key, t.payload, t.fire_ms, t.gen,"
-    " s.armed_ms, s.armed_id, s.arm_gen"
+    f"SELECT {TASK_STATE_COLUMNS}"
     " FROM th_tasks t JOIN th_shards s ON s.shard = t.shard WHERE t.id = %s"
 )
 
@@ -64,9 +72,13 @@ SELECT_TASK_STATE = (
 # with the generations it read. Plain INSERT on purpose: a duplicate id fails
 # the statement (error 1062) and the caller compares contents.
 INSERT_TASKS = (
-    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload, meta)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
+
+# The tag rows of tasks just inserted, in the same transaction (a task with
+# tags never takes the one-statement path below).
+INSERT_TAGS = "INSERT INTO th_task_tags (tag, due_ms, id) VALUES (%s, %s, %s)"
 
 # The fast path: one autocommit statement. The derived table ``s`` reads the
 # batch's shard rows by a locking read in shard order (as arming takes its
@@ -79,12 +91,13 @@ INSERT_TASKS = (
 # written without its shard's generation.
 NEW_ROW_FIRST = (
     "SELECT %s AS id, %s AS shard, %s AS rev, %s AS fire_ms, %s AS due_ms,"
-    " %s AS routing_key, %s AS payload"
+    " %s AS routing_key, %s AS payload, %s AS meta"
 )
-NEW_ROW_NEXT = "SELECT %s, %s, %s, %s, %s, %s, %s"
+NEW_ROW_NEXT = "SELECT %s, %s, %s, %s, %s, %s, %s, %s"
 INSERT_TASKS_LOCKING = (
-    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
-    " SELECT v.id, v.shard, v.rev, s.arm_gen, v.fire_ms, v.due_ms, v.routing_key, v.payload"
+    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload, meta)"
+    " SELECT v.id, v.shard, v.rev, s.arm_gen, v.fire_ms, v.due_ms, v.routing_key, v.payload,"
+    " v.meta"
     " FROM ({rows}) v LEFT JOIN (SELECT shard, arm_gen FROM th_shards WHERE shard IN ({shards})"
     " ORDER BY shard LIMIT 65536 LOCK IN SHARE MODE) s ON s.shard = v.shard"
 )
@@ -102,6 +115,12 @@ LOCK_SHARDS_SHARED = (
 # R3, step 1: the shard rows of the pass, exclusively, in shard order.
 LOCK_SHARDS_FOR_ARMING = (
     f"SELECT {SHARD_COLUMNS} FROM th_shards WHERE shard IN ({{shards}}) ORDER BY shard FOR UPDATE"
+)
+
+# domain/arming.py's is_armed, in SQL, of a row t and its shard row s.
+ARMED = (
+    "((t.fire_ms < s.armed_ms OR (t.fire_ms = s.armed_ms AND t.id <= s.armed_id))"
+    " AND t.gen < s.arm_gen)"
 )
 
 # Cancel, reschedule and defer then lock the task rows they decide on.
@@ -189,9 +208,7 @@ DELETE_TASKS = "DELETE FROM th_tasks WHERE id IN ({ids})"
 CANCEL_UNARMED = (
     "DELETE t FROM th_tasks t JOIN (SELECT shard, armed_ms, armed_id, arm_gen FROM th_shards"
     " WHERE shard IN ({shards}) ORDER BY shard LIMIT 65536 LOCK IN SHARE MODE) s"
-    " ON s.shard = t.shard WHERE t.id IN ({ids})"
-    " AND NOT ((t.fire_ms < s.armed_ms OR (t.fire_ms = s.armed_ms AND t.id <= s.armed_id))"
-    " AND t.gen < s.arm_gen)"
+    " ON s.shard = t.shard WHERE t.id IN ({ids}) AND NOT {armed}"
 )
 
 # One row of a derived table of new values, repeated with UNION ALL; the
@@ -206,6 +223,9 @@ RESCHEDULE = (
     " SET t.fire_ms = m.fire_ms, t.due_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen,"
     " t.attempts = 0"
 )
+
+# ... and their tag rows to the new due time (same moves; only when one has tags).
+RESCHEDULE_TAGS = "UPDATE th_task_tags g JOIN ({moves}) m ON m.id = g.id SET g.due_ms = m.fire_ms"
 
 # R8: an event the broker did not take, of a row armed in the current epoch:
 # fire again from the retry time (fire_ms; the due time the event says stays),
@@ -288,7 +308,7 @@ def cases(count: int) -> str:
 
 
 def new_rows(count: int) -> str:
-    """The derived table of INSERT_TASKS_LOCKING: ``count`` rows of 7 values."""
+    """The derived table of INSERT_TASKS_LOCKING: ``count`` rows of 8 values."""
     if count < 1:
         raise ValueError("a derived table needs at least one row")
     return UNION_ALL.join([NEW_ROW_FIRST] + [NEW_ROW_NEXT] * (count - 1))
@@ -301,10 +321,51 @@ def moves(count: int) -> str:
     return UNION_ALL.join([MOVE_FIRST] + [MOVE_NEXT] * (count - 1))
 
 
+# -- listing, counting and bulk cancel (store/queries.py builds the WHERE) ----------------
+
+# What a listing reads, by its filter: a tag's rows in due order (th_task_tags'
+# primary key, then each task by its primary key), one routing key's
+# (th_tasks_key), those of an id prefix (the optimizer's pick of the primary
+# key's range, then a sort, or th_tasks_listed in due order), or all of them
+# (th_tasks_listed). {due} and {id} are
+# the ordering columns of the source: g.due_ms, g.id or t.due_ms, t.id.
+FROM_TAG = "th_task_tags g JOIN th_tasks t ON t.id = g.id"
+FROM_KEY = "th_tasks t FORCE INDEX (th_tasks_key)"
+FROM_DUE = "th_tasks t FORCE INDEX (th_tasks_listed)"  # else a first page may sort them all
+FROM_PREFIX = "th_tasks t"
+WITH_SHARDS = " JOIN th_shards s FORCE INDEX (PRIMARY) ON s.shard = t.shard"
+
+# Unlocked reads, like get(): a snapshot, each row with its shard's marks.
+# STRAIGHT_JOIN: the tasks in index order first, then each one's shard row
+# (the optimizer would start from the few shard rows and sort every match).
+LIST_TASKS = (
+    f"SELECT STRAIGHT_JOIN {TASK_STATE_COLUMNS} FROM {{source}}{WITH_SHARDS}"
+    " WHERE {where} ORDER BY {due}, {id} LIMIT %s"
+)
+# A bulk cancel's next batch: keys only (no payloads), then store.cancel of
+# those ids (R7, exact per task) in a transaction of its own.
+MATCH_KEYS = "SELECT {due}, {id} FROM {source} WHERE {where} ORDER BY {due}, {id} LIMIT %s"
+COUNT_WHERE = "SELECT STRAIGHT_JOIN COUNT(*) FROM {source}{shards} WHERE {where}"
+# Per routing key and bucket; covering (th_tasks_listed has routing_key) unless by tag.
+TIMELINE = (
+    "SELECT t.routing_key, ({due} - %s) DIV %s AS bucket, COUNT(*) FROM {source}"
+    " WHERE {where} GROUP BY t.routing_key, bucket"
+)
+
+# The terms of a WHERE, joined by AND (TRUE when none).
+AFTER_KEY = "({due} > %s OR ({due} = %s AND {id} > %s))"
+DUE_FROM = "{due} >= %s"
+DUE_BEFORE = "{due} < %s"
+ID_RANGE = "t.id >= %s AND t.id < %s"
+# The stored key: a row this release wrote always has one (the default when
+# none was given); a NULL written by hand reads back as the default but is not matched.
+HAS_KEY = "t.routing_key = %s"
+HAS_TAG = "g.tag = %s"
+
 # Metrics. COUNT(*) walks an index: run it rarely (metrics_recount_s).
 COUNT_TASKS = "SELECT COUNT(*) FROM th_tasks"
 
-# The earliest due time: the first entry of th_tasks_due_ms, cheap at any size.
+# The earliest due time: the first entry of th_tasks_listed, cheap at any size.
 EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"
 
 # Per session, MariaDB only (see ConnectionPool): abort a transaction left idle

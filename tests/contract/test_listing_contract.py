@@ -1,0 +1,228 @@
+"""The TaskStore contract for metadata and finding tasks: run against the
+memory store and MySQL alike (see test_store_contract.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT
+
+from triggerhook.domain.listing import BulkCancelled, TaskFilter
+from triggerhook.domain.meta import LateKind, LatePolicy, Meta, make_meta
+from triggerhook.domain.task import Task, TaskState
+from triggerhook.engine.bulk import cancel_where
+from triggerhook.errors import ValidationError
+from triggerhook.interfaces import InsertOutcome, Move, NewRow, TaskStore
+
+FAR = 10**9
+BILLING = make_meta(
+    tags=["tenant:42", "billing"],
+    content_type="application/json",
+    content_encoding="identity",
+    headers={"tenant": "42", "attempt": 1, "urgent": True},
+    late=LatePolicy(LateKind.SKIP_AFTER, 5000),
+)
+
+
+@pytest.fixture
+def now(store: TaskStore) -> int:
+    return store.database_time_us() // 1000
+
+
+def put(store: TaskStore, *tasks: Task) -> None:
+    assert store.insert([NewRow(t) for t in tasks], atomic=False) == [InsertOutcome.CREATED] * len(
+        tasks
+    )
+
+
+def tagged(name: str, due_ms: int, *tags: str, rk: str = "rk") -> Task:
+    return Task(name, due_ms, rk, b"", meta=make_meta(tags=list(tags)))
+
+
+ANY = TaskFilter()
+
+
+def listed(store: TaskStore, where: TaskFilter = ANY, limit: int = 1000) -> list[str]:
+    return [info.task.id for info in store.list_tasks(where, None, limit)]
+
+
+# -- metadata -------------------------------------------------------------------------------
+
+
+def test_metadata_is_stored_and_read_back_by_get_list_and_arm(store: TaskStore, now: int) -> None:
+    put(store, Task("m1", now + 10, "billing.charge", b"{}", meta=BILLING))
+    info = store.get("m1")
+    assert info is not None and info.task.meta == BILLING
+    assert [i.task.meta for i in store.list_tasks(TaskFilter(), None, 10)] == [BILLING]
+    leases = [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+    [armed] = store.arm("me", leases, now + FAR, 10).tasks
+    assert armed.meta == BILLING
+
+
+def test_a_retry_compares_the_metadata_too(store: TaskStore, now: int) -> None:
+    first = Task("m2", now + 10, "rk", b"x", meta=BILLING)
+    put(store, first)
+    assert store.insert([NewRow(first)], atomic=False) == [InsertOutcome.EXISTS]
+    for other in (
+        dataclasses.replace(BILLING, tags=("billing",)),
+        dataclasses.replace(BILLING, headers=(("tenant", "43"),)),
+        dataclasses.replace(BILLING, content_type=None),
+        dataclasses.replace(BILLING, late=None),
+        Meta(),
+    ):
+        changed = dataclasses.replace(first, meta=other)
+        assert store.insert([NewRow(changed)], atomic=False) == [InsertOutcome.CONFLICT]
+    info = store.get("m2")
+    assert info is not None and info.task.meta == BILLING
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+def test_a_listing_is_in_due_order_ties_by_id_and_pages_by_key(store: TaskStore, now: int) -> None:
+    put(store, *(Task(f"l{i:02}", now + 100 * (i % 5), "rk") for i in range(20)))
+    expected = sorted((now + 100 * (i % 5), f"l{i:02}") for i in range(20))
+    seen: list[tuple[int, str]] = []
+    after = None
+    while True:
+        page = store.list_tasks(TaskFilter(), after, 7)
+        seen += [(i.task.due_ms, i.task.id) for i in page]
+        if len(page) < 7:
+            break
+        after = seen[-1]
+    assert seen == expected
+
+
+def test_a_walk_is_stable_under_inserts_and_deletes(store: TaskStore, now: int) -> None:
+    put(store, *(Task(f"s{i:02}", now + 1000 + i, "rk") for i in range(10)))
+    first = store.list_tasks(TaskFilter(), None, 4)
+    after = (first[-1].task.due_ms, first[-1].task.id)
+    # Meanwhile: one behind the cursor (never seen), one ahead, one ahead cancelled.
+    put(store, Task("behind", now + 1000, "rk"), Task("ahead", now + 1007, "rk"))
+    store.cancel(["s05"])
+    rest = [i.task.id for i in store.list_tasks(TaskFilter(), after, 100)]
+    assert rest == ["s04", "s06", "ahead", "s07", "s08", "s09"]  # a tie: by id
+
+
+def test_filters_each_and_together(store: TaskStore, now: int) -> None:
+    put(
+        store,
+        tagged("cust1:a", now + 10, "tenant:1", rk="billing"),
+        tagged("cust1:b", now + 20, "tenant:1", "vip", rk="mail"),
+        tagged("cust2:a", now + 30, "tenant:2", rk="billing"),
+        Task("cust10:a", now + 40, "billing"),
+        Task("other", now + 50, DEFAULT_ROUTING_KEY),
+    )
+    assert listed(store, TaskFilter(prefix="cust1")) == ["cust1:a", "cust1:b", "cust10:a"]
+    assert listed(store, TaskFilter(prefix="cust1:")) == ["cust1:a", "cust1:b"]
+    assert listed(store, TaskFilter(routing_key="billing")) == ["cust1:a", "cust2:a", "cust10:a"]
+    assert listed(store, TaskFilter(tag="tenant:1")) == ["cust1:a", "cust1:b"]
+    assert listed(store, TaskFilter(tag="vip")) == ["cust1:b"]
+    assert listed(store, TaskFilter(tag="tenant:1", routing_key="billing")) == ["cust1:a"]
+    assert listed(store, TaskFilter(due_after_ms=now + 20, due_before_ms=now + 40)) == [
+        "cust1:b",
+        "cust2:a",
+    ]
+    assert listed(store, TaskFilter(routing_key=DEFAULT_ROUTING_KEY)) == ["other"]
+    assert listed(store, TaskFilter(tag="nobody")) == []
+    assert store.count_where(TaskFilter()) == 5
+    assert store.count_where(TaskFilter(prefix="cust1")) == 3
+    assert store.count_where(TaskFilter(tag="tenant:1", due_after_ms=now + 15)) == 1
+    assert store.count_where(TaskFilter(routing_key="billing", due_before_ms=now + 30)) == 1
+
+
+def test_the_state_filter_tells_armed_tasks(store: TaskStore, now: int) -> None:
+    put(store, Task("soon", now + 10, "rk"), Task("later", now + FAR, "rk"))
+    leases = [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+    assert [t.id for t in store.arm("me", leases, now + 1000, 10).tasks] == ["soon"]
+    assert listed(store, TaskFilter(state=TaskState.FIRING)) == ["soon"]
+    assert listed(store, TaskFilter(state=TaskState.SCHEDULED)) == ["later"]
+    assert [i.state for i in store.list_tasks(TaskFilter(), None, 10)] == [
+        TaskState.FIRING,
+        TaskState.SCHEDULED,
+    ]
+    assert store.count_where(TaskFilter(state=TaskState.FIRING)) == 1
+    # The keys of a bulk cancel's batches ignore the state.
+    assert [k[1] for k in store.match_keys(TaskFilter(state=TaskState.FIRING), None, 10)] == [
+        "soon",
+        "later",
+    ]
+
+
+def test_tags_follow_their_task_through_reschedule_cancel_and_fire(
+    store: TaskStore, now: int
+) -> None:
+    put(store, *(tagged(f"t{i}", now + 1000 + i, "batch") for i in range(4)))
+    assert store.reschedule([Move("t0", now + 5000)])[0].task is not None
+    assert listed(store, TaskFilter(tag="batch")) == ["t1", "t2", "t3", "t0"]
+    assert listed(store, TaskFilter(tag="batch", due_after_ms=now + 4000)) == ["t0"]
+    store.cancel(["t1"])
+    leases = [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+    armed = store.arm("me", leases, now + 1002, 10).tasks
+    assert [t.id for t in armed] == ["t2"]
+    assert store.delete_fired([(t.id, t.rev) for t in armed]) == 1
+    assert listed(store, TaskFilter(tag="batch")) == ["t3", "t0"]
+    # The same ids again, without the tag: the old incarnations' tags are gone.
+    put(store, Task("t1", now + 10, "rk"), Task("t2", now + 10, "rk"))
+    assert listed(store, TaskFilter(tag="batch")) == ["t3", "t0"]
+    assert store.count_where(TaskFilter(tag="batch")) == 2
+
+
+def test_the_timeline_counts_per_routing_key_and_bucket(store: TaskStore, now: int) -> None:
+    start = now // 60_000 * 60_000 + 60_000
+    put(
+        store,
+        Task("a", start, "billing"),
+        Task("b", start + 59_999, "billing"),
+        Task("c", start + 60_000, "billing"),
+        Task("d", start + 120_000, "mail"),
+        Task("e", start + 180_000, "mail"),  # past the span
+        Task("f", start - 1, "mail"),  # before it
+        tagged("g", start + 1, "vip", rk="mail"),
+    )
+    line = store.timeline(TaskFilter(), start, 60_000, 3)
+    assert (line.start_ms, line.bucket_ms, line.buckets, line.end_ms) == (
+        start,
+        60_000,
+        3,
+        start + 180_000,
+    )
+    assert line.counts == {"billing": [2, 1, 0], "mail": [1, 0, 1]}
+    assert store.timeline(TaskFilter(tag="vip"), start, 60_000, 3).counts == {"mail": [1, 0, 0]}
+    assert store.timeline(TaskFilter(routing_key="billing"), start, 1000, 2).counts == {
+        "billing": [1, 0]
+    }
+    assert store.timeline(TaskFilter(prefix="zzz"), start, 60_000, 3).counts == {}
+
+
+# -- bulk cancel --------------------------------------------------------------------------------
+
+
+def test_bulk_cancel_cancels_the_matches_in_batches_and_counts_the_armed(
+    store: TaskStore, now: int
+) -> None:
+    put(store, *(tagged(f"r{i:03}", now + 10 + i, "reminder") for i in range(25)))
+    put(store, Task("keep", now + 5, "rk"), tagged("keep2", now + 7, "other"))
+    leases = [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+    armed = store.arm("me", leases, now + 12, 100).tasks  # keep, keep2, r000-r002
+    assert sorted(t.id for t in armed) == ["keep", "keep2", "r000", "r001", "r002"]
+    done = cancel_where(store, TaskFilter(tag="reminder"), batch=4)
+    assert done == BulkCancelled(cancelled=22, too_late=3)
+    assert listed(store, TaskFilter(tag="reminder")) == ["r000", "r001", "r002"]
+    assert store.count_where(TaskFilter()) == 5
+    assert cancel_where(store, TaskFilter(prefix="nothing-")) == BulkCancelled(0, 0)
+
+
+def test_bulk_cancel_by_prefix_and_due_range(store: TaskStore, now: int) -> None:
+    put(store, *(Task(f"c:{i}", now + 1000 * i, "rk") for i in range(6)))
+    where = TaskFilter(prefix="c:", due_after_ms=now + 2000, due_before_ms=now + 4000)
+    assert cancel_where(store, where) == BulkCancelled(2, 0)
+    assert listed(store) == ["c:0", "c:1", "c:4", "c:5"]
+
+
+def test_bulk_cancel_must_name_tasks(store: TaskStore, now: int) -> None:
+    put(store, Task("x", now + 10, "rk"))
+    with pytest.raises(ValidationError, match="prefix, tag and routing_key"):
+        cancel_where(store, TaskFilter(due_before_ms=now + FAR))
+    assert listed(store) == ["x"]

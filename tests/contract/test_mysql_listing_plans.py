@@ -1,0 +1,140 @@
+"""The query plans of listing, counting and the timeline on MySQL: each filter
+is served by an index, and a page in due order is read in index order (no
+sort of the matches), whatever the table holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pymysql
+import pytest
+from support.mysql import connect
+from support.stores import DEFAULT_ROUTING_KEY, mysql_backend
+
+from triggerhook.domain.listing import TaskFilter
+from triggerhook.domain.meta import make_meta
+from triggerhook.domain.task import Task, TaskState
+from triggerhook.interfaces import NewRow
+from triggerhook.store import queries
+from triggerhook.store.mysql import MySQLStore
+
+ROWS = 6000
+
+
+@pytest.fixture(scope="module")
+def filled(database_url_module: str) -> Iterator[tuple[MySQLStore, Any, int]]:
+    made = mysql_backend(database_url_module)
+    store = made.store
+    assert isinstance(store, MySQLStore)
+    now = store.database_time_us() // 1000
+    rows = [
+        NewRow(
+            Task(
+                f"c{i % 300}:{i}",
+                now + 10 * i,
+                ("billing", "mail", "push")[i % 3],
+                b"",
+                meta=make_meta(tags=[f"tenant:{i % 50}"] + (["vip"] if i % 100 == 0 else [])),
+            )
+        )
+        for i in range(ROWS)
+    ]
+    for start in range(0, ROWS, 2000):
+        store.insert(rows[start : start + 2000], atomic=True)
+    conn = connect(database_url_module)
+    with conn.cursor() as cur:
+        cur.execute("ANALYZE TABLE th_tasks, th_task_tags")
+        cur.fetchall()
+    try:
+        yield store, conn, now
+    finally:
+        conn.close()
+        store.close()
+
+
+def explain(db: Any, built: tuple[str, list[Any]]) -> list[dict[str, Any]]:
+    with db.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("EXPLAIN " + built[0], built[1])
+        return list(cur.fetchall())
+
+
+def access(plan: list[dict[str, Any]], table: str) -> tuple[str, str]:
+    [row] = [p for p in plan if p["table"] == table]
+    return row["type"], row["key"]
+
+
+def sorted_rows(plan: list[dict[str, Any]]) -> bool:
+    return any("filesort" in (p["Extra"] or "") for p in plan)
+
+
+def listing(where: TaskFilter, after: tuple[int, str] | None = None) -> tuple[str, list[Any]]:
+    return queries.list_tasks(where, after, 100)
+
+
+def test_a_page_of_everything_reads_th_tasks_listed_in_order(
+    filled: tuple[MySQLStore, Any, int],
+) -> None:
+    store, db, now = filled
+    for where, after in (
+        (TaskFilter(), None),
+        (TaskFilter(), (now + 500, "c50:50")),
+        (TaskFilter(due_after_ms=now + 1000, due_before_ms=now + 5000), None),
+        (TaskFilter(state=TaskState.SCHEDULED), (now + 500, "c50:50")),
+    ):
+        plan = explain(db, listing(where, after))
+        assert access(plan, "t") in (("index", "th_tasks_listed"), ("range", "th_tasks_listed"))
+        assert not sorted_rows(plan)
+    assert len(store.list_tasks(TaskFilter(), None, 100)) == 100
+
+
+def test_a_routing_keys_page_reads_th_tasks_key_in_order(
+    filled: tuple[MySQLStore, Any, int],
+) -> None:
+    _store, db, now = filled
+    for where in (
+        TaskFilter(routing_key="mail"),
+        TaskFilter(routing_key="mail", due_after_ms=now + 3000),
+        TaskFilter(routing_key=DEFAULT_ROUTING_KEY),
+    ):
+        plan = explain(db, listing(where, (now + 20, "c2:2")))
+        assert access(plan, "t") == ("range", "th_tasks_key")
+        assert not sorted_rows(plan)
+
+
+def test_a_tags_page_reads_th_task_tags_in_order(filled: tuple[MySQLStore, Any, int]) -> None:
+    store, db, now = filled
+    for where in (TaskFilter(tag="vip"), TaskFilter(tag="tenant:7", due_before_ms=now + 30_000)):
+        plan = explain(db, listing(where, (now, "")))
+        assert access(plan, "g") == ("range", "PRIMARY")
+        assert access(plan, "t") == ("eq_ref", "PRIMARY")
+        assert not sorted_rows(plan)
+    assert [i.task.id for i in store.list_tasks(TaskFilter(tag="vip"), None, 3)] == [
+        "c0:0",
+        "c100:100",
+        "c200:200",
+    ]
+
+
+def test_an_id_prefix_is_a_range_of_the_primary_key_or_of_the_listing_key(
+    filled: tuple[MySQLStore, Any, int],
+) -> None:
+    store, db, _now = filled
+    plan = explain(db, listing(TaskFilter(prefix="c42:")))
+    assert access(plan, "t") in (("range", "PRIMARY"), ("index", "th_tasks_listed"))
+    assert store.count_where(TaskFilter(prefix="c42:")) == ROWS // 300
+
+
+def test_counts_and_the_timeline_read_indexes_only(filled: tuple[MySQLStore, Any, int]) -> None:
+    store, db, now = filled
+    by_tag = explain(db, queries.count(TaskFilter(tag="tenant:3")))
+    assert access(by_tag, "g") == ("ref", "PRIMARY")
+    by_key = explain(db, queries.count(TaskFilter(routing_key="push")))
+    assert access(by_key, "t")[1] == "th_tasks_key"
+    assert "Using index" in (by_key[0]["Extra"] or "")
+    line = explain(db, queries.timeline(TaskFilter(), now, 60_000, 60))
+    assert access(line, "t") == ("range", "th_tasks_listed")
+    assert "Using index" in (line[0]["Extra"] or "")  # covering: no row is read
+    counts = store.timeline(TaskFilter(), now, 1000, 60).counts
+    assert sum(sum(c) for c in counts.values()) == ROWS
+    assert store.count_where(TaskFilter(routing_key="push")) == ROWS // 3

@@ -1,0 +1,63 @@
+"""Tasks as the HTTP API shows them (JSON-able dicts): one task's lookup, a
+listing's entries, and a timeline."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from triggerhook.domain.listing import Timeline
+from triggerhook.domain.meta import Meta
+from triggerhook.domain.task import TaskInfo
+
+
+def at_s(due_ms: int) -> float:
+    """Epoch milliseconds as the API's epoch seconds."""
+    return due_ms / 1000
+
+
+def task_json(info: TaskInfo, payload: bool = True) -> dict[str, Any]:
+    """A task: its id, due time, routing key, state, metadata and (with
+    ``payload``) its payload, as text if it is UTF-8, else as base64."""
+    task = info.task
+    data: dict[str, Any] = {
+        "id": task.id,
+        "at": at_s(task.due_ms),
+        "routing_key": task.routing_key,
+        "state": info.state.value,
+        **meta_json(task.meta),
+    }
+    if payload:
+        try:
+            data["payload"] = task.payload.decode("utf-8")
+        except UnicodeDecodeError:
+            data["payload_b64"] = base64.b64encode(task.payload).decode("ascii")
+    return data
+
+
+def meta_json(meta: Meta) -> dict[str, Any]:
+    """The metadata fields that are set, as a create body gives them."""
+    data: dict[str, Any] = {}
+    if meta.tags:
+        data["tags"] = list(meta.tags)
+    if meta.content_type is not None:
+        data["content_type"] = meta.content_type
+    if meta.content_encoding is not None:
+        data["content_encoding"] = meta.content_encoding
+    if meta.headers:
+        data["headers"] = dict(meta.headers)
+    if meta.late is not None:
+        late = meta.late.to_json()
+        if isinstance(late, dict) and "deadline_ms" in late:
+            late = {"deadline": at_s(late["deadline_ms"])}
+        data["late"] = late
+    return data
+
+
+def timeline_json(timeline: Timeline) -> dict[str, Any]:
+    return {
+        "start": at_s(timeline.start_ms),
+        "bucket": timeline.bucket_ms / 1000,
+        "buckets": timeline.buckets,
+        "routing_keys": timeline.counts,
+    }

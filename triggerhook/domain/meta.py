@@ -1,0 +1,213 @@
+"""What a task carries besides its time, routing key and payload (pure, no I/O).
+
+* **tags**: up to :data:`MAX_TAGS` labels, indexed for listing, counting and
+  bulk cancel (a set: stored sorted, duplicates dropped);
+* the event's AMQP properties: ``content_type``, ``content_encoding`` and
+  custom ``headers`` (at most :data:`MAX_HEADERS`, :data:`MAX_HEADERS_BYTES`
+  in all; names starting with ``x-`` are the engine's: refused);
+* the **late-fire policy** (:class:`LatePolicy`): what to do with a task
+  found late when it is published; None: the engine's configured default.
+
+All of it is part of a task's content: an idempotent re-create compares it.
+Every limit is checked before any work that grows with the input.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from triggerhook.errors import ValidationError
+
+MAX_TAGS = 8
+TAG_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,64}")
+# AMQP short strings; printable ASCII keeps them readable in every tool.
+PROPERTY_PATTERN = re.compile(r"[\x20-\x7e]{1,255}")
+MAX_HEADERS = 16
+HEADER_NAME_PATTERN = re.compile(r"[!-~]{1,128}")  # printable ASCII, no space
+MAX_HEADER_VALUE_BYTES = 1024
+MAX_HEADERS_BYTES = 4096  # names and values, as UTF-8
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+RESERVED_HEADER_PREFIX = "x-"
+
+HeaderValue = str | int | bool
+Headers = tuple[tuple[str, HeaderValue], ...]
+
+
+class LateKind(enum.Enum):
+    FIRE = "fire"  # fire however late (the behaviour without a policy)
+    SKIP_AFTER = "skip_after_ms"  # more than ``ms`` late: dead-letter instead
+    DEADLINE = "deadline_ms"  # published after ``ms`` (epoch): dead-letter instead
+
+
+@dataclass(frozen=True, slots=True)
+class LatePolicy:
+    """What to do with an event found late at publish time, by the engine's clock."""
+
+    kind: LateKind
+    ms: int = 0  # SKIP_AFTER: the tolerance; DEADLINE: epoch milliseconds
+
+    def too_late(self, due_ms: int, now_ms: float) -> str | None:
+        """Why the event must not be fired at ``now_ms`` (None: fire it)."""
+        if self.kind is LateKind.SKIP_AFTER and now_ms - due_ms > self.ms:
+            return f"late: {int(now_ms - due_ms)} ms after its due time (skip_after_ms {self.ms})"
+        if self.kind is LateKind.DEADLINE and now_ms > self.ms:
+            return f"late: {int(now_ms - self.ms)} ms past its deadline ({self.ms} epoch ms)"
+        return None
+
+    def to_json(self) -> object:
+        return "fire" if self.kind is LateKind.FIRE else {self.kind.value: self.ms}
+
+
+FIRE = LatePolicy(LateKind.FIRE)
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """A task's tags, AMQP properties and late-fire policy (validated: :func:`make_meta`)."""
+
+    tags: tuple[str, ...] = ()
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: Headers = ()  # sorted by name
+    late: LatePolicy | None = None
+
+    def __bool__(self) -> bool:
+        return self != NO_META
+
+    def to_record(self) -> dict[str, object]:
+        """The JSON-able form a store keeps (only what is set)."""
+        record: dict[str, object] = {}
+        if self.tags:
+            record["tags"] = list(self.tags)
+        if self.content_type is not None:
+            record["content_type"] = self.content_type
+        if self.content_encoding is not None:
+            record["content_encoding"] = self.content_encoding
+        if self.headers:
+            record["headers"] = dict(self.headers)
+        if self.late is not None:
+            record["late"] = self.late.to_json()
+        return record
+
+
+NO_META = Meta()
+
+
+def from_record(record: Mapping[str, object]) -> Meta:
+    """The :class:`Meta` a store kept (:meth:`Meta.to_record`), validated again."""
+    headers = record.get("headers")
+    return make_meta(
+        tags=record.get("tags"),
+        content_type=record.get("content_type"),
+        content_encoding=record.get("content_encoding"),
+        headers=headers if isinstance(headers, Mapping) else None,
+        late=parse_late(record["late"]) if "late" in record else None,
+    )
+
+
+def make_meta(
+    *,
+    tags: object = None,
+    content_type: object = None,
+    content_encoding: object = None,
+    headers: Mapping[str, object] | None = None,
+    late: LatePolicy | None = None,
+) -> Meta:
+    """Validated metadata; raises :class:`ValidationError` naming the field."""
+    meta = Meta(
+        tags=_tags(tags),
+        content_type=_property(content_type, "content_type"),
+        content_encoding=_property(content_encoding, "content_encoding"),
+        headers=_headers(headers),
+        late=late,
+    )
+    return NO_META if meta == NO_META else meta
+
+
+def parse_late(value: object, field: str = "late") -> LatePolicy:
+    """``"fire"``, ``{"skip_after_ms": N}`` or ``{"deadline_ms": epoch ms}``:
+    the forms :meth:`LatePolicy.to_json` writes (the HTTP API also takes
+    ``{"deadline": time}`` and converts it first)."""
+    if value == "fire":
+        return FIRE
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise ValidationError(field, 'must be "fire", {"skip_after_ms": N} or {"deadline_ms": N}')
+    ((key, number),) = value.items()
+    kinds = {kind.value: kind for kind in LateKind if kind is not LateKind.FIRE}
+    if key not in kinds:
+        raise ValidationError(f"{field}.{key}", "unknown (allowed: skip_after_ms, deadline_ms)")
+    return LatePolicy(kinds[key], _non_negative(number, f"{field}.{key}"))
+
+
+def _non_negative(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT64_MAX:
+        raise ValidationError(field, "must be a non-negative integer number of milliseconds")
+    return value
+
+
+def _tags(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValidationError("tags", "must be a list of strings")
+    if len(value) > MAX_TAGS:
+        raise ValidationError("tags", f"at most {MAX_TAGS} tags, got {len(value)}")
+    for index, tag in enumerate(value):
+        if not isinstance(tag, str) or not TAG_PATTERN.fullmatch(tag):
+            raise ValidationError(f"tags[{index}]", "must be 1-64 characters from [A-Za-z0-9._:/-]")
+    return tuple(sorted(set(value)))
+
+
+def _property(value: object, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not PROPERTY_PATTERN.fullmatch(value):
+        raise ValidationError(field, "must be 1-255 printable ASCII characters")
+    return value
+
+
+def _headers(value: Mapping[str, object] | None) -> Headers:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ValidationError("headers", "must be an object of names to values")
+    if len(value) > MAX_HEADERS:
+        raise ValidationError("headers", f"at most {MAX_HEADERS} headers, got {len(value)}")
+    total = 0
+    out: list[tuple[str, HeaderValue]] = []
+    for name, item in value.items():
+        _header_name(name)
+        field = f"headers.{name}"
+        if isinstance(item, str):
+            size = len(item.encode("utf-8", "surrogatepass"))
+            if size > MAX_HEADER_VALUE_BYTES:
+                raise ValidationError(field, f"over {MAX_HEADER_VALUE_BYTES} bytes")
+            _utf8(item, field)
+        elif isinstance(item, bool) or (isinstance(item, int) and _INT64_MIN <= item <= _INT64_MAX):
+            size = 8
+        else:
+            raise ValidationError(field, "must be a string, a 64-bit integer or a boolean")
+        total += len(name) + size
+        out.append((name, item))
+    if total > MAX_HEADERS_BYTES:
+        raise ValidationError("headers", f"{total} bytes in all, over {MAX_HEADERS_BYTES}")
+    return tuple(sorted(out))
+
+
+def _header_name(name: object) -> None:
+    if not isinstance(name, str) or not HEADER_NAME_PATTERN.fullmatch(name):
+        raise ValidationError("headers", "names must be 1-128 printable ASCII characters")
+    if name[:2].lower() == RESERVED_HEADER_PREFIX:
+        raise ValidationError(
+            f"headers.{name}", "names starting with x- are reserved for the engine's headers"
+        )
+
+
+def _utf8(text: str, field: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "is not valid UTF-8 text") from None
