@@ -10,7 +10,8 @@ benchmarks/engine.py; HTTP: benchmarks/http.py), sending and confirm, burst
 (benchmarks/engine.py), precision (benchmarks/precision.py), capacity: steady
 rates stepped up until one is not held (benchmarks/capacity.py), precision
 under hostile input (benchmarks/hostile.py), takeover after kill -9
-(benchmarks/takeover.py).
+(benchmarks/takeover.py), listing and bulk cancel at 1,000,000 pending tasks
+(benchmarks/listing.py).
 
 Writes results.json, results.md and PNG plots to ``--out`` (default
 benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
@@ -42,6 +43,7 @@ from benchmarks import (
     engine,
     hostile,
     http,
+    listing,
     machine,
     plots,
     precision,
@@ -102,6 +104,9 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
             rec, config.hostile_s, config.probes_per_s, config.quick
         ),
         "takeover": lambda rec: takeover.run(rec, 5 if config.quick else 20, 200, config.quick),
+        "listing": lambda rec: listing.run(
+            rec, *((20_000, 5_000, 10) if config.quick else (1_000_000, 100_000, 60))
+        ),
     }
 
 

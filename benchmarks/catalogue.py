@@ -64,7 +64,7 @@ CEILING_SPECS = (
     Spec("ceiling.heapq", "ceilings", "heapq push + pop", "pairs/s"),
 )
 
-SPECS = (
+_ENGINE_SPECS: tuple[Spec, ...] = (
     Spec(
         "create.schedule_many",
         "create",
@@ -379,6 +379,51 @@ class StepSpec:
     column: str  # its heading in the steps table
 
 
+_PAGE = _le(20)  # issue 14: a page of 100 at 1,000,000 pending
+_COUNTS = _le(200)  # issue 14: counts per routing key
+LISTING_SPECS = (
+    Spec("listing.fill_rate", "listing", "listing: filling, tagged tasks over HTTP", "tasks/s"),
+    Spec("listing.page_first", "listing", "listing: first page of 100", "ms", _PAGE),
+    Spec("listing.page_deep", "listing", "listing: a page half-way in due order", "ms", _PAGE),
+    Spec("listing.page_key", "listing", "listing: a routing key's page", "ms", _PAGE),
+    Spec("listing.page_tag", "listing", "listing: a tag's page", "ms", _PAGE),
+    Spec("listing.page_prefix", "listing", "listing: an id prefix's page", "ms", _PAGE),
+    Spec("listing.page_cursor", "listing", "listing: the 10th page of a cursor walk", "ms", _PAGE),
+    Spec("listing.count_tag", "listing", "listing: count of a tag", "ms"),
+    Spec("listing.count_key", "listing", "listing: count of a routing key", "ms"),
+    Spec("listing.count_all", "listing", "listing: count of every task", "ms"),
+    Spec(
+        "listing.timeline_hour",
+        "listing",
+        "listing: counts per routing key, next hour by minute",
+        "ms",
+        _COUNTS,
+    ),
+    Spec(
+        "listing.timeline_month",
+        "listing",
+        "listing: counts per routing key, 30 days by hour (every task read)",
+        "ms",
+        _COUNTS,
+    ),
+    Spec(
+        "listing.cancel.fired_p99",
+        "listing",
+        "bulk cancel: firing lateness p99 while it runs",
+        "ms",
+        _le(5),
+    ),
+    Spec("listing.cancel.early", "listing", "bulk cancel: events early", "events", _NONE_EARLY),
+    Spec("listing.cancel.rate", "listing", "bulk cancel: tasks cancelled", "tasks/s"),
+    Spec(
+        "listing.cancel.before_p99",
+        "listing",
+        "bulk cancel: firing lateness p99 before it (the same run)",
+        "ms",
+    ),
+)
+SPECS: tuple[Spec, ...] = (*_ENGINE_SPECS, *LISTING_SPECS)
+
 _CPU_1K = "CPU per 1,000 fires"
 STEP_SPECS = {
     "capacity": tuple(
@@ -406,6 +451,7 @@ SCENARIOS = (
     "capacity",
     "hostile",
     "takeover",
+    "listing",
 )
 
 

@@ -14,6 +14,14 @@
  * -DUNFENCED_REWRITE (R8 without the epoch check), -DCANCEL_ARMED (R7
  * ignores the armed state); and, for the liveness property,
  * -DNO_RENEW (a lapsed lease is never renewed, though nobody took the shard).
+ *
+ * With -DSERIES the task is a recurring series (docs/design/ownership.md,
+ * R5s): the confirm of an occurrence rewrites the row to the next one
+ * (unarmed, a new revision, in the same step that removes the confirmed
+ * one) until the series ends after MAX_OCC occurrences; a cancel of an armed
+ * occurrence is too late for it but stops the series. Its mutations:
+ * -DADVANCE_BY_ID (the advance does not check the revision) and
+ * -DSTOP_IGNORED (the advance ignores a stop).
  */
 
 #define NI 2
@@ -31,7 +39,14 @@
 #ifndef MAX_RELEASE
 #define MAX_RELEASE 1    /* graceful releases */
 #endif
+#ifndef MAX_OCC
+#define MAX_OCC 3        /* occurrences of a series */
+#endif
+#ifdef SERIES
+#define MAXREV 12        /* revisions 1 .. 11 (0: none) */
+#else
 #define MAXREV 8         /* revisions 1 .. 7 (0: none) */
+#endif
 #define MAXINC 6         /* incarnations 1 .. 5 */
 #define MAXEPOCH 8
 
@@ -46,6 +61,8 @@ bool exists = false;
 byte rev = 0;
 bool armed = false;
 byte armed_epoch = 0;
+byte occ = 0;             /* the occurrence the row stands for (a series) */
+bool stop = false;        /* a cancel came too late for it: the series ends after it */
 
 /* history, for the properties */
 byte nrev = 0;
@@ -54,6 +71,8 @@ byte inc_of[MAXREV];
 bool cancelled[MAXINC];   /* a cancel of the incarnation answered CANCELLED */
 bool replaced[MAXREV];    /* a reschedule of the revision answered RESCHEDULED */
 bool published[MAXREV];
+byte occ_of[MAXREV];      /* the occurrence each revision stood for */
+byte stop_after = 0;      /* the last occurrence a stop lets fire (0: no stop) */
 byte epoch_owner[MAXEPOCH];
 bool crashed[NI];
 byte crashes = 0;
@@ -64,6 +83,7 @@ byte releases = 0;
 inline new_rev(incarnation) {
     nrev++;
     inc_of[nrev] = incarnation;
+    occ_of[nrev] = occ;
     rev = nrev
 }
 
@@ -112,21 +132,43 @@ end:
     :: atomic { held != 0 && checked == 0 && my_epoch != 0 && owner == me &&
                 epoch == my_epoch && lease_valid -> checked = held }
     :: atomic { checked != 0 && sent == 0 ->
+#ifdef SERIES
+         /* I1s: after CANCELLED, only a duplicate of an occurrence published
+            before (a stale copy); a series outlives each revision */
+         assert(!cancelled[inc_of[checked]] || published[checked]);
+#else
          assert(!cancelled[inc_of[checked]]);  /* I1: not after CANCELLED */
+#endif
          assert(!replaced[checked]);           /* I1: not after RESCHEDULED */
+         /* S2: no occurrence of a stopped series after the one it stopped at */
+         assert(stop_after == 0 || inc_of[checked] != ninc || occ_of[checked] <= stop_after);
          published[checked] = true;
          sent = checked; held = 0; checked = 0 }
 
-    /* R5: confirmed; delete by revision, not fenced */
+    /* R5: confirmed; delete by revision, not fenced. R5s (a series): the
+       same step writes the next occurrence, unarmed, at a new revision, or
+       ends the series (its last occurrence, or stopped) */
     :: atomic { sent != 0 ->
          if
-#ifdef DELETE_BY_ID
+#if defined(DELETE_BY_ID) || defined(ADVANCE_BY_ID)
          :: exists ->
 #else
          :: exists && rev == sent ->
 #endif
-              assert(published[rev]);  /* I2 */
+              assert(published[rev]);  /* I2; for a series S1: no occurrence skipped */
+#ifdef SERIES
+              if
+#ifdef STOP_IGNORED
+              :: occ < MAX_OCC && nrev < MAXREV - 1 ->
+#else
+              :: occ < MAX_OCC && !stop && nrev < MAXREV - 1 ->
+#endif
+                   occ++; new_rev(inc_of[rev]); armed = false
+              :: else -> exists = false; armed = false
+              fi
+#else
               exists = false; armed = false
+#endif
          :: else -> skip
          fi;
          sent = 0 }
@@ -194,7 +236,8 @@ end:
          ops++;
          if
          :: atomic { !exists && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->  /* create */
-              ninc++; new_rev(ninc); exists = true; armed = false }
+              ninc++; occ = 1; stop = false; stop_after = 0;
+              new_rev(ninc); exists = true; armed = false }
 #ifdef CANCEL_ARMED
          :: atomic { exists ->
 #else
@@ -203,6 +246,10 @@ end:
               cancelled[inc_of[rev]] = true; exists = false; armed = false }  /* CANCELLED */
          :: atomic { exists && nrev < MAXREV - 1 && !armed ->  /* RESCHEDULED */
               replaced[rev] = true; new_rev(inc_of[rev]) }
+#ifdef SERIES
+         :: atomic { exists && armed && !stop ->  /* TOO_LATE for this occurrence: stop after it */
+              stop = true; stop_after = occ }
+#endif
          :: else -> skip  /* too late, not found, or a conflict */
          fi
     :: ops == MAX_OPS -> break

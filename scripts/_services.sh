@@ -8,6 +8,8 @@
 # ensure_spin (scripts/test only): installs Debian's spin (and gcc) when missing.
 # ensure_libfaketime (scripts/test only): installs Debian's libfaketime when
 # its library is missing (the clock-skew test runs a daemon under it).
+# ensure_chromium (scripts/test only): installs Debian's chromium when
+# /usr/bin/chromium is missing (the web view's tests drive it with Playwright).
 #
 #   TRIGGERHOOK_MYSQL_HOST  / TRIGGERHOOK_MYSQL_PORT  default 127.0.0.1 / 3306
 #   TRIGGERHOOK_AMQP_HOST   / TRIGGERHOOK_AMQP_PORT   default 127.0.0.1 / 5672
@@ -254,6 +256,15 @@ ensure_libfaketime() {
             "/usr/lib/*/faketime/libfaketime.so.1 is missing (dpkg -L libfaketime)"
         return 1
     }
+}
+
+# ensure_chromium (scripts/test only): Debian's chromium, the headless browser
+# tests/integration/test_web_view.py drives through Playwright (launched by
+# path; Playwright's own browser downloads are never used).
+CHROMIUM=/usr/bin/chromium
+
+ensure_chromium() {
+    [[ -x "$CHROMIUM" ]] || _apt_install chromium "$CHROMIUM" || return 1
 }
 
 # Start influxd the way Debian's init script does (user influxdb, its pid

@@ -174,13 +174,25 @@ class TaskStore(Protocol):
         stays. Not fenced (R5)."""
         ...
 
+    def advance(self, fired: Sequence[Task], now_ms: float) -> int:
+        """R5s: the rows of series whose occurrences' events the broker
+        confirmed (each task as fired: its id and revision). A row still at
+        that revision is rewritten, in one transaction with the others, to
+        its next occurrence (unarmed, new revision, attempts 0, occurrence
+        number one up), or deleted when the series ended (or was stopped);
+        any other is left alone. Not fenced by the epoch (by the revision,
+        as R5). Returns the rows written or deleted."""
+        ...
+
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
         """R8: rows whose events were not delivered, one outcome each."""
         ...
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
         """Cancel in one transaction (R7); one result per id (an id given
-        twice is cancelled once, then not found)."""
+        twice is cancelled once, then not found). A series too late to
+        cancel (its occurrence is being published) is stopped: that
+        occurrence is its last."""
         ...
 
     def reschedule(self, moves: Sequence[Move]) -> list[Moved]:

@@ -227,6 +227,16 @@ class Settings:
     metrics_require_token: bool = _setting(
         False, "GET /metrics requires api_token too (it is open by default, like /healthz)."
     )
+    web_view: bool = _setting(
+        True,
+        "Serve the web view (pages under /ui on the HTTP API's port: tasks, counts, the "
+        "timeline, live figures), behind api_token like /v1; see docs/web-view.md.",
+    )
+    web_allow_cancel: bool = _setting(
+        False,
+        "The web view offers buttons to cancel a task and every task its filter matches "
+        "(forms with a CSRF token); false = read-only, such requests get 403.",
+    )
     commands_enabled: bool = _setting(True, "Consume the AMQP command queue (`triggerhook run`).")
     command_queue: str = _setting(
         "triggerhook.commands",

@@ -120,6 +120,8 @@ def http_config(settings: Settings) -> HttpConfig:
         max_body_bytes=settings.http_max_body_bytes,
         max_batch_tasks=settings.http_max_batch_tasks,
         max_payload_bytes=settings.max_payload_bytes,
+        web_view=settings.web_view,
+        web_allow_cancel=settings.web_allow_cancel,
     )
 
 

@@ -10,10 +10,11 @@ from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT
 
 from triggerhook.domain.listing import BulkCancelled, TaskFilter
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta, make_meta
-from triggerhook.domain.task import Task, TaskState
+from triggerhook.domain.recurrence import make_recurrence
+from triggerhook.domain.task import CancelResult, Task, TaskState
 from triggerhook.engine.bulk import cancel_where
 from triggerhook.errors import ValidationError
-from triggerhook.interfaces import InsertOutcome, Move, NewRow, TaskStore
+from triggerhook.interfaces import InsertOutcome, Lease, Move, NewRow, TaskStore
 
 FAR = 10**9
 BILLING = make_meta(
@@ -226,3 +227,85 @@ def test_bulk_cancel_must_name_tasks(store: TaskStore, now: int) -> None:
     with pytest.raises(ValidationError, match="prefix, tag and routing_key"):
         cancel_where(store, TaskFilter(due_before_ms=now + FAR))
     assert listed(store) == ["x"]
+
+
+# -- series (R5s) -----------------------------------------------------------------------------
+
+
+def series(name: str, due_ms: int, until_ms: int | None = None, tags: tuple[str, ...] = ()) -> Task:
+    """A task recurring every second."""
+    recur = make_recurrence(every=1000, until_ms=until_ms)
+    return Task(name, due_ms, "rk", b"", meta=make_meta(recur=recur, tags=list(tags)))
+
+
+@pytest.fixture
+def leases(store: TaskStore) -> list[Lease]:
+    """Every shard, held by "me"."""
+    return [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+
+
+def arm_everything(store: TaskStore, leases: list[Lease], horizon_ms: int) -> list[Task]:
+    return store.arm("me", leases, horizon_ms, 100).tasks
+
+
+def test_a_confirmed_occurrence_becomes_the_next_one(
+    store: TaskStore, now: int, leases: list[Lease]
+) -> None:
+    put(store, series("s", now + 10, tags=("daily",)))
+    [fired] = arm_everything(store, leases, now + 100)
+    assert fired.meta.recur is not None and fired.meta.recur.occurrence == 1
+    assert store.advance([fired], now + 20) == 1
+    info = store.get("s")
+    assert info is not None and info.state is TaskState.SCHEDULED  # unarmed again
+    assert info.task.due_ms == now + 1010
+    assert info.task.meta.recur is not None and info.task.meta.recur.occurrence == 2
+    assert info.task.meta.tags == ("daily",)
+    # The same confirm again (a stale instance): the row moved on, nothing happens.
+    assert store.advance([fired], now + 20) == 0
+    assert store.get("s") == info
+    # Its tag row follows the new due time.
+    later = TaskFilter(tag="daily", due_after_ms=now + 1000)
+    assert [i.task.id for i in store.list_tasks(later, None, 5)] == ["s"]
+    [second] = arm_everything(store, leases, now + 2000)
+    assert second.rev != fired.rev and second.due_ms == now + 1010
+
+
+def test_occurrences_missed_in_an_outage_are_not_replayed(
+    store: TaskStore, now: int, leases: list[Lease]
+) -> None:
+    put(store, series("s", now + 10))
+    [fired] = arm_everything(store, leases, now + 100)
+    assert store.advance([fired], now + 5_500) == 1  # confirmed 5.5 s late
+    info = store.get("s")
+    assert info is not None and info.task.due_ms == now + 6010
+    assert info.task.meta.recur is not None and info.task.meta.recur.occurrence == 2
+
+
+def test_a_series_ends_with_its_last_occurrence(
+    store: TaskStore, now: int, leases: list[Lease]
+) -> None:
+    put(
+        store,
+        series("s", now + 10, until_ms=now + 1010),
+        series("t", now + 10, until_ms=now + 1009),
+    )
+    fired = arm_everything(store, leases, now + 100)
+    assert store.advance(fired, now + 20) == 2
+    assert store.get("t") is None  # its next would be after its end: it ended
+    info = store.get("s")  # its next is at its end (inclusive): the last one
+    assert info is not None and info.task.due_ms == now + 1010
+
+
+def test_a_cancel_too_late_for_an_occurrence_stops_the_series(
+    store: TaskStore, now: int, leases: list[Lease]
+) -> None:
+    put(store, series("s", now + 10), series("u", now + FAR))
+    [fired] = arm_everything(store, leases, now + 100)
+    assert store.cancel(["s"]) == [CancelResult.TOO_LATE]
+    info = store.get("s")
+    assert info is not None and info.state is TaskState.FIRING
+    assert info.task.meta.recur is not None and info.task.meta.recur.stopped
+    assert store.advance([fired], now + 20) == 1
+    assert store.get("s") is None  # stopped: no next occurrence
+    assert store.cancel(["u"]) == [CancelResult.CANCELLED]  # unarmed: the whole series
+    assert store.get("u") is None

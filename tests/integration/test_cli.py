@@ -16,13 +16,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support.daemon import TaskTable, base_env, closed_port, run_cli, settings_env
+from support.daemon import (
+    TaskTable,
+    base_env,
+    closed_port,
+    run_cli,
+    settings_env,
+    triggerhook_command,
+)
 from support.http import ROUTED, Api, api_daemon
 from support.mysql import connect
 from support.waiting import now_ms
 
+from triggerhook import Settings, TaskSpec, build
 from triggerhook.cli import _parser
 from triggerhook.store.mysql import init_schema
+from triggerhook.store.sql import SCHEMA_VERSION
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
 
@@ -189,7 +198,15 @@ def test_a_bad_url_is_named_without_its_password(db: tuple[str, TaskTable]) -> N
 
 @pytest.mark.parametrize(
     "command",
-    [["schedule", "--in", "5s"], ["run"], ["get", "x"], ["reschedule", "x", "--in", "5s"]],
+    [
+        ["schedule", "--in", "5s"],
+        ["run"],
+        ["get", "x"],
+        ["reschedule", "x", "--in", "5s"],
+        ["list"],
+        ["count"],
+        ["cancel", "--tag", "t"],
+    ],
 )
 def test_unreachable_database_is_a_runtime_failure(command: list[str]) -> None:
     url = f"mysql+pymysql://root:@127.0.0.1:{closed_port()}/th_unreachable"
@@ -213,13 +230,16 @@ def test_db_init_creates_the_database_and_is_idempotent(mysql_url: str) -> None:
             result = run_cli(["db", "init"], cli_env(url, shard_count=count))
             assert result.returncode == EXIT_OK, result.stdout + result.stderr
             assert "Traceback" not in result.stderr
-            assert "schema version 3" in result.stdout
+            assert f"schema version {SCHEMA_VERSION}" in result.stdout
             assert said in result.stderr, result.stderr
         conn = connect(url)
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT name, value FROM th_meta ORDER BY name")
-                assert list(cur.fetchall()) == [("schema_version", "3"), ("shard_count", "8")]
+                assert list(cur.fetchall()) == [
+                    ("schema_version", str(SCHEMA_VERSION)),
+                    ("shard_count", "8"),
+                ]
                 cur.execute("SELECT COUNT(*) FROM th_tasks")
                 assert cur.fetchone() == (0,)
                 cur.execute("SELECT COUNT(*) FROM th_members")
@@ -498,11 +518,217 @@ def test_url_mode_failures(served: Api) -> None:
     assert_clean_error(no_token, EXIT_USAGE, "bearer token")
 
     nobody = {**url_env(served), "TRIGGERHOOK_URL": f"http://127.0.0.1:{closed_port()}"}
-    for command in (["schedule", "--in", "5s"], ["cancel", "x"]):
+    for command in (
+        ["schedule", "--in", "5s"],
+        ["cancel", "x"],
+        ["list"],
+        ["cancel", "--tag", "t"],
+    ):
         assert_clean_error(run_cli(command, nobody), EXIT_FAILURE, "no answer")
+    assert_clean_error(run_cli(["count"], url_env(served, token="wrong")), EXIT_USAGE, "token")
 
     bad_url = {**url_env(served), "TRIGGERHOOK_URL": "ftp://example.com"}
     assert_clean_error(run_cli(["get", "x"], bad_url), EXIT_USAGE, "--url")
+
+
+# -- metadata, list, count, bulk cancel: the same over both backends ---------------------------
+
+
+def _lines(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    """A command's output of one JSON object per line."""
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    assert result.stderr == "", result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def metadata_scenario(env: dict[str, str], prefix: str) -> None:
+    """Schedule three tasks with metadata, then get, list, count and cancel them
+    by filters: the output each mode must print (the same over either backend)."""
+    tag = f"{prefix}-tag"
+    first = ["schedule", "--id", f"{prefix}:0", "--at", "2030-01-01T00:00:00Z"]
+    first += ["--routing-key", "fire.a", "--tag", tag, "--tag", "vip", "--header", "tenant=7"]
+    first += ["--header", "attempt=1", "--content-type", "application/json"]
+    first += ["--content-encoding", "gzip", "--late", "skip_after_ms=500", "--payload", "{}"]
+    second = ["schedule", "--id", f"{prefix}:1", "--at", "2030-01-01T00:00:01Z"]
+    second += ["--routing-key", "fire.b", "--tag", tag, "--late", "deadline=2030-01-02T00:00:00Z"]
+    third = ["schedule", "--id", f"{prefix}:2", "--at", "1893456002", "--routing-key", "fire.a"]
+    third += ["--tag", tag, "--late", "fire"]
+    for command in (first, second, third):
+        assert _json(run_cli(command, env), EXIT_OK)["created"] is True
+    assert _json(run_cli(first, env), EXIT_OK)["created"] is False  # the same task
+    assert_clean_error(run_cli([*first[:-2], "--tag", "other"], env), EXIT_USAGE, f"{prefix}:0")
+
+    shown = {
+        "id": f"{prefix}:0",
+        "due_ms": 1_893_456_000_000,
+        "routing_key": "fire.a",
+        "state": "scheduled",
+        "tags": sorted([tag, "vip"]),
+        "content_type": "application/json",
+        "content_encoding": "gzip",
+        "headers": {"attempt": "1", "tenant": "7"},
+        "late": {"skip_after_ms": 500},
+    }
+    assert _json(run_cli(["get", f"{prefix}:0"], env), EXIT_OK) == {**shown, "payload": "{}"}
+    listed = _lines(run_cli(["list", "--tag", tag], env))
+    assert listed == [
+        shown,
+        {
+            "id": f"{prefix}:1",
+            "due_ms": 1_893_456_001_000,
+            "routing_key": "fire.b",
+            "state": "scheduled",
+            "tags": [tag],
+            "late": {"deadline_ms": 1_893_542_400_000},
+        },
+        {
+            "id": f"{prefix}:2",
+            "due_ms": 1_893_456_002_000,
+            "routing_key": "fire.a",
+            "state": "scheduled",
+            "tags": [tag],
+            "late": "fire",
+        },
+    ]
+    assert _lines(run_cli(["list", "--prefix", prefix, "--limit", "2"], env)) == listed[:2]
+    ranged = ["list", "--prefix", prefix, "--due-after", "2030-01-01T00:00:01Z"]
+    ranged += ["--due-before", "1893456002", "--state", "scheduled"]
+    assert _lines(run_cli(ranged, env)) == [listed[1]]
+    assert _json(run_cli(["count", "--tag", tag], env), EXIT_OK) == {"count": 3}
+    firing = ["count", "--prefix", prefix, "--state", "firing"]
+    assert _json(run_cli(firing, env), EXIT_OK) == {"count": 0}
+    bulk = ["cancel", "--tag", tag, "--routing-key", "fire.a"]
+    assert _json(run_cli(bulk, env), EXIT_OK) == {"cancelled": 2, "too_late": 0}
+    assert _json(run_cli(bulk, env), EXIT_OK) == {"cancelled": 0, "too_late": 0}
+    assert _lines(run_cli(["list", "--prefix", prefix], env)) == [listed[1]]
+    assert _json(run_cli(["cancel", "--prefix", prefix], env), EXIT_OK) == {
+        "cancelled": 1,
+        "too_late": 0,
+    }
+    assert _lines(run_cli(["list", "--prefix", prefix, "--all"], env)) == []
+
+
+def test_metadata_list_count_and_bulk_cancel_in_database_mode(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    metadata_scenario(cli_env(database_url), "db")
+    assert table.count() == 0
+
+
+def test_metadata_list_count_and_bulk_cancel_in_url_mode(served: Api) -> None:
+    prefix = new_id("url")
+    metadata_scenario(url_env(served), prefix)
+    with TaskTable(served.database_url) as table:
+        assert table.query("SELECT COUNT(*) FROM th_tasks WHERE id LIKE %s", (f"{prefix}%",)) == [
+            (0,)
+        ]
+
+
+def test_a_bulk_cancel_counts_tasks_being_published_too_late(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    env = cli_env(database_url)
+    for n in range(3):
+        schedule = ["schedule", "--id", f"bulk-{n}", "--in", "1h", "--tag", "bulk"]
+        _json(run_cli(schedule, env), EXIT_OK)
+    table.mark_firing("bulk-0")  # armed by an engine: committed to firing
+    assert _lines(run_cli(["list", "--state", "firing"], env))[0]["id"] == "bulk-0"
+    result = _json(run_cli(["cancel", "--tag", "bulk"], env), EXIT_OK)
+    assert result == {"cancelled": 2, "too_late": 1}
+    assert table.ids() == {"bulk-0"}
+
+
+BAD_NEW_INPUT = [
+    pytest.param(["schedule", "--in", "5s", "--late", "skip"], ("late:",), id="late"),
+    pytest.param(
+        ["schedule", "--in", "5s", "--late", "skip_after_ms=soon"],
+        ("late.skip_after_ms:",),
+        id="late-skip",
+    ),
+    pytest.param(
+        ["schedule", "--in", "5s", "--late", "deadline=someday"],
+        ("late.deadline:",),
+        id="late-deadline",
+    ),
+    pytest.param(["schedule", "--in", "5s", "--header", "h"], ("--header", "NAME=VALUE"), id="hdr"),
+    pytest.param(
+        ["schedule", "--in", "5s", "--header", "x-due-ms=1"], ("headers.x-due-ms:",), id="hdr-x"
+    ),
+    pytest.param(
+        ["schedule", "--in", "5s", "--header", "h=caf\udce9"], ("headers.h:",), id="hdr-utf8"
+    ),
+    pytest.param(["schedule", "--in", "5s", "--tag", "not ok"], ("tags[0]:",), id="tag"),
+    pytest.param(["schedule", "--in", "5s", "--content-type", ""], ("content_type:",), id="ctype"),
+    pytest.param(["list", "--prefix", "bad prefix"], ("prefix:",), id="list-prefix"),
+    pytest.param(["list", "--due-before", "soon"], ("due_before:",), id="list-due"),
+    pytest.param(["count", "--due-after", "soon"], ("due_after:",), id="count-due"),
+    pytest.param(["cancel"], ("give a task id",), id="cancel-nothing"),
+    pytest.param(["cancel", "x", "--tag", "t"], ("not both",), id="cancel-both"),
+    pytest.param(["cancel", "--due-before", "1893456000"], ("only narrow",), id="cancel-due"),
+    pytest.param(["cancel", "--tag", "bad tag"], ("tag:",), id="cancel-tag"),
+]
+
+
+@pytest.mark.parametrize(("args", "mentions"), BAD_NEW_INPUT)
+def test_bad_metadata_and_filters_in_database_mode(
+    db: tuple[str, TaskTable], args: list[str], mentions: tuple[str, ...]
+) -> None:
+    database_url, table = db
+    assert_clean_error(run_cli(args, cli_env(database_url)), EXIT_USAGE, *mentions)
+    assert table.count() == 0
+
+
+@pytest.mark.parametrize(("args", "mentions"), BAD_NEW_INPUT)
+def test_bad_metadata_and_filters_in_url_mode(
+    served: Api, args: list[str], mentions: tuple[str, ...]
+) -> None:
+    with TaskTable(served.database_url) as table:
+        before = table.count()
+        assert_clean_error(run_cli(args, url_env(served)), EXIT_USAGE, *mentions)
+        assert table.count() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "--limit", "0"], ["list", "--limit", "5", "--all"], ["list", "--state", "done"]],
+)
+def test_bad_list_flags_are_usage_errors(db: tuple[str, TaskTable], args: list[str]) -> None:
+    result = run_cli(args, cli_env(db[0]))
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    # argparse's own: the usage, then one line naming the flag.
+    assert result.stderr.startswith("usage: triggerhook list"), result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("triggerhook list: error: argument")
+
+
+def test_list_into_a_reader_that_stops_early(db: tuple[str, TaskTable]) -> None:
+    """``triggerhook list --all | head -1``: more than a pipe holds; the reader
+    closes after one line; the CLI stops quietly (no traceback, no message)."""
+    database_url, table = db
+    with build(Settings(database_url=database_url)) as hook:
+        hook.schedule_many([TaskSpec(f"pipe-{n:04}", at_ms=AT_MS + n) for n in range(2000)])
+    assert table.count() == 2000
+    process = subprocess.Popen(
+        triggerhook_command("list", "--all"),
+        env=cli_env(database_url),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = json.loads(process.stdout.readline())
+    process.stdout.close()
+    try:
+        code = process.wait(timeout=60)
+    finally:
+        process.kill()
+    errors = process.stderr.read()
+    process.stderr.close()
+    assert first["id"] == "pipe-0000"
+    assert code == EXIT_FAILURE, errors
+    assert errors == "", errors
+
+
+AT_MS = 1_893_456_000_250
 
 
 # -- --help ----------------------------------------------------------------------------------

@@ -4,22 +4,25 @@ daemon (real MariaDB and RabbitMQ), which requires a bearer token.
 Every scenario runs twice: with :class:`Client`, and with :class:`AsyncClient`
 driven by an asyncio event loop (``Blocking`` below runs each coroutine to the
 end on one loop, so the async client keeps its connections between calls).
-Events are read by ``api.events`` (routing keys ``fire.#``).
+Events are read by ``api.events`` (routing keys ``fire.#``; dead letters come
+as ``fire.dead``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
 import pytest
+from support.amqp import Received
 from support.daemon import TaskTable, closed_port
 from support.hook import collect_until, header_int
 from support.http import ROUTED, Api, api_daemon
@@ -29,14 +32,20 @@ from support.waiting import now_ms, wait_for
 from triggerhook.client import (
     ApiError,
     AsyncClient,
+    BulkCancelled,
     Client,
     Conflict,
+    HeaderValue,
     Health,
     InvalidRequest,
+    Late,
     NotFound,
     Scheduled,
+    TaskPage,
     TaskRequest,
     TaskStatus,
+    TaskSummary,
+    Timeline,
     TooLate,
     Unauthorized,
     Unavailable,
@@ -46,6 +55,7 @@ from triggerhook.domain.task import TaskState
 
 TOKEN = "client-test-" + secrets.token_hex(8)
 FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the tests
+DEAD = "fire.dead"  # the daemon's dead_letter_routing_key: the test consumer gets them
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +67,8 @@ def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
         max_payload_bytes=1024,
         http_max_batch_tasks=50,
         default_routing_key=ROUTED,
+        dead_letter_routing_key=DEAD,
+        dead_letter_queue="",
     ) as served:
         yield served
         assert served.daemon.terminate() == 0, served.daemon.tail()
@@ -77,7 +89,7 @@ def uid(prefix: str) -> str:
 
 
 class Hook(Protocol):
-    """What both clients offer, called synchronously."""
+    """What both clients offer, called synchronously (filters as keywords)."""
 
     def schedule(
         self,
@@ -87,9 +99,72 @@ class Hook(Protocol):
         delay_s: float | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
+        tags: Iterable[str] | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        late: Late | None = None,
     ) -> Scheduled: ...
 
-    def schedule_many(self, tasks: Sequence[TaskRequest]) -> list[str]: ...
+    def list(
+        self,
+        *,
+        prefix: str | None = ...,
+        routing_key: str | None = ...,
+        tag: str | None = ...,
+        due_after: AtType | None = ...,
+        due_before: AtType | None = ...,
+        state: TaskState | str | None = ...,
+        page_size: int = ...,
+    ) -> Iterator[TaskSummary]: ...
+
+    def list_page(
+        self,
+        *,
+        prefix: str | None = ...,
+        routing_key: str | None = ...,
+        tag: str | None = ...,
+        due_after: AtType | None = ...,
+        due_before: AtType | None = ...,
+        state: TaskState | str | None = ...,
+        limit: int | None = ...,
+        cursor: str | None = ...,
+    ) -> TaskPage: ...
+
+    def count(
+        self,
+        *,
+        prefix: str | None = ...,
+        routing_key: str | None = ...,
+        tag: str | None = ...,
+        due_after: AtType | None = ...,
+        due_before: AtType | None = ...,
+        state: TaskState | str | None = ...,
+    ) -> int: ...
+
+    def timeline(
+        self,
+        *,
+        prefix: str | None = ...,
+        routing_key: str | None = ...,
+        tag: str | None = ...,
+        bucket_s: int | None = ...,
+        buckets: int | None = ...,
+        start: AtType | None = ...,
+    ) -> Timeline: ...
+
+    def cancel_where(
+        self,
+        *,
+        prefix: str | None = ...,
+        tag: str | None = ...,
+        routing_key: str | None = ...,
+        due_after: AtType | None = ...,
+        due_before: AtType | None = ...,
+        timeout_s: float = ...,
+    ) -> BulkCancelled: ...
+
+    def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]: ...
 
     def reschedule(
         self, id: str, *, at: AtType | None = None, delay_s: float | None = None
@@ -119,13 +194,48 @@ class Blocking:
         delay_s: float | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
+        tags: Iterable[str] | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        late: Late | None = None,
     ) -> Scheduled:
         coro = self.client.schedule(
-            id, at=at, delay_s=delay_s, routing_key=routing_key, payload=payload
+            id,
+            at=at,
+            delay_s=delay_s,
+            routing_key=routing_key,
+            payload=payload,
+            tags=tags,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            headers=headers,
+            late=late,
         )
         return self._run(coro)
 
-    def schedule_many(self, tasks: Sequence[TaskRequest]) -> list[str]:
+    def list(self, **filters: Any) -> Iterator[TaskSummary]:
+        """The whole async iteration, run to its end (arguments checked at the call)."""
+        walk = self.client.list(**filters)
+
+        async def every() -> builtins.list[TaskSummary]:
+            return [task async for task in walk]
+
+        return iter(self._run(every()))
+
+    def list_page(self, **filters: Any) -> TaskPage:
+        return self._run(self.client.list_page(**filters))
+
+    def count(self, **filters: Any) -> int:
+        return self._run(self.client.count(**filters))
+
+    def timeline(self, **filters: Any) -> Timeline:
+        return self._run(self.client.timeline(**filters))
+
+    def cancel_where(self, **filters: Any) -> BulkCancelled:
+        return self._run(self.client.cancel_where(**filters))
+
+    def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]:
         return self._run(self.client.schedule_many(tasks))
 
     def reschedule(
@@ -451,6 +561,11 @@ def test_a_wrong_or_missing_token_is_unauthorized(
         lambda: intruder.reschedule("x", delay_s=1),
         lambda: intruder.cancel("x"),
         lambda: intruder.get("x"),
+        lambda: next(intruder.list()),
+        intruder.list_page,
+        intruder.count,
+        intruder.timeline,
+        lambda: intruder.cancel_where(prefix="x"),
     ]
     for call in calls:
         with pytest.raises(Unauthorized) as caught:
@@ -566,3 +681,228 @@ def test_api_errors_are_triggerhook_errors() -> None:
 
     for cls in (InvalidRequest, Unauthorized, NotFound, Conflict, TooLate, Unavailable):
         assert issubclass(cls, ApiError) and issubclass(cls, TriggerHookError)
+
+
+# -- metadata and the late-fire policy --------------------------------------------------------
+
+
+def test_metadata_goes_out_with_the_event(api: Api, hook: Hook) -> None:
+    task_id = uid("meta")
+    hook.schedule(
+        task_id,
+        delay_s=0.3,
+        payload='{"n": 1}',
+        tags=["tenant:7", "billing"],
+        content_type="application/json",
+        content_encoding="identity",
+        headers={"tenant": "7", "attempt": 3, "urgent": True},
+    )
+    status = hook.get(task_id)
+    assert status is not None
+    assert status.tags == ("billing", "tenant:7")  # a set, kept sorted
+    assert (status.content_type, status.content_encoding) == ("application/json", "identity")
+    assert status.headers == {"attempt": 3, "tenant": "7", "urgent": True}
+    assert status.late is None  # the daemon's late_policy applies
+    [event] = [e for e in collect_until(api.events, task_id, 15) if e.message_id == task_id]
+    assert event.body == b'{"n": 1}'
+    assert (event.content_type, event.content_encoding) == ("application/json", "identity")
+    assert (event.headers["tenant"], event.headers["attempt"], event.headers["urgent"]) == (
+        "7",
+        3,
+        True,
+    )
+
+
+def test_a_repeat_must_carry_the_same_metadata(hook: Hook) -> None:
+    task_id = uid("again")
+    late: Late = {"deadline": datetime.fromtimestamp(FAR_S + 60, UTC)}
+    assert hook.schedule(task_id, at=FAR_S, tags=["a", "b"], late=late).created
+    assert not hook.schedule(task_id, at=FAR_S, tags=["b", "a", "a"], late=late).created
+    status = hook.get(task_id)
+    assert status is not None and status.late == {"deadline": FAR_S + 60}
+    # What get shows, sent back, is the same task.
+    assert not hook.schedule(task_id, at=FAR_S, tags=status.tags, late=status.late).created
+    with pytest.raises(Conflict):
+        hook.schedule(task_id, at=FAR_S, tags=["a", "b"], late="fire")
+    with pytest.raises(Conflict):
+        hook.schedule(task_id, at=FAR_S, tags=["a"], late=late)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "field"),
+    [
+        ({"headers": {"x-due-ms": 1}}, 422, "headers.x-due-ms"),
+        ({"headers": {"h": "v" * 1025}}, 422, "headers.h"),
+        ({"headers": {"h": 1.5}}, None, "headers.h"),
+        ({"tags": [f"t{i}" for i in range(9)]}, 422, "tags"),
+        ({"tags": ["ok", "not ok"]}, 422, "tags[1]"),
+        ({"tags": "billing"}, None, "tags"),
+        ({"content_type": ""}, 422, "content_type"),
+        ({"late": {"skip_after_ms": -1}}, None, "late.skip_after_ms"),
+        ({"late": {"deadline": "someday"}}, 422, "late.deadline"),
+    ],
+)
+def test_bad_metadata_raises_invalid_request_naming_the_field(
+    hook: Hook, table: TaskTable, kwargs: dict[str, Any], status: int | None, field: str
+) -> None:
+    before = table.count()
+    with pytest.raises(InvalidRequest) as caught:
+        hook.schedule(uid("bad"), at=FAR_S, **kwargs)
+    assert (caught.value.status, caught.value.field) == (status, field)
+    assert table.count() == before
+
+
+def test_a_task_found_too_late_is_dead_lettered(api: Api, hook: Hook) -> None:
+    past = datetime.fromtimestamp((now_ms() - 60_000) / 1000, UTC)
+    skipped, expired, fired = uid("skipped"), uid("expired"), uid("fired")
+    hook.schedule_many(
+        [
+            TaskRequest(skipped, at=past, late={"skip_after_ms": 1000}, headers={"h": "v"}),
+            TaskRequest(expired, delay_s=0, late={"deadline": past}),
+            TaskRequest(fired, at=past, late="fire"),
+        ]
+    )
+    seen: dict[str, list[Received]] = {}
+    wanted = {(skipped, DEAD), (expired, DEAD), (fired, ROUTED)}
+
+    def all_in() -> bool:
+        for event in api.events.collect(10, 0.5):
+            seen.setdefault(str(event.message_id), []).append(event)
+        return wanted <= {(i, e.routing_key) for i, es in seen.items() for e in es}
+
+    wait_for(all_in, 20, lambda: f"not all received: {sorted(seen)}")
+    assert seen[skipped][0].headers["x-triggerhook-dead-cause"] == "late"
+    assert seen[skipped][0].headers["h"] == "v"
+    assert seen[expired][0].headers["x-triggerhook-dead-cause"] == "late"
+    for task_id in (skipped, expired, fired):
+        wait_for(lambda: hook.get(task_id) is None, 10)  # noqa: B023
+
+
+# -- listing, counting, the timeline, bulk cancel ------------------------------------------------
+
+
+def schedule_tenant(hook: Hook, tenant: str, count: int = 12) -> list[str]:
+    """``count`` tasks of a tenant: two per second from FAR_S, keys fire.a and
+    fire.b in turn, the first three also tagged vip."""
+    tasks = [
+        TaskRequest(
+            f"{tenant}:{i:02}",
+            at=FAR_S + i // 2,
+            routing_key=("fire.a", "fire.b")[i % 2],
+            tags=[tenant, *(["vip"] if i < 3 else [])],
+        )
+        for i in range(count)
+    ]
+    return hook.schedule_many(tasks)
+
+
+def test_list_walks_every_page_in_due_order(connect: Connect) -> None:
+    faults = Faults()  # counts the requests
+    client = connect(faults=faults)
+    tenant = uid("walk")
+    ids = schedule_tenant(client, tenant, 25)
+    before = len(faults.sent)
+    walked = list(client.list(tag=tenant, page_size=10))
+    assert [t.id for t in walked] == ids
+    assert len(faults.sent) - before == 3  # pages of 10, 10 and 5
+    assert walked[0] == TaskSummary(
+        ids[0], FAR_S * 1000, "fire.a", TaskState.SCHEDULED, tags=tuple(sorted([tenant, "vip"]))
+    )
+    assert all(isinstance(t, TaskSummary) and not isinstance(t, TaskStatus) for t in walked)
+    # Exactly a page: the last full page has a cursor, the next one is empty.
+    before = len(faults.sent)
+    assert len(list(client.list(prefix=f"{tenant}:0", page_size=5))) == 10
+    assert len(faults.sent) - before == 3
+    assert list(client.list(tag=uid("nobody"))) == []
+
+
+def test_list_page_count_and_filters(hook: Hook) -> None:
+    tenant = uid("tenant")
+    ids = schedule_tenant(hook, tenant)
+    first = hook.list_page(tag=tenant, limit=5)
+    second = hook.list_page(tag=tenant, limit=5, cursor=first.next_cursor)
+    third = hook.list_page(tag=tenant, limit=5, cursor=second.next_cursor)
+    assert [t.id for t in first.tasks + second.tasks + third.tasks] == ids
+    assert third.next_cursor is None
+    by_key = hook.list(prefix=tenant, routing_key="fire.b")
+    assert [t.id for t in by_key] == ids[1::2]
+    ranged = hook.list(
+        prefix=tenant,
+        due_after=datetime.fromtimestamp(FAR_S + 2, UTC),
+        due_before=f"{datetime.fromtimestamp(FAR_S + 4, UTC).isoformat()}",
+    )
+    assert [t.id for t in ranged] == ids[4:8]
+    assert hook.count(tag=tenant) == 12
+    assert hook.count(tag="vip", prefix=tenant) == 3
+    assert hook.count(prefix=tenant, due_before=FAR_S + 1) == 2
+    assert hook.count(prefix=tenant, state=TaskState.FIRING) == 0
+    assert hook.count(prefix=tenant, state="scheduled") == 12
+
+
+def test_timeline_counts_per_routing_key(hook: Hook) -> None:
+    tenant = uid("line")
+    schedule_tenant(hook, tenant)
+    line = hook.timeline(prefix=tenant, bucket_s=2, buckets=3, start=FAR_S)
+    assert line == Timeline(FAR_S * 1000, 2000, 3, {"fire.a": (2, 2, 2), "fire.b": (2, 2, 2)})
+    assert line.end_ms == (FAR_S + 6) * 1000
+    assert hook.timeline(prefix=uid("none"), start=FAR_S).counts == {}
+
+
+def test_cancel_where_cancels_what_the_filters_name(hook: Hook, table: TaskTable) -> None:
+    tenant = uid("bulk")
+    ids = schedule_tenant(hook, tenant)
+    bystander = uid("bystander")
+    hook.schedule(bystander, at=FAR_S, routing_key="fire.a")
+    assert hook.cancel_where(tag=tenant, routing_key="fire.a") == BulkCancelled(6, 0)
+    assert hook.cancel_where(tag=tenant, routing_key="fire.a") == BulkCancelled(0, 0)
+    assert hook.cancel_where(prefix=tenant, due_after=FAR_S + 5) == BulkCancelled(1, 0)
+    assert [t.id for t in hook.list(prefix=tenant)] == ids[1:10:2]
+    table.mark_firing(ids[1])  # armed by some instance: committed to firing
+    assert hook.cancel_where(tag=tenant) == BulkCancelled(4, 1)
+    assert table.ids() >= {ids[1], bystander}
+    assert hook.get(bystander) is not None
+    hook.cancel(bystander)
+
+
+def test_cancel_where_names_some_tasks_or_sends_nothing(connect: Connect) -> None:
+    faults = Faults()
+    client = connect(faults=faults)
+    nothing_named: list[dict[str, Any]] = [{}, {"due_before": FAR_S}, {"due_after": 0}]
+    for filters in nothing_named:
+        with pytest.raises(InvalidRequest) as caught:
+            client.cancel_where(**filters)
+        assert caught.value.status is None
+        assert "prefix, tag and routing_key" in str(caught.value)
+    with pytest.raises(InvalidRequest) as bad:
+        client.cancel_where(tag="not a tag")
+    assert (bad.value.status, bad.value.field) == (422, "tag")
+    assert len(faults.sent) == 1  # only the one the daemon refused
+
+
+def test_a_retried_bulk_cancel_is_safe(connect: Connect, table: TaskTable) -> None:
+    """The first answer is lost after the daemon cancelled: the retry cancels
+    nothing more (idempotent), and says so."""
+    setup = connect()
+    tenant = uid("lost")
+    ids = schedule_tenant(setup, tenant, 5)
+    faults = Faults(lose=1)
+    client = connect(faults=faults, backoff_s=0.01)
+    assert client.cancel_where(tag=tenant) == BulkCancelled(0, 0)  # the lost attempt did it
+    assert len(faults.sent) == 2 and faults.sent[0] == faults.sent[1]
+    assert faults.sent[0][:2] == ("POST", "/v1/tasks/cancel")
+    assert not table.ids() & set(ids)
+
+
+def test_listing_errors_name_the_callers_arguments(hook: Hook) -> None:
+    with pytest.raises(InvalidRequest) as walked:
+        list(hook.list(page_size=1001))
+    assert (walked.value.status, walked.value.field) == (422, "page_size")
+    with pytest.raises(InvalidRequest) as cursor:
+        hook.list_page(cursor="bm9wZQ")
+    assert (cursor.value.status, cursor.value.field) == (422, "cursor")
+    with pytest.raises(InvalidRequest) as bucket:
+        hook.timeline(bucket_s=10**8)
+    assert (bucket.value.status, bucket.value.field) == (422, "bucket_s")
+    with pytest.raises(InvalidRequest) as local:
+        hook.count(due_after=[1])  # type: ignore[arg-type]
+    assert (local.value.status, local.value.field) == (None, "due_after")

@@ -284,7 +284,7 @@ def test_daemon_exits_non_zero_when_a_thread_cannot_recover(
     it logs the cause and exits with status 1, for a supervisor to act on."""
     daemon = daemons.start(daemon_env(database_url, amqp_url, amqp_names.exchange, "doomed"))
     daemon.wait_ready()
-    table.query("DROP TABLE th_tasks")
+    table.query("DROP TABLE th_task_tags, th_tasks")  # the tags' foreign key needs both
 
     assert daemon.wait_exit(timeout_s=15) == 1
     assert daemon.count("has no triggerhook tables") >= 1, daemon.tail()

@@ -27,7 +27,7 @@ from triggerhook.store.schema import init_schema
 
 EXIT_OK, EXIT_BEHIND, EXIT_USAGE = 0, 1, 2
 SHARDS = 64
-TABLES = ("th_tasks", "th_shards", "th_members", "th_meta", "alembic_version")
+TABLES = ("th_tasks", "th_task_tags", "th_shards", "th_members", "th_meta", "alembic_version")
 
 _V1_SCHEMA = old_schema(1)  # release 1's schema.sql, in its last form
 _V1_ROWS = (
@@ -162,15 +162,15 @@ def test_a_new_database_created_by_init_then_at_head(new_url: str) -> None:
     for _ in range(2):  # idempotent
         result = _cli(new_url, "db", "init", shard_count=8)
         assert result.returncode == EXIT_OK, _out(result)
-        assert result.stdout == "schema version 3 ready\n"
+        assert result.stdout == "schema version 4 ready\n"
         assert "Traceback" not in result.stderr
         assert _status(new_url) == (
             EXIT_OK,
-            f"database {name!r}: schema version 3 (revision 0003), at head",
+            f"database {name!r}: schema version 4 (revision 0004), at head",
         )
-        assert _records(new_url) == ([("0003",)], [("schema_version", "3"), ("shard_count", "8")])
+        assert _records(new_url) == ([("0004",)], [("schema_version", "4"), ("shard_count", "8")])
     result = _cli(new_url, "db", "upgrade")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 3 ready\n"), _out(result)
+    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
     assert "applied" not in result.stderr and "recorded" not in result.stderr
     assert _query(new_url, "SELECT COUNT(*) FROM th_shards") == [(8,)]
 
@@ -194,24 +194,28 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
     name = v1_url.rsplit("/", 1)[1]
     assert _status(v1_url) == (
         EXIT_BEHIND,
-        f"database {name!r}: schema version 1 (revision none), behind head 0003 (schema "
-        "version 3): run `triggerhook db upgrade` with every instance stopped",
+        f"database {name!r}: schema version 1 (revision none), behind head 0004 (schema "
+        "version 4): run `triggerhook db upgrade` with every instance stopped",
     )
     result = _cli(v1_url, "db", "upgrade")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 3 ready\n"), _out(result)
-    for said in (
+    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
+    said = (
         "revision 0001 recorded (stamp)",
         "revision 0002 applied",
         "revision 0003 applied",
-    ):
-        assert said in result.stderr, result.stderr
+        "revision 0004 applied",
+    )
+    for line in said:
+        assert line in result.stderr, result.stderr
+    where = [result.stderr.index(line) for line in said]
+    assert where == sorted(where), result.stderr  # in order: 0004 after 0003
     assert _status(v1_url) == (
         EXIT_OK,
-        f"database {name!r}: schema version 3 (revision 0003), at head",
+        f"database {name!r}: schema version 4 (revision 0004), at head",
     )
     assert _records(v1_url) == (
-        [("0003",)],
-        [("schema_version", "3"), ("shard_count", str(SHARDS))],
+        [("0004",)],
+        [("schema_version", "4"), ("shard_count", str(SHARDS))],
     )
 
     # The tasks are all there, sharded; the one version 1 had armed stays armed (gen 0).
@@ -224,6 +228,9 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
         ("claimed", 2000000000001, b"c", 12, 0, shard_of("claimed", SHARDS), 2000000000001, 1),
         ("pending", 2000000000000, b"p", 11, 0, shard_of("pending", SHARDS), 2000000000000, 1),
     ]
+    # ... none with metadata or tags (version 4 adds them empty).
+    assert _query(v1_url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
+    assert _query(v1_url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
     # ... in the tables, columns and keys `db init` creates.
     assert _cli(new_url, "db", "init").returncode == EXIT_OK
     assert _shape(v1_url) == _shape(new_url)
@@ -236,9 +243,11 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
 
 def test_init_upgrades_an_old_database_too(v1_url: str) -> None:
     result = _cli(v1_url, "db", "init")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 3 ready\n"), _out(result)
+    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
     assert "revision 0003 applied" in result.stderr
-    assert _records(v1_url)[0] == [("0003",)]
+    assert "revision 0004 applied" in result.stderr
+    assert result.stderr.index("revision 0003") < result.stderr.index("revision 0004")
+    assert _records(v1_url)[0] == [("0004",)]
 
 
 def test_a_current_database_made_before_alembic_is_recorded(database_url: str) -> None:
@@ -247,39 +256,39 @@ def test_a_current_database_made_before_alembic_is_recorded(database_url: str) -
     name = database_url.rsplit("/", 1)[1]
     assert _status(database_url) == (
         EXIT_OK,
-        f"database {name!r}: schema version 3 (revision none), at head; "
+        f"database {name!r}: schema version 4 (revision none), at head; "
         "`triggerhook db upgrade` records it",
     )
     result = _cli(database_url, "db", "upgrade")
     assert result.returncode == EXIT_OK, _out(result)
-    assert "revision 0003 recorded (stamp)" in result.stderr
+    assert "revision 0004 recorded (stamp)" in result.stderr
     assert "applied" not in result.stderr
-    assert _records(database_url)[0] == [("0003",)]
+    assert _records(database_url)[0] == [("0004",)]
 
 
 def test_the_schema_version_wins_over_alembic_version(database_url: str) -> None:
-    """An upgrade stopped after to_v3 wrote version 3, before Alembic recorded 0003."""
+    """An upgrade stopped after to_v4 wrote version 4, before Alembic recorded 0004."""
     init_schema(database_url)
-    _execute(database_url, "UPDATE alembic_version SET version_num = '0002'")
+    _execute(database_url, "UPDATE alembic_version SET version_num = '0003'")
     result = _cli(database_url, "db", "upgrade")
     assert result.returncode == EXIT_OK, _out(result)
-    assert "alembic_version says 0002, th_meta.schema_version 3: recording 0003" in result.stderr
-    assert "applied" not in result.stderr  # 0003 is not run again
-    assert _records(database_url)[0] == [("0003",)]
+    assert "alembic_version says 0003, th_meta.schema_version 4: recording 0004" in result.stderr
+    assert "applied" not in result.stderr  # 0004 is not run again
+    assert _records(database_url)[0] == [("0004",)]
 
 
 def test_a_database_newer_than_this_release_is_refused(database_url: str) -> None:
     init_schema(database_url)
-    _execute(database_url, "UPDATE th_meta SET value = '4' WHERE name = 'schema_version'")
+    _execute(database_url, "UPDATE th_meta SET value = '5' WHERE name = 'schema_version'")
     before = _records(database_url)
     code, said = _status(database_url)
     assert code == EXIT_USAGE
-    assert "schema version 4 (revision 0003), newer than this release's 3" in said
+    assert "schema version 5 (revision 0004), newer than this release's 4" in said
     for command in ("upgrade", "init"):
         _refused(
             _cli(database_url, "db", command, log_level="WARNING"),
             EXIT_USAGE,
-            "schema version 4, newer than this release's 3",
+            "schema version 5, newer than this release's 4",
         )
     assert _records(database_url) == before
 
@@ -291,7 +300,7 @@ def test_a_daemon_refuses_a_database_behind_head(
     assert daemon.wait_exit(30) == EXIT_USAGE
     output = "\n".join(daemon.lines)
     assert "Traceback" not in output, output
-    assert "has schema version 1, expected 3" in output, output
+    assert "has schema version 1, expected 4" in output, output
     assert "stop every instance, then run `triggerhook db upgrade`" in output, output
     assert _query(v1_url, "SELECT value FROM th_meta WHERE name = 'schema_version'") == [("1",)]
 

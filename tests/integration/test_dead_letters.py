@@ -238,20 +238,20 @@ _V1_TABLE = old_schema(1)[0]  # th_tasks as release 1 made it
 def test_a_version_1_database_is_upgraded_with_nothing_lost(
     database_url: str, rows: RowReader
 ) -> None:
-    rows.execute("DROP TABLE th_tasks")
+    rows.execute("DROP TABLE th_task_tags, th_tasks")  # a version 1 database has neither
     rows.execute(_V1_TABLE)
     rows.execute("UPDATE th_meta SET value = '1' WHERE name = 'schema_version'")
     rows.execute("INSERT INTO th_tasks (id, due_ms, payload, rev) VALUES ('old', 42, 'x', 7)")
     store = MySQLStore(database_url, "rk")
     try:
-        with pytest.raises(SchemaError, match="schema version 1, expected 3"):
+        with pytest.raises(SchemaError, match="schema version 1, expected 4"):
             store.check_schema()
     finally:
         store.close()
 
-    # 1 -> 2 (attempts) -> 3 (shards; see tests/integration/test_upgrade_v3.py).
-    assert init_schema(database_url) == 3
-    assert init_schema(database_url) == 3  # idempotent
+    # 1 -> 2 (attempts) -> 3 (shards; see tests/integration/test_upgrade_v3.py) -> 4 (metadata).
+    assert init_schema(database_url) == 4
+    assert init_schema(database_url) == 4  # idempotent
 
     row = rows.row("old")
     assert row is not None and (row.due_ms, row.payload, row.attempts) == (42, b"x", 0)

@@ -7,6 +7,9 @@ has must pass: no 5xx, status codes, content types and bodies as documented,
 invalid requests rejected and valid ones accepted — the document matches the
 behaviour. Afterwards the daemon must still be ready and have logged no
 traceback.
+
+tests/support/schemathesis_cli.py runs it; its one hook gives positive cases
+of ``GET /v1/tasks`` a real ``cursor`` (an opaque value no schema generates).
 """
 
 from __future__ import annotations
@@ -30,8 +33,12 @@ def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
     # Fuzzed tasks go to the unbound default routing key, and many are due at
     # once (any past time): their events are returned and retried. With no
     # age limit they stay stored for the run (instead of being dead-lettered
-    # and deleted at once), so "a created task can be read back" holds.
-    with api_daemon(mysql_url, amqp_url, api_token=TOKEN, publish_max_age_ms=0) as served:
+    # and deleted at once), so "a created task can be read back" holds. A task
+    # found late by its own late-fire policy is dead-lettered at once: with no
+    # dead-letter queue declared, its dead letter is returned and retried too.
+    with api_daemon(
+        mysql_url, amqp_url, api_token=TOKEN, publish_max_age_ms=0, dead_letter_queue=""
+    ) as served:
         yield served
 
 

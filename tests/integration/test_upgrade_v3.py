@@ -1,11 +1,12 @@
 """The upgrade of a version 2 database (claims per row) to version 3 (shards),
 store/migrations.py, on a real table of 100,000 pending tasks: some claimed
 by an instance (lease in the future), some armed, some waiting for the retry
-of an undelivered event. After ``init_schema``, the store API alone must hand
-out every task exactly once: the v2-armed ones as inherited by the first
-owner (fired again, once), every other one by arming; cancel of a v2-armed
-task is too late, of any other it works. And an upgrade interrupted halfway
-resumes.
+of an undelivered event. ``init_schema`` takes it on to the head, version 4
+(task metadata and listing keys, on top of version 3's shards: every row kept
+without metadata). After it, the store API alone must hand out every task
+exactly once: the v2-armed ones as inherited by the first owner (fired again,
+once), every other one by arming; cancel of a v2-armed task is too late, of
+any other it works. And an upgrade interrupted halfway through to_v3 resumes.
 """
 
 from __future__ import annotations
@@ -122,15 +123,29 @@ def test_a_version_2_database_upgrades_and_every_task_comes_out_once(
     _build_v2(database_url, count, now)
     kinds = {f"task-{n:06d}": _kind(n) for n in range(count)}
 
-    assert init_schema(database_url) == 3
-    assert init_schema(database_url, shard_count=8) == 3  # idempotent; keeps its 64
+    assert init_schema(database_url) == 4
+    assert init_schema(database_url, shard_count=8) == 4  # idempotent; keeps its 64
     assert store.shard_count() == SHARDS
     store.check_schema()
     columns = {r[0] for r in _query(database_url, "SHOW COLUMNS FROM th_tasks")}
     assert {"claimed_by", "claim_until_ms", "firing"}.isdisjoint(columns)
     assert {"shard", "gen", "fire_ms"} <= columns
-    keys = {r[2] for r in _query(database_url, "SHOW KEYS FROM th_tasks")}
-    assert keys == {"PRIMARY", "th_tasks_fire", "th_tasks_gen", "th_tasks_due_ms"}
+    assert "meta" in columns  # version 4
+    keys: dict[str, list[str]] = {}
+    for r in sorted(_query(database_url, "SHOW KEYS FROM th_tasks"), key=lambda r: (r[2], r[3])):
+        keys.setdefault(r[2], []).append(r[4])  # Key_name, Seq_in_index, Column_name
+    # Version 3's shard keys; version 4's listing keys in place of its th_tasks_due_ms.
+    assert keys == {
+        "PRIMARY": ["id"],
+        "th_tasks_fire": ["shard", "fire_ms", "id"],
+        "th_tasks_gen": ["shard", "gen", "fire_ms", "id"],
+        "th_tasks_listed": ["due_ms", "id", "routing_key"],
+        "th_tasks_key": ["routing_key", "due_ms"],
+    }
+    # Version 4 keeps every row as it is, without metadata or tags.
+    assert _query(database_url, "SELECT COUNT(*) FROM th_tasks") == [(count,)]
+    assert _query(database_url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
+    assert _query(database_url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
     assert _query(database_url, "SELECT COUNT(*) FROM th_shards") == [(SHARDS,)]
     # The shards are zlib's CRC-32, as the stores compute them.
     [(wrong,)] = _query(
@@ -184,7 +199,7 @@ def test_an_interrupted_upgrade_resumes(database_url: str, store: MySQLStore) ->
             cur.execute("UPDATE th_tasks SET shard = 99 WHERE id < 'task-000500'")
     finally:
         conn.close()
-    assert init_schema(database_url, shard_count=16) == 3
+    assert init_schema(database_url, shard_count=16) == 4
     [(wrong,)] = _query(
         database_url, "SELECT COUNT(*) FROM th_tasks WHERE shard <> CRC32(id) MOD 16"
     )

@@ -108,3 +108,41 @@ def test_renewing_a_lapsed_lease_matters(tmp_path: Path) -> None:
     verdict = check(tmp_path, liveness=True, defines=("NO_RENEW",))
     assert verdict.errors >= 1, verdict.output
     assert verdict.violation.startswith("acceptance cycle"), verdict.output
+
+
+# -- a series (R5s): the confirm of an occurrence writes the next one ----------------------
+
+# The bounds of the series runs: two occurrences, fewer client operations and
+# returns than the base model (the series' revisions multiply the states).
+SERIES = ("SERIES", "MAX_OCC=2", "MAX_OPS=3", "MAX_RETURNS=1")
+
+
+def test_a_series_keeps_its_invariants(tmp_path: Path) -> None:
+    # I1s (after CANCELLED only duplicates of occurrences published before),
+    # I2 (an occurrence is replaced only after its event was confirmed: none
+    # skipped), S2 (a stop ends the series after the occurrence it came too late for).
+    verdict = check(tmp_path, liveness=False, defines=SERIES)
+    assert verdict.errors == 0, verdict.output
+    assert verdict.complete, verdict.output
+
+
+@pytest.mark.slow
+def test_every_series_settles_while_an_instance_lives(tmp_path: Path) -> None:
+    verdict = check(tmp_path, liveness=True, defines=SERIES)
+    assert verdict.errors == 0, verdict.output
+    assert verdict.complete, verdict.output
+
+
+@pytest.mark.parametrize(
+    ("mutation", "violated"),
+    [
+        # A stale confirm advances the row past an occurrence never published (I2).
+        ("ADVANCE_BY_ID", "published[rev]"),
+        # The advance ignores a stop: an occurrence after it fires (S2).
+        ("STOP_IGNORED", "occ_of[checked]<=stop_after"),
+    ],
+)
+def test_each_series_rule_matters(tmp_path: Path, mutation: str, violated: str) -> None:
+    verdict = check(tmp_path, liveness=False, defines=(*SERIES, mutation))
+    assert verdict.errors >= 1, verdict.output
+    assert violated in verdict.violation.replace(" ", ""), verdict.output

@@ -15,6 +15,7 @@ from triggerhook.api.bodies import (
     parse_reschedule,
 )
 from triggerhook.app import TaskSpec
+from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.spec import TaskRules, resolve
 from triggerhook.domain.task import MAX_DUE_MS
 from triggerhook.errors import ValidationError
@@ -134,3 +135,154 @@ def test_decode_json_reads_what_json_loads_read() -> None:
 def test_decode_json_refuses_what_is_not_json(raw: bytes) -> None:
     with pytest.raises(MalformedJson):
         decode_json(raw)
+
+
+# -- metadata (issue 14) -------------------------------------------------------------
+
+RULES = TaskRules("rk", 64)
+NOW_MS = 1_700_000_000_000
+
+
+def test_a_create_body_with_every_metadata_field() -> None:
+    spec = parse_create(
+        {
+            "id": "m",
+            "delay": 1,
+            "tags": ["b", "a", "b"],
+            "content_type": "application/json",
+            "content_encoding": "gzip",
+            "headers": {"n": 1, "b": True, "s": "x"},
+            "late": {"skip_after_ms": 250},
+        }
+    )
+    assert spec == TaskSpec(
+        id="m",
+        delay_ms=1000,
+        tags=["b", "a", "b"],
+        content_type="application/json",
+        content_encoding="gzip",
+        headers={"n": 1, "b": True, "s": "x"},
+        late=LatePolicy(LateKind.SKIP_AFTER, 250),
+    )
+    meta = resolve(spec, NOW_MS, RULES).meta
+    assert meta == Meta(
+        tags=("a", "b"),
+        content_type="application/json",
+        content_encoding="gzip",
+        headers=(("b", True), ("n", 1), ("s", "x")),
+        late=LatePolicy(LateKind.SKIP_AFTER, 250),
+    )
+    assert resolve(parse_create({"delay": 1}), NOW_MS, RULES).meta is NO_META
+
+
+@pytest.mark.parametrize(
+    ("late", "policy"),
+    [
+        ("fire", FIRE),
+        ({"skip_after_ms": 0}, LatePolicy(LateKind.SKIP_AFTER, 0)),
+        ({"skip_after_ms": 2**63 - 1}, LatePolicy(LateKind.SKIP_AFTER, 2**63 - 1)),
+        ({"deadline": 1_800_000_000}, LatePolicy(LateKind.DEADLINE, 1_800_000_000_000)),
+        ({"deadline": 1_800_000_000.5}, LatePolicy(LateKind.DEADLINE, 1_800_000_000_500)),
+        ({"deadline": "1800000000.25"}, LatePolicy(LateKind.DEADLINE, 1_800_000_000_250)),
+        ({"deadline": "2026-01-01T00:00:00Z"}, LatePolicy(LateKind.DEADLINE, 1_767_225_600_000)),
+        (
+            {"deadline": "2026-01-01T01:00:00.001+01:00"},
+            LatePolicy(LateKind.DEADLINE, 1_767_225_600_001),
+        ),
+        ({"deadline": "1960-01-01T00:00:00Z"}, LatePolicy(LateKind.DEADLINE, 0)),  # past
+        ({"deadline": "9999-12-31T23:59:59.999Z"}, LatePolicy(LateKind.DEADLINE, MAX_DUE_MS)),
+    ],
+)
+def test_late_forms(late: object, policy: LatePolicy) -> None:
+    spec = parse_create({"delay": 1, "late": late})
+    assert spec.late == policy
+    assert resolve(spec, NOW_MS, RULES).meta.late == policy
+
+
+@pytest.mark.parametrize(
+    ("late", "field"),
+    [
+        (None, "late"),
+        ("FIRE", "late"),
+        ("skip_after_ms=5", "late"),
+        (5, "late"),
+        ([], "late"),
+        ({}, "late"),
+        ({"skip_after_ms": 1, "deadline": 2}, "late"),
+        ({"never": 1}, "late.never"),
+        ({"deadline_ms": 1_800_000_000_000}, "late.deadline_ms"),  # the stored form, not the API's
+        ({"skip_after_ms": -1}, "late.skip_after_ms"),
+        ({"skip_after_ms": 1.5}, "late.skip_after_ms"),
+        ({"skip_after_ms": "250"}, "late.skip_after_ms"),
+        ({"skip_after_ms": True}, "late.skip_after_ms"),
+        ({"skip_after_ms": 2**63}, "late.skip_after_ms"),
+        ({"deadline": True}, "late.deadline"),
+        ({"deadline": None}, "late.deadline"),
+        ({"deadline": [1]}, "late.deadline"),
+        ({"deadline": "tomorrow"}, "late.deadline"),
+        ({"deadline": "20260101"}, "late.deadline"),  # ambiguous
+        ({"deadline": float("inf")}, "late.deadline"),
+        ({"deadline": 10**20}, "late.deadline"),  # after 9999
+        ({"deadline": "10000-01-01T00:00:00Z"}, "late.deadline"),
+    ],
+)
+def test_bad_late_names_the_field(late: object, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_create({"delay": 1, "late": late})
+    assert info.value.field == field
+    with pytest.raises(ValidationError) as batch:
+        parse_batch({"tasks": [{"delay": 1}, {"delay": 1}, {"delay": 1, "late": late}]}, 10)
+    assert batch.value.field == f"tasks[2].{field}"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"tags": "a"}, "tags"),
+        ({"tags": [f"t{i}" for i in range(9)]}, "tags"),
+        ({"tags": ["ok", "no space"]}, "tags[1]"),
+        ({"tags": ["ok", 1]}, "tags[1]"),
+        ({"content_type": ""}, "content_type"),
+        ({"content_type": 5}, "content_type"),
+        ({"content_encoding": "caf\u00e9"}, "content_encoding"),
+        ({"content_encoding": "a" * 256}, "content_encoding"),
+        ({"headers": []}, "headers"),
+        ({"headers": {f"h{i}": 1 for i in range(17)}}, "headers"),
+        ({"headers": {"a b": 1}}, "headers"),
+        ({"headers": {"x-a": 1}}, "headers.x-a"),
+        ({"headers": {"X-Rev": 1}}, "headers.X-Rev"),
+        ({"headers": {"a": 1.5}}, "headers.a"),
+        ({"headers": {"a": None}}, "headers.a"),
+        ({"headers": {"a": 2**63}}, "headers.a"),
+        ({"headers": {"a": "v" * 1025}}, "headers.a"),
+        ({"headers": {f"h{i}": "v" * 1000 for i in range(5)}}, "headers"),
+    ],
+)
+def test_bad_metadata_names_the_field(fields: dict[str, object], field: str) -> None:
+    # The body passes metadata through as given; resolve() checks it, naming
+    # the field as the caller wrote it, inside a batch with its index.
+    spec = parse_create({"delay": 1, **fields})
+    with pytest.raises(ValidationError) as info:
+        resolve(spec, NOW_MS, RULES)
+    assert info.value.field == field
+    specs = parse_batch({"tasks": [{"delay": 1}, {"delay": 2}, {"delay": 1, **fields}]}, 10)
+    with pytest.raises(ValidationError) as batch:
+        for index, each in enumerate(specs):  # as TriggerHook.schedule_many resolves them
+            resolve(each, NOW_MS, RULES, f"tasks[{index}]")
+    assert batch.value.field == f"tasks[2].{field}"
+
+
+def test_a_batch_names_the_reserved_header() -> None:
+    specs = parse_batch(
+        {"tasks": [{"delay": 1}, {"delay": 1}, {"delay": 1, "headers": {"ok": 1, "x-a": "v"}}]}, 3
+    )
+    with pytest.raises(ValidationError) as info:
+        [resolve(s, NOW_MS, RULES, f"tasks[{i}]") for i, s in enumerate(specs)]
+    assert info.value.field == "tasks[2].headers.x-a"
+
+
+def test_metadata_fields_are_create_fields_only() -> None:
+    for name in ("tags", "headers", "late", "content_type", "content_encoding"):
+        with pytest.raises(ValidationError) as info:
+            parse_reschedule({"delay": 1, name: None})
+        assert info.value.field == name

@@ -1,16 +1,19 @@
 """The CLI's task commands over the library backend (database mode), on the
 in-memory store: the backend's answers in the outcome vocabulary, its errors as
 BackendError, and the commands' output and exit codes (the HTTP backend and the
-whole CLI are tested as processes in tests/integration/test_cli.py)."""
+whole CLI are tested as processes in tests/integration/test_cli.py), metadata,
+list, count and bulk cancel included."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 import pytest
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher
 
+from triggerhook import cli
 from triggerhook.cli import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -19,9 +22,22 @@ from triggerhook.cli import (
     TASK_COMMANDS,
     _parser,
 )
-from triggerhook.cli.backends import BackendError, Found, LibraryBackend, Moved, Stored
+from triggerhook.cli.backends import (
+    BackendError,
+    Found,
+    LateArg,
+    LibraryBackend,
+    Listed,
+    Metadata,
+    Moved,
+    Stored,
+    Where,
+)
+from triggerhook.domain.listing import BulkCancelled
+from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.domain.task import TaskState
+from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
 from triggerhook.store.memory import MemoryStore
 from triggerhook.wiring import assemble
@@ -227,7 +243,7 @@ def test_main_renders_a_backend_error_through_the_table(
 
 
 class _Nothing:
-    def __init__(self, _hook: object) -> None:
+    def __init__(self, _hook: object, _settings: object = None) -> None:
         pass
 
     def __enter__(self) -> _Nothing:
@@ -235,3 +251,357 @@ class _Nothing:
 
     def __exit__(self, *exc_info: object) -> None:
         pass
+
+
+# -- metadata ---------------------------------------------------------------------------------
+
+META = Metadata(
+    tags=("tenant:7", "billing"),
+    content_type="application/json",
+    content_encoding="identity",
+    headers=(("tenant", "7"), ("attempt", "3")),
+    late=LateArg(LateKind.SKIP_AFTER, ms=1500),
+)
+STORED_META = Meta(
+    tags=("billing", "tenant:7"),
+    content_type="application/json",
+    content_encoding="identity",
+    headers=(("attempt", "3"), ("tenant", "7")),
+    late=LatePolicy(LateKind.SKIP_AFTER, 1500),
+)
+
+
+def test_schedule_and_get_with_metadata(backend: LibraryBackend) -> None:
+    assert schedule(backend, meta=META) == Stored("t-1", AT_MS, created=True)
+    assert schedule(backend, meta=META).created is False  # the same content
+    with pytest.raises(BackendError) as info:
+        schedule(backend, meta=Metadata(tags=("billing",)))
+    assert info.value.outcome is Outcome.CONFLICT
+    found = backend.get("t-1")
+    assert found == Found("t-1", AT_MS, "rk", b"", TaskState.SCHEDULED, STORED_META)
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("fire", LateArg(LateKind.FIRE)),
+        ("skip_after_ms=0", LateArg(LateKind.SKIP_AFTER, ms=0)),
+        ("skip_after_ms=60000", LateArg(LateKind.SKIP_AFTER, ms=60_000)),
+        ("deadline=2030-01-01T00:00:00.250Z", LateArg(LateKind.DEADLINE, deadline=AT)),
+        ("deadline=1893456000.25", LateArg(LateKind.DEADLINE, deadline="1893456000.25")),
+    ],
+)
+def test_late_flag_forms(text: str, parsed: LateArg) -> None:
+    assert LateArg.parse(text) == parsed
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("skip", "late"),
+        ("Fire", "late"),
+        ("deadline=", "late"),
+        ("never=5", "late"),
+        ("skip_after_ms=", "late.skip_after_ms"),
+        ("skip_after_ms=-1", "late.skip_after_ms"),
+        ("skip_after_ms=1.5", "late.skip_after_ms"),
+        ("skip_after_ms=" + "9" * 19, "late.skip_after_ms"),  # past 64 bits
+    ],
+)
+def test_bad_late_flags_name_the_part(text: str, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        LateArg.parse(text)
+    assert info.value.field == field
+
+
+def test_a_deadline_is_parsed_like_at_and_may_be_past(backend: LibraryBackend) -> None:
+    schedule(backend, "d-1", meta=Metadata(late=LateArg.parse("deadline=" + AT)))
+    schedule(backend, "d-2", meta=Metadata(late=LateArg.parse("deadline=1970-01-01T00:00:01Z")))
+    schedule(backend, "d-3", meta=Metadata(late=LateArg(LateKind.FIRE)))
+    deadlines = [
+        f.meta.late for f in (backend.get("d-1"), backend.get("d-2"), backend.get("d-3")) if f
+    ]
+    assert deadlines == [
+        LatePolicy(LateKind.DEADLINE, AT_MS),
+        LatePolicy(LateKind.DEADLINE, 1000),
+        FIRE,
+    ]
+    with pytest.raises(BackendError) as info:
+        schedule(backend, "d-4", meta=Metadata(late=LateArg.parse("deadline=someday")))
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith("late.deadline: ")
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        (Metadata(tags=("ok", "not ok")), "tags[1]: "),
+        (Metadata(tags=tuple(f"t{i}" for i in range(9))), "tags: "),
+        (Metadata(headers=(("x-mine", "a"),)), "headers.x-mine: "),
+        (Metadata(headers=(("h", "v" * 1025),)), "headers.h: "),
+        (Metadata(content_type=""), "content_type: "),
+        (Metadata(content_encoding="gzip\n"), "content_encoding: "),
+    ],
+)
+def test_bad_metadata_names_the_field(
+    backend: LibraryBackend, store: MemoryStore, meta: Metadata, message: str
+) -> None:
+    with pytest.raises(BackendError) as info:
+        schedule(backend, meta=meta)
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith(message), str(info.value)
+    assert store.count_tasks() == 0
+
+
+# -- list, count, bulk cancel on the backend -----------------------------------------------------
+
+
+def schedule_tenant(backend: LibraryBackend, count: int = 6) -> list[str]:
+    """Tasks t-00.. due a second apart from AT, keys a and b in turn, tagged tenant."""
+    ids = [f"t-{i:02}" for i in range(count)]
+    for i, task_id in enumerate(ids):
+        at = f"{1_893_456_000 + i}"
+        schedule(backend, task_id, at=at, routing_key="ab"[i % 2], meta=Metadata(tags=("tenant",)))
+    return ids
+
+
+def test_list_page_count_and_cancel_where(backend: LibraryBackend, store: MemoryStore) -> None:
+    ids = schedule_tenant(backend)
+    schedule(backend, "other", at="1893456000")
+    first = backend.list_page(Where(tag="tenant"), 4, None)
+    assert [t.id for t in first.tasks] == ids[:4] and first.cursor is not None
+    assert first.tasks[1] == Listed(
+        "t-01", 1_893_456_001_000, "b", TaskState.SCHEDULED, Meta(tags=("tenant",))
+    )
+    rest = backend.list_page(Where(tag="tenant"), 4, first.cursor)
+    assert ([t.id for t in rest.tasks], rest.cursor) == (ids[4:], None)
+    assert backend.count(Where(routing_key="b")) == 3
+    assert backend.count(Where(due_after="1893456002", due_before="2030-01-01T00:00:04Z")) == 2
+    assert backend.count(Where(prefix="t-", state="firing")) == 0
+    assert backend.cancel_where(Where(tag="tenant", routing_key="a")) == BulkCancelled(3, 0)
+    arm(store)
+    assert backend.cancel_where(Where(prefix="t-")) == BulkCancelled(0, 3)
+    assert backend.count(Where()) == 4
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (Where(prefix="bad prefix"), "prefix: "),
+        (Where(tag=""), "tag: "),
+        (Where(due_after="soon"), "due_after: "),
+        (Where(due_before="10000-01-01T00:00:00Z"), "due_before: "),
+    ],
+)
+def test_bad_filters_name_the_field(backend: LibraryBackend, where: Where, message: str) -> None:
+    for call in (
+        lambda: backend.count(where),
+        lambda: backend.list_page(where, 10, None),
+    ):
+        with pytest.raises(BackendError) as info:
+            call()
+        assert info.value.outcome is Outcome.INVALID
+        assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_bad_cursor_is_invalid(backend: LibraryBackend) -> None:
+    with pytest.raises(BackendError) as info:
+        backend.list_page(Where(), 10, "bm9wZQ")
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith("cursor: ")
+
+
+# -- the new commands over it ------------------------------------------------------------------
+
+
+def run_lines(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[int, list[dict[str, object]]]:
+    """A command that prints one JSON object per line (any number of lines)."""
+    args = _parser().parse_args(argv)
+    code = TASK_COMMANDS[args.command](backend, args)
+    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_schedule_and_get_show_the_metadata(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sched = ["schedule", "--id", "m-1", "--at", AT, "--tag", "tenant:7", "--tag", "billing"]
+    sched += ["--header", "tenant=7", "--header", "note=a=b", "--header", "empty="]
+    sched += ["--content-type", "application/json", "--content-encoding", "gzip"]
+    sched += ["--late", "deadline=2030-01-01T00:00:01Z"]
+    assert run(backend, capsys, *sched) == (
+        EXIT_OK,
+        {"id": "m-1", "due_ms": AT_MS, "created": True},
+    )
+    assert run(backend, capsys, "get", "m-1") == (
+        EXIT_OK,
+        {
+            "id": "m-1",
+            "due_ms": AT_MS,
+            "routing_key": "rk",
+            "payload": "",
+            "state": "scheduled",
+            "tags": ["billing", "tenant:7"],
+            "content_type": "application/json",
+            "content_encoding": "gzip",
+            "headers": {"empty": "", "note": "a=b", "tenant": "7"},  # values are strings
+            "late": {"deadline_ms": 1_893_456_001_000},
+        },
+    )
+    run(backend, capsys, "schedule", "--id", "m-2", "--at", AT, "--late", "skip_after_ms=500")
+    assert run(backend, capsys, "get", "m-2")[1]["late"] == {"skip_after_ms": 500}
+    run(backend, capsys, "schedule", "--id", "m-3", "--at", AT, "--late", "fire")
+    assert run(backend, capsys, "get", "m-3")[1]["late"] == "fire"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--header", "novalue"], "--header: expected NAME=VALUE"),
+        (["--header", "=v"], "--header: expected NAME=VALUE"),
+        (["--header", "h=1", "--header", "h=2"], "headers.h: given twice"),
+    ],
+)
+def test_bad_header_flags(
+    backend: LibraryBackend, store: MemoryStore, flags: list[str], message: str
+) -> None:
+    args = _parser().parse_args(["schedule", "--at", AT, *flags])
+    with pytest.raises(BackendError) as info:
+        TASK_COMMANDS["schedule"](backend, args)
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith(message), str(info.value)
+    assert store.count_tasks() == 0
+
+
+def test_list_prints_a_line_per_task_and_follows_the_cursor(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = schedule_tenant(backend, 5)
+    pages: list[tuple[int, str | None]] = []
+    list_page = backend.list_page
+
+    def spy(where: Where, limit: int, cursor: str | None) -> object:
+        pages.append((limit, cursor))
+        return list_page(where, limit, cursor)
+
+    monkeypatch.setattr(backend, "list_page", spy)
+    monkeypatch.setattr(cli, "MAX_PAGE", 2)  # pages of 2: the cursor is followed
+    code, lines = run_lines(backend, capsys, "list", "--tag", "tenant", "--all")
+    assert code == EXIT_OK
+    assert [line["id"] for line in lines] == ids
+    assert lines[0] == {
+        "id": "t-00",
+        "due_ms": 1_893_456_000_000,
+        "routing_key": "a",
+        "state": "scheduled",
+        "tags": ["tenant"],
+    }
+    assert [limit for limit, _ in pages] == [2, 2, 2]
+    assert pages[0][1] is None and None not in [cursor for _, cursor in pages[1:]]
+
+    pages.clear()
+    code, lines = run_lines(backend, capsys, "list", "--prefix", "t-", "--limit", "3")
+    assert (code, [line["id"] for line in lines]) == (EXIT_OK, ids[:3])
+    assert [limit for limit, _ in pages] == [2, 1]  # never more than --limit asked for
+    code, lines = run_lines(backend, capsys, "list", "--routing-key", "b")
+    assert [line["id"] for line in lines] == ids[1::2]  # default limit 100
+    assert run_lines(backend, capsys, "list", "--tag", "nobody") == (EXIT_OK, [])
+
+
+def test_list_limit_default_and_state(
+    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schedule_tenant(backend, 3)
+    args = _parser().parse_args(["list"])
+    assert (args.limit, args.all) == (100, False)
+    arm(store)
+    code, lines = run_lines(
+        backend, capsys, "list", "--state", "firing", "--due-after", "1893456000"
+    )
+    assert code == EXIT_OK and {line["state"] for line in lines} == {"firing"}
+    assert [line["id"] for line in lines] == ["t-00", "t-01", "t-02"]  # due_after: inclusive
+    _code, lines = run_lines(backend, capsys, "list", "--due-after", AT)  # 250 ms later
+    assert [line["id"] for line in lines] == ["t-01", "t-02"]
+    assert run_lines(backend, capsys, "list", "--state", "scheduled") == (EXIT_OK, [])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--limit", "0"],
+        ["list", "--limit", "ten"],
+        ["list", "--limit", "-5"],
+        ["list", "--limit", "5", "--all"],
+        ["list", "--state", "done"],
+        ["count", "--limit", "5"],
+    ],
+)
+def test_bad_list_flags_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(argv)
+    assert info.value.code == EXIT_USAGE
+
+
+def test_count_and_bulk_cancel_print_their_numbers(
+    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schedule_tenant(backend, 6)
+    assert run(backend, capsys, "count", "--tag", "tenant") == (EXIT_OK, {"count": 6})
+    assert run(backend, capsys, "count", "--due-before", "1893456002") == (EXIT_OK, {"count": 2})
+    assert run(backend, capsys, "cancel", "--tag", "tenant", "--routing-key", "a") == (
+        EXIT_OK,
+        {"cancelled": 3, "too_late": 0},
+    )
+    assert run(backend, capsys, "cancel", "--prefix", "t-", "--due-after", "1893456005") == (
+        EXIT_OK,
+        {"cancelled": 1, "too_late": 0},
+    )
+    arm(store)
+    assert run(backend, capsys, "cancel", "--prefix", "t-") == (
+        EXIT_OK,
+        {"cancelled": 0, "too_late": 2},
+    )
+    assert run(backend, capsys, "count") == (EXIT_OK, {"count": 2})
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cancel"], "give a task id, or at least one of --prefix, --tag and --routing-key"),
+        (["cancel", "--due-after", AT], "--due-after and --due-before only narrow those"),
+        (["cancel", "t-00", "--tag", "tenant"], "give a task id or filters"),
+        (["cancel", "t-00", "--due-before", AT], "not both"),
+    ],
+)
+def test_cancel_takes_an_id_or_filters(
+    backend: LibraryBackend,
+    store: MemoryStore,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    schedule_tenant(backend, 2)
+    args = _parser().parse_args(argv)
+    with pytest.raises(BackendError) as info:
+        TASK_COMMANDS["cancel"](backend, args)
+    assert info.value.outcome is Outcome.INVALID
+    assert message in str(info.value)
+    assert capsys.readouterr().out == ""
+    assert store.count_tasks() == 2
+
+
+def test_the_librarys_retry_warnings_stay_off_stderr_below_debug(store: MemoryStore) -> None:
+    """A bulk cancel retries failed batches with a warning each: the CLI prints
+    one error line instead (the HTTP backend quiets its client the same way)."""
+    bulk = logging.getLogger("triggerhook.engine.bulk")
+    level = bulk.level
+    try:
+        for log_level, quieted in (("DEBUG", logging.NOTSET), ("INFO", logging.ERROR)):
+            bulk.setLevel(logging.NOTSET)
+            settings = Settings(instance_id="unit", log_level=log_level)
+            hook = assemble(settings, store, FakeClock(), lambda b, s, r, f: FakePublisher())
+            with LibraryBackend(hook, settings):
+                assert bulk.level == quieted, log_level
+    finally:
+        bulk.setLevel(level)

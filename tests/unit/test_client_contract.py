@@ -13,36 +13,61 @@ hand-written copies.
 Every test iterates over the daemon's table, so an outcome added to it (or a
 status or code changed) fails here until the client's reading of it is decided
 in :data:`ERROR_READING` or :data:`SUCCESS_CALLS` below.
+
+The metadata, listing, counting, timeline and bulk-cancel calls answer outside
+that table (their handlers, ``triggerhook.api.listing``, build the bodies), so
+the last section runs the real :class:`~triggerhook.client.AsyncClient`
+against the daemon's own HTTP application (``HttpApi`` over the in-memory
+store, served in-process by aiohttp's ``TestServer``): the query strings and
+bodies the client builds are parsed by the daemon's parsers, and its answers
+read by the client's, and each result is checked against what the store holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
 
-from triggerhook.api.http import HTTP_RENDERING, HttpRendering
+from triggerhook.api.bodies import RESERVED_IDS as DAEMON_RESERVED_IDS
+from triggerhook.api.http import HTTP_RENDERING, HttpApi, HttpRendering
 from triggerhook.api.http import ApiError as DaemonError
 from triggerhook.api.render import at_s as _at
 from triggerhook.api.render import task_json as _info
+from triggerhook.app import TriggerHook
 from triggerhook.client import (
     ApiError,
+    AsyncClient,
+    BulkCancelled,
     Conflict,
     InvalidRequest,
+    Late,
     NotFound,
     Scheduled,
     TaskRequest,
     TaskStatus,
+    TaskSummary,
+    Timeline,
     TooLate,
     Unauthorized,
     Unavailable,
 )
-from triggerhook.client.calls import BaseClient, Call, Retry, _Attempts
+from triggerhook.client.calls import RESERVED_IDS, BaseClient, Call, Retry, _Attempts
 from triggerhook.client.errors import RETRIED_STATUSES, error_from
+from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.domain.task import Task, TaskInfo, TaskState
+from triggerhook.settings import Settings
+from triggerhook.wiring import assemble, http_config
 
 AT_MS = 1_893_456_000_250
 AT_S = AT_MS / 1000
@@ -266,3 +291,254 @@ def test_a_success_answer_is_read_as_the_result_the_daemon_means(outcome: Outcom
     for call, answer, result in calls:
         assert status in call.ok, (outcome, call.method, call.path, status)
         assert call.parse(answer(status)) == result, (outcome, call.method, call.path)
+
+
+# -- metadata, listing and bulk cancel: against the daemon's own HTTP application ---------------
+
+NOW_MS = int(DEFAULT_NOW_MS)  # the engine's clock stands still here: nothing is ever due
+DEFAULT_KEY = "fire.default"
+
+
+@dataclass
+class InProcess:
+    """A started library façade over the in-memory store, and its HTTP API."""
+
+    hook: TriggerHook
+    app: web.Application
+
+    def serve(self, scenario: Callable[[AsyncClient], Awaitable[None]]) -> None:
+        """Run ``scenario`` with the real client of this daemon (no retries:
+        every answer is the daemon's first)."""
+
+        async def run() -> None:
+            server = TestServer(self.app)
+            await server.start_server()
+            try:
+                async with AsyncClient(str(server.make_url("")), retries=0) as client:
+                    await scenario(client)
+            finally:
+                await server.close()
+
+        asyncio.run(run())
+
+    def meta(self, task_id: str) -> Meta:
+        info = self.hook.get(task_id)
+        assert info is not None, task_id
+        return info.task.meta
+
+
+@pytest.fixture
+def daemon() -> Iterator[InProcess]:
+    settings = Settings(
+        instance_id="unit",
+        switch_interval_us=0,  # leave the interpreter's switch interval alone
+        shutdown_timeout_s=1,
+        default_routing_key=DEFAULT_KEY,
+    )
+    clock = FakeClock(NOW_MS)
+    store = FakeStore(now_ms=clock.now_ms)
+    hook = assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
+    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="contract")
+    api = HttpApi(hook, http_config(settings), list, executor)
+    hook.start()
+    try:
+        yield InProcess(hook, api.app)
+        assert hook.health().failure is None
+    finally:
+        clock.advance(10 * settings.shard_lease_ms)  # past anything armed: a quick stop
+        hook.close()
+        executor.shutdown(wait=True)
+
+
+def test_the_reserved_ids_are_the_daemons() -> None:
+    assert RESERVED_IDS == DAEMON_RESERVED_IDS
+
+
+DEADLINE_MS = 1_893_456_000_250  # 2030-01-01T00:00:00.250Z
+
+
+@pytest.mark.parametrize(
+    ("late", "policy", "shown"),
+    [
+        ("fire", FIRE, "fire"),
+        ({"skip_after_ms": 1500}, LatePolicy(LateKind.SKIP_AFTER, 1500), {"skip_after_ms": 1500}),
+        (
+            {"deadline": datetime(2030, 1, 1, 0, 0, 0, 250_000)},  # naive = UTC
+            LatePolicy(LateKind.DEADLINE, DEADLINE_MS),
+            {"deadline": DEADLINE_MS / 1000},
+        ),
+        (
+            {"deadline": "2030-01-01T01:00:00.25+01:00"},
+            LatePolicy(LateKind.DEADLINE, DEADLINE_MS),
+            {"deadline": DEADLINE_MS / 1000},
+        ),
+        ({"deadline": 1_893_456_000.25}, LatePolicy(LateKind.DEADLINE, DEADLINE_MS), None),
+    ],
+)
+def test_metadata_is_stored_as_sent_and_read_back_as_stored(
+    daemon: InProcess, late: Late, policy: LatePolicy, shown: Late | None
+) -> None:
+    expected = Meta(
+        tags=("billing", "tenant:7"),
+        content_type="application/json",
+        content_encoding="identity",
+        headers=(("attempt", 3), ("tenant", "7"), ("urgent", True)),
+        late=policy,
+    )
+
+    async def scenario(client: AsyncClient) -> None:
+        sent = await client.schedule(
+            "meta-1",
+            at=AT_S,
+            payload="{}",
+            tags=["tenant:7", "billing", "tenant:7"],  # a set to the daemon
+            content_type="application/json",
+            content_encoding="identity",
+            headers={"tenant": "7", "attempt": 3, "urgent": True},
+            late=late,
+        )
+        assert sent == Scheduled("meta-1", AT_MS, True)
+        assert daemon.meta("meta-1") == expected
+        status = await client.get("meta-1")
+        assert status == TaskStatus(
+            "meta-1",
+            AT_MS,
+            DEFAULT_KEY,
+            TaskState.SCHEDULED,
+            b"{}",
+            tags=("billing", "tenant:7"),
+            content_type="application/json",
+            content_encoding="identity",
+            headers={"attempt": 3, "tenant": "7", "urgent": True},
+            late=shown if shown is not None else {"deadline": DEADLINE_MS / 1000},
+        )
+        # What get shows, sent again, is the same task: a safe repeat, not a conflict.
+        again = await client.schedule(
+            status.id,
+            at=status.at_ms / 1000,
+            payload=status.payload,
+            tags=status.tags,
+            content_type=status.content_type,
+            content_encoding=status.content_encoding,
+            headers=status.headers,
+            late=status.late,
+        )
+        assert again.created is False
+        with pytest.raises(Conflict):
+            await client.schedule("meta-1", at=AT_S, payload="{}", tags=["other"])
+
+    daemon.serve(scenario)
+
+
+def test_a_task_without_metadata_reads_as_none(daemon: InProcess) -> None:
+    async def scenario(client: AsyncClient) -> None:
+        await client.schedule("plain", at=AT_S)
+        assert await client.get("plain") == TaskStatus(
+            "plain", AT_MS, DEFAULT_KEY, TaskState.SCHEDULED
+        )
+        [listed] = [task async for task in client.list(prefix="plain")]
+        assert listed == TaskSummary("plain", AT_MS, DEFAULT_KEY, TaskState.SCHEDULED)
+
+    daemon.serve(scenario)
+
+
+def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> None:
+    base_s = 1_900_000_000  # 2030-03-17: epoch seconds, whole
+    ids = [f"tenant-7:{n:02}" for n in range(9)]
+    requests = [
+        TaskRequest(
+            task_id,
+            at=base_s + n // 2,
+            routing_key=("fire.a", "fire.b")[n % 2],
+            tags=["tenant:7", *(["vip"] if n < 3 else [])],
+        )
+        for n, task_id in enumerate(ids)
+    ]
+
+    async def scenario(client: AsyncClient) -> None:
+        assert await client.schedule_many(requests) == ids
+        await client.schedule("other-1", at=base_s, tags=["tenant:8"])
+        # Pages of 2, followed by cursor: every task once, in due order (ties by id).
+        walked = [t async for t in client.list(tag="tenant:7", page_size=2)]
+        assert [t.id for t in walked] == ids
+        assert walked[0] == TaskSummary(
+            ids[0], base_s * 1000, "fire.a", TaskState.SCHEDULED, tags=("tenant:7", "vip")
+        )
+        first = await client.list_page(prefix="tenant-7:", limit=4)
+        assert [t.id for t in first.tasks] == ids[:4] and first.next_cursor is not None
+        rest = await client.list_page(prefix="tenant-7:", limit=4, cursor=first.next_cursor)
+        assert [t.id for t in rest.tasks] == ids[4:8] and rest.next_cursor is not None
+        last = await client.list_page(prefix="tenant-7:", limit=4, cursor=rest.next_cursor)
+        assert ([t.id for t in last.tasks], last.next_cursor) == (ids[8:], None)
+        # Times as the caller has them: a datetime, epoch seconds, RFC 3339 with an offset.
+        ranged = client.list(
+            prefix="tenant-7:",
+            due_after=datetime.fromtimestamp(base_s + 1, timezone(timedelta(hours=5))),
+            due_before=datetime.fromtimestamp(
+                base_s + 3, timezone(timedelta(hours=-2))
+            ).isoformat(),
+        )
+        assert [t.id async for t in ranged] == ids[2:6]
+        assert await client.count(tag="tenant:7", routing_key="fire.b") == 4
+        assert await client.count(tag="vip", due_before=base_s + 1) == 2
+        assert await client.count(prefix="tenant-7:", state=TaskState.FIRING) == 0
+        assert await client.count(prefix="tenant-7:", state="scheduled") == 9
+        line = await client.timeline(prefix="tenant-7:", bucket_s=2, buckets=3, start=base_s)
+        assert line == Timeline(base_s * 1000, 2000, 3, {"fire.a": (2, 2, 1), "fire.b": (2, 2, 0)})
+        done = await client.cancel_where(tag="tenant:7", routing_key="fire.a")
+        assert done == BulkCancelled(5, 0)
+        assert await client.cancel_where(tag="tenant:7", routing_key="fire.a") == BulkCancelled(
+            0, 0
+        )  # a second run: nothing more
+        assert await client.cancel_where(prefix="tenant-7:", due_after=base_s + 3) == (
+            BulkCancelled(1, 0)
+        )
+        assert [t.id async for t in client.list(prefix="tenant-")] == ids[1:7:2]
+
+    daemon.serve(scenario)
+    assert daemon.hook.get("other-1") is not None  # never named: untouched
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.list_page(limit=1001), "limit"),
+        (lambda c: c.list_page(cursor="bm9wZQ"), "cursor"),
+        (lambda c: c.count(prefix="bad prefix"), "prefix"),
+        (lambda c: c.count(due_after="soon"), "due_after"),
+        (lambda c: c.count(state="done"), "state"),
+        (lambda c: c.timeline(bucket_s=10**8), "bucket_s"),
+        (lambda c: c.timeline(buckets=1441), "buckets"),
+        (lambda c: c.cancel_where(tag="not a tag"), "tag"),
+        (lambda c: c.schedule(at=AT_S, headers={"X-Mine": "a"}), "headers.X-Mine"),
+        (lambda c: c.schedule(at=AT_S, tags=["ok", "not ok"]), "tags[1]"),
+        (lambda c: c.schedule(at=AT_S, late={"deadline": "someday"}), "late.deadline"),
+        (lambda c: c.schedule(at=AT_S, content_type=""), "content_type"),
+        (
+            lambda c: c.schedule_many([TaskRequest(at=AT_S), TaskRequest(at=AT_S, tags=[""])]),
+            "tasks[1].tags[0]",
+        ),
+    ],
+)
+def test_the_daemons_refusals_name_the_callers_arguments(
+    daemon: InProcess, call: Callable[[AsyncClient], Awaitable[object]], field: str
+) -> None:
+    async def scenario(client: AsyncClient) -> None:
+        with pytest.raises(InvalidRequest) as caught:
+            await call(client)
+        assert (caught.value.status, caught.value.code, caught.value.field) == (
+            422,
+            "invalid",
+            field,
+        )
+
+    daemon.serve(scenario)
+
+
+def test_the_walk_renames_the_daemons_page_size_error(daemon: InProcess) -> None:
+    async def scenario(client: AsyncClient) -> None:
+        with pytest.raises(InvalidRequest) as caught:
+            [t async for t in client.list(page_size=1001)]
+        assert (caught.value.status, caught.value.field) == (422, "page_size")
+
+    daemon.serve(scenario)

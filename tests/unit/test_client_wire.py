@@ -19,18 +19,23 @@ import pytest
 from triggerhook.client import (
     ApiError,
     AsyncClient,
+    BulkCancelled,
     Client,
     Conflict,
     Health,
     InvalidRequest,
     NotFound,
     Scheduled,
+    TaskPage,
     TaskRequest,
     TaskStatus,
+    TaskSummary,
+    Timeline,
     TooLate,
     Unauthorized,
     Unavailable,
 )
+from triggerhook.client.calls import DEFAULT_BULK_TIMEOUT_S, DEFAULT_PAGE_SIZE, DEFAULT_TIMEOUT_S
 from triggerhook.domain.task import TaskState
 
 URL = "http://daemon.test"
@@ -64,6 +69,15 @@ class Script:
         data = json.loads(self.requests[index].content)
         assert isinstance(data, dict)
         return data
+
+    def params(self, index: int = -1) -> dict[str, str]:
+        """The query string of a request (each parameter once, as the API wants)."""
+        items = self.requests[index].url.params.multi_items()
+        assert len(items) == len({key for key, _ in items}), items
+        return dict(items)
+
+    def paths(self) -> list[str]:
+        return [r.url.path for r in self.requests]
 
 
 @pytest.fixture
@@ -360,3 +374,451 @@ def test_naive_and_aware_datetimes_agree(clients: Callable[..., Client]) -> None
         datetime.fromisoformat(str(json.loads(r.content)["at"])) for r in script.requests
     )
     assert naive == aware
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+
+def test_metadata_on_the_wire(clients: Callable[..., Client]) -> None:
+    script = Script(CREATED)
+    client = clients(script)
+    client.schedule(
+        "t",
+        at=4e9,
+        tags=["tenant:7", "billing"],  # in the caller's order: the daemon's tags[i] names it
+        content_type="application/json",
+        content_encoding="identity",
+        headers={"tenant": "7", "attempt": 3, "urgent": True},
+        late={"skip_after_ms": 1500},
+    )
+    assert script.body() == {
+        "id": "t",
+        "at": 4e9,
+        "tags": ["tenant:7", "billing"],
+        "content_type": "application/json",
+        "content_encoding": "identity",
+        "headers": {"tenant": "7", "attempt": 3, "urgent": True},
+        "late": {"skip_after_ms": 1500},
+    }
+    client.schedule("t", at=4e9, late="fire", tags=())
+    assert script.body() == {"id": "t", "at": 4e9, "tags": [], "late": "fire"}
+    # A deadline is a time like ``at``: a naive datetime is UTC.
+    client.schedule("t", at=4e9, late={"deadline": datetime(2030, 1, 1, 0, 0, 0, 250_000)})
+    assert script.body()["late"] == {"deadline": "2030-01-01T00:00:00.250000+00:00"}
+    client.schedule("t", at=4e9, late={"deadline": 1_893_456_000.25})
+    assert script.body()["late"] == {"deadline": 1_893_456_000.25}
+    client.schedule("t", at=4e9)
+    assert set(script.body()) == {"id", "at"}  # nothing unset is sent
+
+
+def test_a_retry_sends_the_same_metadata_bytes(clients: Callable[..., Client]) -> None:
+    script = Script(error(503, "unavailable"), error(502, "bad_gateway"), CREATED)
+    clients(script, backoff_s=0.001).schedule(
+        delay_s=5,
+        tags={"b", "a", "c"},  # a set: iterated once, before the first attempt
+        headers={"h": "v"},
+        late={"deadline": datetime(2030, 1, 1)},
+    )
+    assert len(script.requests) == 3
+    assert len({r.content for r in script.requests}) == 1
+    tags = script.body()["tags"]
+    assert isinstance(tags, list) and sorted(tags) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"tags": "billing"}, "tags"),  # one string, not a collection of tags
+        ({"tags": 5}, "tags"),
+        ({"tags": ["ok", 7]}, "tags[1]"),
+        ({"content_type": 5}, "content_type"),
+        ({"content_encoding": "caf\udce9"}, "content_encoding"),  # no UTF-8 form
+        ({"headers": ["h"]}, "headers"),
+        ({"headers": {5: "v"}}, "headers"),
+        ({"headers": {"h": 1.5}}, "headers.h"),
+        ({"headers": {"h": b"v"}}, "headers.h"),
+        ({"headers": {"h": "caf\udce9"}}, "headers.h"),
+        ({"late": "skip"}, "late"),
+        ({"late": {"skip_after_ms": -1}}, "late.skip_after_ms"),
+        ({"late": {"skip_after_ms": True}}, "late.skip_after_ms"),
+        ({"late": {"skip_after_ms": 1.5}}, "late.skip_after_ms"),
+        ({"late": {"deadline": [1]}}, "late.deadline"),
+        ({"late": {"deadline": float("nan")}}, "late.deadline"),
+        ({"late": {"never": 1}}, "late.never"),
+        ({"late": {"skip_after_ms": 1, "deadline": 2}}, "late"),
+    ],
+)
+def test_metadata_the_client_can_check_is_refused_without_a_request(
+    clients: Callable[..., Client], kwargs: dict[str, object], field: str
+) -> None:
+    script = Script(CREATED)
+    client = clients(script)
+    with pytest.raises(InvalidRequest) as caught:
+        client.schedule("t", at=4e9, **kwargs)  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.field) == (None, field)
+    with pytest.raises(InvalidRequest) as in_batch:
+        client.schedule_many([TaskRequest(at=4e9), TaskRequest("u", at=4e9, **kwargs)])  # type: ignore[arg-type]
+    assert in_batch.value.field == f"tasks[1].{field}"
+    assert script.requests == []
+
+
+def test_the_daemons_metadata_errors_name_the_callers_field(
+    clients: Callable[..., Client],
+) -> None:
+    script = Script(error(422, "invalid", "tasks[0].headers.x-mine"))
+    with pytest.raises(InvalidRequest) as caught:
+        clients(script).schedule_many([TaskRequest(at=4e9, headers={"x-mine": "a"})])
+    assert caught.value.field == "tasks[0].headers.x-mine"  # as given: nothing to rename
+
+
+def test_get_reads_the_metadata(clients: Callable[..., Client]) -> None:
+    shown = {
+        "id": "t",
+        "at": 3.25,
+        "routing_key": "k",
+        "state": "scheduled",
+        "payload": "p",
+        "tags": ["a", "b"],
+        "content_type": "text/plain",
+        "content_encoding": "gzip",
+        "headers": {"n": 1, "s": "v", "b": False},
+        "late": {"deadline": 1_893_456_000.25},
+    }
+    client = clients(Script(httpx.Response(200, json=shown)))
+    status = client.get("t")
+    assert status == TaskStatus(
+        "t",
+        3250,
+        "k",
+        TaskState.SCHEDULED,
+        b"p",
+        tags=("a", "b"),
+        content_type="text/plain",
+        content_encoding="gzip",
+        headers={"n": 1, "s": "v", "b": False},
+        late={"deadline": 1_893_456_000.25},
+    )
+    assert isinstance(status, TaskSummary)
+    assert hash(status) == hash(status)  # hashable, though it holds a dict
+    for late in ("fire", {"skip_after_ms": 0}):
+        client = clients(Script(httpx.Response(200, json={**shown, "late": late})))
+        got = client.get("t")
+        assert got is not None and got.late == late
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tags": "a"},
+        {"tags": [1]},
+        {"content_type": 5},
+        {"headers": ["h"]},
+        {"headers": {"h": 1.5}},
+        {"late": "later"},
+        {"late": {"skip_after_ms": "5"}},
+        {"late": {"deadline": "2030-01-01"}},
+    ],
+)
+def test_unexpected_metadata_in_an_answer_is_an_api_error(
+    clients: Callable[..., Client], extra: dict[str, object]
+) -> None:
+    shown = {"id": "t", "at": 1, "routing_key": "k", "state": "scheduled", **extra}
+    with pytest.raises(ApiError) as caught:
+        clients(Script(httpx.Response(200, json=shown))).get("t")
+    assert caught.value.code == "bad_response"
+
+
+@pytest.mark.parametrize("task_id", ["batch", "count", "timeline", "cancel"])
+def test_ids_that_are_other_endpoints_are_never_sent_as_a_task(
+    clients: Callable[..., Client], task_id: str
+) -> None:
+    script = Script(httpx.Response(200, json={"count": 5}))
+    client = clients(script)
+    calls: list[Callable[[], object]] = [
+        lambda: client.get(task_id),
+        lambda: client.cancel(task_id),
+        lambda: client.reschedule(task_id, at=4e9),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidRequest) as caught:
+            call()
+        assert (caught.value.status, caught.value.field) == (None, "id")
+        assert "reserved" in caught.value.message
+    assert script.requests == []
+
+
+# -- listing, counting, the timeline -------------------------------------------------------------
+
+
+def listed(task_id: str, at: float = 4e9, **extra: object) -> dict[str, object]:
+    return {"id": task_id, "at": at, "routing_key": "k", "state": "scheduled", **extra}
+
+
+def page(*tasks: dict[str, object], cursor: str | None = None) -> httpx.Response:
+    return httpx.Response(200, json={"tasks": list(tasks), "next_cursor": cursor})
+
+
+def test_list_follows_the_cursor_to_the_last_page(clients: Callable[..., Client]) -> None:
+    script = Script(
+        page(listed("a"), listed("b", tags=["t"]), cursor="c1"),
+        page(listed("c"), listed("d"), cursor="c2"),
+        page(),  # a full page has a cursor; the next one may be empty
+    )
+    tasks = clients(script).list(tag="t", state=TaskState.SCHEDULED, page_size=2)
+    assert script.requests == []  # lazy: nothing asked before the iteration
+    found = list(tasks)
+    assert [t.id for t in found] == ["a", "b", "c", "d"]
+    assert found[1] == TaskSummary("b", 4_000_000_000_000, "k", TaskState.SCHEDULED, tags=("t",))
+    assert script.paths() == ["/v1/tasks"] * 3
+    filters = {"tag": "t", "state": "scheduled", "limit": "2"}
+    assert script.params(0) == filters
+    assert script.params(1) == {**filters, "cursor": "c1"}
+    assert script.params(2) == {**filters, "cursor": "c2"}
+
+
+def test_list_pages_are_as_large_as_the_api_allows_by_default(
+    clients: Callable[..., Client],
+) -> None:
+    script = Script(page(listed("a")))
+    assert [t.id for t in clients(script).list()] == ["a"]
+    assert script.params() == {"limit": str(DEFAULT_PAGE_SIZE)}
+    assert DEFAULT_PAGE_SIZE == 1000  # the API's largest page
+
+
+def test_filters_in_the_query_string(clients: Callable[..., Client]) -> None:
+    script = Script(httpx.Response(200, json={"count": 3}))
+    client = clients(script)
+    assert (
+        client.count(
+            prefix="tenant-7:",
+            routing_key="billing.charge",
+            due_after=datetime(2030, 1, 1),  # naive = UTC
+            due_before=1.5e-05,  # written out: "1.5e-05" is no number to the daemon
+            state="firing",
+        )
+        == 3
+    )
+    assert script.paths() == ["/v1/tasks/count"]
+    assert script.params() == {
+        "prefix": "tenant-7:",
+        "routing_key": "billing.charge",
+        "due_after": "2030-01-01T00:00:00+00:00",
+        "due_before": "0.000015",
+        "state": "firing",
+    }
+    client.count(due_after=4_000_000_000, due_before="2096-10-02T07:06:40+01:00")
+    assert script.params() == {
+        "due_after": "4000000000",
+        "due_before": "2096-10-02T07:06:40+01:00",
+    }
+    # "+" is a space in a query string: it must go out encoded.
+    assert b"%2B01%3A00" in script.requests[-1].url.query
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.count(prefix=5), "prefix"),
+        (lambda c: c.count(tag="caf\udce9"), "tag"),
+        (lambda c: c.count(due_after=[1]), "due_after"),
+        (lambda c: c.count(due_before=True), "due_before"),
+        (lambda c: c.count(state=1), "state"),
+        (lambda c: c.list(page_size=0), "page_size"),
+        (lambda c: c.list(page_size=True), "page_size"),
+        (lambda c: c.list_page(limit=-1), "limit"),
+        (lambda c: c.list_page(cursor=5), "cursor"),
+        (lambda c: c.timeline(bucket_s=1.5), "bucket_s"),
+        (lambda c: c.timeline(buckets=0), "buckets"),
+        (lambda c: c.timeline(start=float("inf")), "start"),
+        (lambda c: c.cancel_where(), None),  # names no tasks: never "all of them"
+        (lambda c: c.cancel_where(due_before=4e9), None),
+        (lambda c: c.cancel_where(tag="t", timeout_s=0), "timeout_s"),
+    ],
+)
+def test_bad_filters_are_refused_without_a_request(
+    clients: Callable[..., Client], call: Callable[[Client], object], field: str | None
+) -> None:
+    script = Script(httpx.Response(200, json={"count": 3}))
+    with pytest.raises(InvalidRequest) as caught:
+        call(clients(script))
+    assert (caught.value.status, caught.value.field) == (None, field)
+    assert script.requests == []
+
+
+def test_the_daemons_errors_name_the_callers_arguments(clients: Callable[..., Client]) -> None:
+    script = Script(error(422, "invalid", "limit"))
+    client = clients(script)
+    with pytest.raises(InvalidRequest) as walked:
+        list(client.list(page_size=5000))
+    assert walked.value.field == "page_size"
+    with pytest.raises(InvalidRequest) as one_page:
+        client.list_page(limit=5000)
+    assert one_page.value.field == "limit"
+    script.answers = [error(422, "invalid", "bucket")]
+    with pytest.raises(InvalidRequest) as timeline:
+        client.timeline(bucket_s=10**9)
+    assert timeline.value.field == "bucket_s"
+
+
+def test_list_page_and_its_cursor(clients: Callable[..., Client]) -> None:
+    script = Script(page(listed("a", late="fire"), cursor="next"), page())
+    client = clients(script)
+    first = client.list_page(prefix="a", limit=1)
+    assert first == TaskPage(
+        (TaskSummary("a", 4_000_000_000_000, "k", TaskState.SCHEDULED, late="fire"),), "next"
+    )
+    assert client.list_page(prefix="a", limit=1, cursor=first.next_cursor) == TaskPage((), None)
+    assert script.params(1) == {"prefix": "a", "limit": "1", "cursor": "next"}
+
+
+def test_timeline(clients: Callable[..., Client]) -> None:
+    answer = {
+        "start": 4e9,
+        "bucket": 2.0,
+        "buckets": 3,
+        "routing_keys": {"fire.a": [2, 0, 1], "fire.b": [0, 0, 4]},
+    }
+    script = Script(httpx.Response(200, json=answer))
+    line = clients(script).timeline(tag="t", bucket_s=2, buckets=3, start=4e9)
+    assert line == Timeline(4_000_000_000_000, 2000, 3, {"fire.a": (2, 0, 1), "fire.b": (0, 0, 4)})
+    assert line.end_ms == 4_000_000_006_000
+    assert script.paths() == ["/v1/tasks/timeline"]
+    assert script.params() == {"tag": "t", "bucket": "2", "buckets": "3", "start": "4000000000.0"}
+
+
+@pytest.mark.parametrize(
+    ("path", "answer"),
+    [
+        ("/v1/tasks", {"tasks": {}, "next_cursor": None}),
+        ("/v1/tasks", {"tasks": [listed("a")], "next_cursor": 5}),
+        ("/v1/tasks", {"tasks": [{"id": "a"}], "next_cursor": None}),
+        ("/v1/tasks/count", {"count": -1}),
+        ("/v1/tasks/count", {"count": True}),
+        ("/v1/tasks/timeline", {"start": 1, "bucket": 1, "buckets": 2, "routing_keys": {"k": [1]}}),
+        ("/v1/tasks/timeline", {"start": 1, "bucket": 1, "buckets": 1, "routing_keys": []}),
+        ("/v1/tasks/cancel", {"cancelled": 1}),
+    ],
+)
+def test_unexpected_listing_answers_are_api_errors(
+    clients: Callable[..., Client], path: str, answer: dict[str, object]
+) -> None:
+    client = clients(Script(httpx.Response(200, json=answer)))
+    calls: dict[str, Callable[[], object]] = {
+        "/v1/tasks": client.list_page,
+        "/v1/tasks/count": client.count,
+        "/v1/tasks/timeline": client.timeline,
+        "/v1/tasks/cancel": lambda: client.cancel_where(tag="t"),
+    }
+    with pytest.raises(ApiError) as caught:
+        calls[path]()
+    assert caught.value.code == "bad_response"
+
+
+# -- bulk cancel -------------------------------------------------------------------------------
+
+
+def test_cancel_where_body_and_its_long_timeout(clients: Callable[..., Client]) -> None:
+    cancelled = httpx.Response(200, json={"cancelled": 6, "too_late": 1})
+    script = Script(cancelled, cancelled, httpx.Response(200, json={"count": 0}))
+    client = clients(script)
+    done = client.cancel_where(tag="t", routing_key="k", due_after=datetime(2030, 1, 1))
+    assert done == BulkCancelled(6, 1)
+    request = script.requests[-1]
+    assert (request.method, request.url.path) == ("POST", "/v1/tasks/cancel")
+    assert script.body() == {
+        "routing_key": "k",
+        "tag": "t",
+        "due_after": "2030-01-01T00:00:00+00:00",
+    }
+    # Minutes for a million tasks: a timeout of its own, not the client's 30 s.
+    assert request.extensions["timeout"]["read"] == DEFAULT_BULK_TIMEOUT_S
+    client.cancel_where(prefix="p", timeout_s=42)
+    assert script.requests[-1].extensions["timeout"]["read"] == 42
+    client.count()
+    assert script.requests[-1].extensions["timeout"]["read"] == DEFAULT_TIMEOUT_S
+
+
+def test_cancel_where_is_retried_after_a_timeout_with_the_same_body(
+    clients: Callable[..., Client],
+) -> None:
+    """Idempotent (a second run cancels nothing more), so retried like any call."""
+    sent: list[bytes] = []
+
+    def slow_then_done(request: httpx.Request) -> httpx.Response:
+        sent.append(request.read())
+        if len(sent) == 1:
+            raise httpx.ReadTimeout("no answer in time", request=request)
+        return httpx.Response(200, json={"cancelled": 0, "too_late": 0})
+
+    done = clients(slow_then_done, backoff_s=0.001).cancel_where(prefix="p", due_before=4e9)
+    assert done == BulkCancelled(0, 0)  # the first attempt did the work: the last counts
+    assert len(sent) == 2 and sent[0] == sent[1]
+
+
+# -- the async client: the same calls -------------------------------------------------------------
+
+
+def test_async_client_lists_counts_and_cancels_the_same_way() -> None:
+    script = Script(
+        page(listed("a"), cursor="c1"),
+        page(listed("b")),
+        page(listed("c"), cursor="more"),
+        httpx.Response(200, json={"count": 2}),
+        httpx.Response(200, json={"start": 60, "bucket": 60, "buckets": 1, "routing_keys": {}}),
+        error(503, "unavailable"),
+        httpx.Response(200, json={"cancelled": 2, "too_late": 0}),
+    )
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return script(request)
+
+    async def scenario() -> None:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient(URL, transport=transport, backoff_s=0.001) as client:
+            with pytest.raises(InvalidRequest):
+                client.list(page_size=0)  # checked at the call, not awaited
+            assert [t.id async for t in client.list(prefix="p", page_size=1)] == ["a", "b"]
+            one = await client.list_page(prefix="p", limit=1)
+            assert (one.tasks[0].id, one.next_cursor) == ("c", "more")
+            assert await client.count(tag="t") == 2
+            assert await client.timeline(bucket_s=60) == Timeline(60_000, 60_000, 1, {})
+            with pytest.raises(InvalidRequest):
+                await client.cancel_where(due_after=1)
+            assert await client.cancel_where(tag="t") == BulkCancelled(2, 0)
+
+    asyncio.run(scenario())
+    assert script.params(1) == {"prefix": "p", "limit": "1", "cursor": "c1"}
+    assert script.paths()[3:] == [
+        "/v1/tasks/count",
+        "/v1/tasks/timeline",
+        "/v1/tasks/cancel",
+        "/v1/tasks/cancel",  # retried after the 503
+    ]
+    assert script.requests[-1].content == script.requests[-2].content
+    assert script.requests[-1].extensions["timeout"]["read"] == DEFAULT_BULK_TIMEOUT_S
+
+
+def test_async_client_sends_the_metadata_the_same_way() -> None:
+    script = Script(CREATED)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return script(request)
+
+    async def scenario() -> None:
+        async with AsyncClient(URL, transport=httpx.MockTransport(handler)) as client:
+            await client.schedule(
+                "t", at=4e9, tags=["a"], headers={"h": 1}, late={"skip_after_ms": 5}
+            )
+            with pytest.raises(InvalidRequest) as caught:
+                await client.schedule("t", at=4e9, tags="a")
+            assert caught.value.field == "tags"
+
+    asyncio.run(scenario())
+    assert script.body() == {
+        "id": "t",
+        "at": 4e9,
+        "tags": ["a"],
+        "headers": {"h": 1},
+        "late": {"skip_after_ms": 5},
+    }
+    assert len(script.requests) == 1

@@ -126,7 +126,7 @@ def _run_confirmer(
     held: tuple[FakeStore, Inventory, Task, Scheduler], *tasks: tuple[Task, int]
 ) -> Confirmer:
     store, inventory, _copy, scheduler = held
-    confirmer = Confirmer(store, inventory, scheduler, ME, 100, 0, _ignore)
+    confirmer = Confirmer(store, inventory, scheduler, ME, 100, 0, _ignore, clock=FakeClock(NOW))
     confirmer.start()
     for task, not_before_ms in tasks:
         confirmer.defer(task, not_before_ms)

@@ -629,7 +629,9 @@ def _firing(s: Stages, names: list[str]) -> list[Task]:
 
 
 def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
-    return Confirmer(s.store, s.inventory, s.scheduler, ME, batch_size, max_delay_ms, s.failures)
+    return Confirmer(
+        s.store, s.inventory, s.scheduler, ME, batch_size, max_delay_ms, s.failures, clock=s.clock
+    )
 
 
 def test_confirmer_deletes_in_batches_then_forgets(stages: Stages) -> None:
@@ -719,7 +721,9 @@ def test_an_undelivered_inherited_event_stays_armed_and_is_retried_from_memory()
         next(a for a in taken if a.lease.shard == shard_of("a", SHARDS)), None, 10
     )[0]
     s.inventory.admit([inherited], 0)
-    confirmer = Confirmer(s.store, s.inventory, s.scheduler, OTHER, 10, 0, s.failures)
+    confirmer = Confirmer(
+        s.store, s.inventory, s.scheduler, OTHER, 10, 0, s.failures, clock=s.clock
+    )
     confirmer.start()
     try:
         confirmer.defer(inherited, int(s.clock.now) + 500)

@@ -9,6 +9,7 @@ import pytest
 
 from triggerhook.amqp.frames import encode_event
 from triggerhook.domain.meta import Meta, make_meta
+from triggerhook.domain.recurrence import Recurrence
 
 
 def pika_frames(
@@ -62,6 +63,7 @@ def test_overlong_routing_key_is_refused() -> None:
             headers={"tenant": "é-42", "count": 2**40, "small": -3, "urgent": True, "no": False},
         ),
         make_meta(tags=["only-tags"]),  # tags are not on the wire
+        make_meta(headers={"h": "v"}, recur=Recurrence(every_ms=60_000, occurrence=7)),
     ],
 )
 def test_a_tasks_properties_match_pika(meta: Meta) -> None:
@@ -72,7 +74,13 @@ def test_a_tasks_properties_match_pika(meta: Meta) -> None:
         message_id="t-9",
         delivery_mode=2,
         timestamp=0,
-        headers={"x-due-ms": 1, "x-fired-ms": 2, "x-rev": 3, **dict(meta.headers)},
+        headers={
+            "x-due-ms": 1,
+            "x-fired-ms": 2,
+            "x-rev": 3,
+            **dict(meta.headers),
+            **({"x-occurrence": meta.recur.occurrence} if meta.recur else {}),
+        },
     )
     method = pika.spec.Basic.Publish(exchange="ex", routing_key="rk", mandatory=True)
     theirs = [pika.frame.Method(5, method), pika.frame.Header(5, 2, props)]

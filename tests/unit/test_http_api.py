@@ -931,7 +931,16 @@ def test_openapi_document_is_served(daemon: Daemon) -> None:
         status, data = await answer(client.get("/openapi.json"))
         assert status == 200
         assert str(data["openapi"]).startswith("3.")
-        assert {"/v1/tasks", "/v1/tasks/batch", "/v1/tasks/{id}", "/readyz"} <= set(data["paths"])
+        assert {
+            "/v1/tasks",
+            "/v1/tasks/batch",
+            "/v1/tasks/count",
+            "/v1/tasks/timeline",
+            "/v1/tasks/cancel",
+            "/v1/tasks/{id}",
+            "/readyz",
+        } <= set(data["paths"])
+        assert set(data["paths"]["/v1/tasks"]) == {"get", "post"}
         assert data == openapi.document(MAX_PAYLOAD, daemon.settings.http_max_batch_tasks)
 
     daemon.serve(scenario)

@@ -74,7 +74,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 )
 LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
 
-STDLIB_ONLY_BELOW = 3  # layers 0-2: standard library only
+STDLIB_ONLY_BELOW = 3  # layers 0-2: standard library only (and PURE_LIBRARIES)
 
 CLIENT = "client"
 CLIENT_MAY_IMPORT = frozenset(
@@ -84,6 +84,9 @@ CLIENT_USERS = frozenset({"cli"})
 
 BROKER_CLIENT = "pika"
 BROKER_CLIENT_USERS = frozenset({"amqp"})
+# Third-party libraries of pure computation that the lowest layers may use:
+# cronsim evaluates a series' cron expression (domain/recurrence.py).
+PURE_LIBRARIES = frozenset({"cronsim"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +136,8 @@ def _internal(target: str) -> bool:
 
 
 def _third_party(target: str) -> bool:
-    return not _internal(target) and target.split(".", maxsplit=1)[0] not in sys.stdlib_module_names
+    top = target.split(".", maxsplit=1)[0]
+    return not _internal(target) and top not in sys.stdlib_module_names | PURE_LIBRARIES
 
 
 def violations(sources: Mapping[str, str], packages: frozenset[str] = frozenset()) -> list[str]:

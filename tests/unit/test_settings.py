@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import tomllib
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from triggerhook.domain.meta import FIRE, LateKind, LatePolicy
 from triggerhook.domain.task import ID_PATTERN
 from triggerhook.errors import ConfigError
 from triggerhook.settings import (
@@ -447,3 +449,83 @@ def test_an_environment_variable_of_the_claim_protocol_is_refused_with_its_new_n
     message = str(raised.value)
     assert "TRIGGERHOOK_CLAIM_LEASE_MS" in message
     assert "claim_lease_ms is now shard_lease_ms" in message
+
+
+# -- late_policy (issue 14) ---------------------------------------------------------------
+
+
+def test_late_policy_defaults_to_fire() -> None:
+    assert Settings().late_policy == "fire"
+    assert Settings().default_late_policy() is FIRE
+
+
+@pytest.mark.parametrize(
+    ("text", "policy"),
+    [
+        ("fire", FIRE),
+        (" fire\n", FIRE),
+        ("skip_after_ms=250", LatePolicy(LateKind.SKIP_AFTER, 250)),
+        ("skip_after_ms = 250", LatePolicy(LateKind.SKIP_AFTER, 250)),
+        ("  skip_after_ms  =  250  ", LatePolicy(LateKind.SKIP_AFTER, 250)),
+        ("skip_after_ms=0", LatePolicy(LateKind.SKIP_AFTER, 0)),
+        ("skip_after_ms=0250", LatePolicy(LateKind.SKIP_AFTER, 250)),
+        ("skip_after_ms=999999999999999", LatePolicy(LateKind.SKIP_AFTER, 999_999_999_999_999)),
+    ],
+)
+def test_late_policy_values(text: str, policy: LatePolicy, tmp_path: Path) -> None:
+    assert Settings(late_policy=text).default_late_policy() == policy
+    from_env = load_settings(environ={"TRIGGERHOOK_LATE_POLICY": text})
+    assert from_env.default_late_policy() == policy
+    path = write_toml(tmp_path, f"late_policy = {json.dumps(text)}\n")  # a TOML basic string
+    assert load_settings(path, environ={}).default_late_policy() == policy
+    assert (
+        load_settings(environ={}, overrides={"late_policy": text}).default_late_policy() == policy
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " ",
+        "Fire",
+        "never",
+        "skip",
+        "skip_after_ms",
+        "skip_after_ms=",
+        "skip_after_ms=-1",  # negative
+        "skip_after_ms=+1",
+        "skip_after_ms=1234567890123456",  # 16 digits
+        "skip_after_ms=1.5",
+        "skip_after_ms=1e3",
+        "skip_after_ms=0x10",
+        "skip_after_ms=1_000",
+        "skip_after_ms=1 000",
+        "skip_after_ms=\u00b2",  # a digit to Unicode, not a number
+        "skip_after_ms=\u0663",  # ARABIC-INDIC DIGIT THREE
+        "skip_after_ms=\uff11",  # FULLWIDTH DIGIT ONE
+        "skip_after_ms=1=2",
+        "skip_before_ms=5",  # unknown name
+        "deadline_ms=5",
+        "deadline=5",
+        "fire=1",
+        "SKIP_AFTER_MS=5",
+        "skip_after_ms:5",
+    ],
+)
+def test_bad_late_policies_are_refused_naming_the_setting(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings(late_policy=text)
+    assert str(info.value).startswith("late_policy:"), info.value
+    with pytest.raises(ConfigError) as env:
+        load_settings(environ={"TRIGGERHOOK_LATE_POLICY": text})
+    assert "late_policy" in str(env.value)
+    with pytest.raises(ConfigError, match="late_policy"):
+        load_settings(environ={}, overrides={"late_policy": text})
+
+
+def test_late_policy_must_be_a_string(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="late_policy"):
+        load_settings(write_toml(tmp_path, "late_policy = 250\n"), environ={})
+    with pytest.raises(ConfigError, match="--late-policy"):
+        load_settings(environ={}, overrides={"late_policy": 250})

@@ -14,6 +14,7 @@ from triggerhook.domain.task import CancelResult, Task
 from triggerhook.interfaces import InsertOutcome, NewRow
 from triggerhook.store import alembic as revisions
 from triggerhook.store import mysql, sql
+from triggerhook.store import rows as store_rows
 from triggerhook.store.arm_pass import (
     NOTHING,
     Frontier,
@@ -22,12 +23,12 @@ from triggerhook.store.arm_pass import (
     plan_pass,
     split_read,
 )
-from triggerhook.store.mysql import (
-    _cancel_result,
-    _first_wins,
-    _insert_chunks,
-    _repeat_outcome,
-    _split_repeats,
+from triggerhook.store.rows import (
+    cancel_result,
+    first_wins,
+    insert_chunks,
+    repeat_outcome,
+    split_repeats,
 )
 
 DUE = 1_700_000_000_000
@@ -72,35 +73,35 @@ def test_pair_placeholders_refuse_an_empty_in_list() -> None:
         sql.placeholders(0, width=2)
 
 
-# -- _split_repeats -----------------------------------------------------------------------
+# -- split_repeats -----------------------------------------------------------------------
 
 
 def test_split_repeats_without_repeats() -> None:
-    assert _split_repeats([new("a"), new("b"), new("c")]) == ([0, 1, 2], {})
+    assert split_repeats([new("a"), new("b"), new("c")]) == ([0, 1, 2], {})
 
 
 def test_split_repeats_maps_each_repeat_to_the_first_row_of_its_id() -> None:
     rows = [new("a"), new("b"), new("a"), new("c"), new("b"), new("a", payload=b"other")]
-    first, repeats = _split_repeats(rows)
+    first, repeats = split_repeats(rows)
     assert first == [0, 1, 3]
     assert repeats == {2: 0, 4: 1, 5: 0}
 
 
 def test_split_repeats_of_nothing() -> None:
-    assert _split_repeats([]) == ([], {})
+    assert split_repeats([]) == ([], {})
 
 
-# -- _repeat_outcome -------------------------------------------------------------------------
+# -- repeat_outcome -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("earlier_outcome", [InsertOutcome.CREATED, InsertOutcome.EXISTS])
 def test_identical_repeat_is_a_safe_retry(earlier_outcome: InsertOutcome) -> None:
-    assert _repeat_outcome(new("a"), new("a"), earlier_outcome) is InsertOutcome.EXISTS
+    assert repeat_outcome(new("a"), new("a"), earlier_outcome) is InsertOutcome.EXISTS
 
 
 def test_identical_repeat_ignores_the_revision() -> None:
     # The revision a row would be written with is not part of its content.
-    outcome = _repeat_outcome(new("a", rev=2), new("a", rev=3), InsertOutcome.CREATED)
+    outcome = repeat_outcome(new("a", rev=2), new("a", rev=3), InsertOutcome.CREATED)
     assert outcome is InsertOutcome.EXISTS
 
 
@@ -109,19 +110,19 @@ def test_identical_repeat_ignores_the_revision() -> None:
     [new("a", due_ms=DUE + 1), new("a", payload=b"x"), NewRow(Task("a", DUE, "other.key"))],
 )
 def test_different_repeat_is_a_conflict(changed: NewRow) -> None:
-    assert _repeat_outcome(changed, new("a"), InsertOutcome.CREATED) is InsertOutcome.CONFLICT
-    assert _repeat_outcome(changed, new("a"), InsertOutcome.EXISTS) is InsertOutcome.CONFLICT
+    assert repeat_outcome(changed, new("a"), InsertOutcome.CREATED) is InsertOutcome.CONFLICT
+    assert repeat_outcome(changed, new("a"), InsertOutcome.EXISTS) is InsertOutcome.CONFLICT
 
 
 def test_repeat_of_a_conflicting_row_is_a_conflict() -> None:
-    assert _repeat_outcome(new("a"), new("a"), InsertOutcome.CONFLICT) is InsertOutcome.CONFLICT
+    assert repeat_outcome(new("a"), new("a"), InsertOutcome.CONFLICT) is InsertOutcome.CONFLICT
 
 
-# -- _insert_chunks ----------------------------------------------------------------------------
+# -- insert_chunks ----------------------------------------------------------------------------
 
 
 def chunk_sizes(rows: list[NewRow], indexes: list[int] | None = None) -> list[list[int]]:
-    return list(_insert_chunks(rows, list(range(len(rows))) if indexes is None else indexes))
+    return list(insert_chunks(rows, list(range(len(rows))) if indexes is None else indexes))
 
 
 def test_insert_chunks_empty() -> None:
@@ -129,7 +130,7 @@ def test_insert_chunks_empty() -> None:
 
 
 def test_insert_chunks_bounded_in_rows() -> None:
-    limit = mysql._INSERT_CHUNK_ROWS
+    limit = store_rows.INSERT_CHUNK_ROWS
     rows = [new(f"t{i}") for i in range(2 * limit + 1)]
     chunks = chunk_sizes(rows)
     assert [len(c) for c in chunks] == [limit, limit, 1]
@@ -137,12 +138,12 @@ def test_insert_chunks_bounded_in_rows() -> None:
 
 
 def test_insert_chunks_exactly_at_the_row_limit_is_one_chunk() -> None:
-    limit = mysql._INSERT_CHUNK_ROWS
+    limit = store_rows.INSERT_CHUNK_ROWS
     assert [len(c) for c in chunk_sizes([new(f"t{i}") for i in range(limit)])] == [limit]
 
 
 def test_insert_chunks_bounded_in_payload_bytes() -> None:
-    limit = mysql._INSERT_CHUNK_BYTES
+    limit = store_rows.INSERT_CHUNK_BYTES
     quarter = b"x" * (limit // 4)
     rows = [new(f"t{i}", payload=quarter) for i in range(9)]
     chunks = chunk_sizes(rows)
@@ -153,13 +154,13 @@ def test_insert_chunks_bounded_in_payload_bytes() -> None:
 
 
 def test_insert_chunks_one_byte_over_starts_a_new_chunk() -> None:
-    limit = mysql._INSERT_CHUNK_BYTES
+    limit = store_rows.INSERT_CHUNK_BYTES
     rows = [new("a", payload=b"x" * (limit - 10)), new("b", payload=b"x" * 11), new("c")]
     assert chunk_sizes(rows) == [[0], [1, 2]]
 
 
 def test_insert_chunks_oversized_row_goes_alone() -> None:
-    limit = mysql._INSERT_CHUNK_BYTES
+    limit = store_rows.INSERT_CHUNK_BYTES
     rows = [new("small", payload=b"x"), new("huge", payload=b"x" * (limit + 1)), new("after")]
     assert chunk_sizes(rows) == [[0], [1], [2]]
 
@@ -186,7 +187,7 @@ def test_insert_chunks_need_one_index_per_row() -> None:
     ],
 )
 def test_cancel_result_from_the_locked_row(armed: bool | None, expected: CancelResult) -> None:
-    assert _cancel_result(armed) is expected
+    assert cancel_result(armed) is expected
 
 
 def test_first_wins_gives_one_result_per_id_asked() -> None:
@@ -195,7 +196,7 @@ def test_first_wins_gives_one_result_per_id_asked() -> None:
         "b": CancelResult.TOO_LATE,
         "c": CancelResult.NOT_FOUND,
     }
-    assert _first_wins(["c", "a", "b", "a", "b", "a", "c"], results) == [
+    assert first_wins(["c", "a", "b", "a", "b", "a", "c"], results) == [
         CancelResult.NOT_FOUND,
         CancelResult.CANCELLED,
         CancelResult.TOO_LATE,
@@ -204,7 +205,7 @@ def test_first_wins_gives_one_result_per_id_asked() -> None:
         CancelResult.NOT_FOUND,
         CancelResult.NOT_FOUND,
     ]
-    assert _first_wins([], {}) == []
+    assert first_wins([], {}) == []
 
 
 def test_revisions_lead_step_by_step_to_the_schema_version() -> None:

@@ -80,6 +80,8 @@ def meta_properties(meta: Meta) -> tuple[int, bytes, bytes]:
         flags |= _FLAG_CONTENT_ENCODING
         head += _shortstr(meta.content_encoding)
     entries = b"".join(_shortstr(name) + _header_field(value) for name, value in meta.headers)
+    if meta.recur is not None:  # which occurrence of the series (1, 2, ...)
+        entries += b"\x0cx-occurrence" + _int_field(meta.recur.occurrence)
     return flags, head, entries
 
 

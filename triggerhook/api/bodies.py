@@ -38,6 +38,10 @@ CREATE_FIELDS = frozenset(
         "content_encoding",
         "headers",
         "late",
+        "every",
+        "cron",
+        "timezone",
+        "until",
     }
 )
 RESCHEDULE_FIELDS = frozenset({"at", "delay"})
@@ -82,9 +86,13 @@ class When:
 def parse_create(body: object, prefix: str = "") -> TaskSpec:
     """A create body: ``{"id"?, "at" | "delay", "routing_key"?, "payload"? |
     "payload_b64"?, "tags"?, "content_type"?, "content_encoding"?,
-    "headers"?, "late"?}`` (the metadata is checked by domain/meta.py)."""
+    "headers"?, "late"?, "every"? | "cron"?, "timezone"?, "until"?}`` (the
+    metadata is checked by domain/meta.py, a series by domain/recurrence.py,
+    which also gives its first time when it has neither at nor delay)."""
     fields = _object(body, prefix, CREATE_FIELDS)
-    when = _when(fields, prefix)
+    series = "every" in fields or "cron" in fields
+    untimed = series and "at" not in fields and "delay" not in fields
+    when = When() if untimed else _when(fields, prefix)
     if "payload" in fields and "payload_b64" in fields:
         raise ValidationError(_name(prefix, "payload"), "give at most one of payload, payload_b64")
     payload: bytes | str | None = None
@@ -106,11 +114,18 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         content_encoding=_unchecked(fields, "content_encoding"),
         headers=_unchecked(fields, "headers"),
         late=_late(fields["late"], _name(prefix, "late")) if "late" in fields else None,
+        every=_unchecked(fields, "every"),
+        cron=_unchecked(fields, "cron"),
+        timezone=_unchecked(fields, "timezone"),
+        until=_unchecked(fields, "until"),
     )
 
 
 def _unchecked(fields: Mapping[str, object], key: str) -> Any:
-    """A metadata field as given: resolve() checks it (domain/meta.py's make_meta)."""
+    """A metadata field as given: resolve() checks it (domain/meta.py's make_meta);
+    null is refused here (absent means "none", as for every other field)."""
+    if key in fields and fields[key] is None:
+        raise ValidationError(key, "must not be null (leave the field out)")
     return fields.get(key)
 
 

@@ -23,6 +23,8 @@ class HttpConfig:
     max_batch_tasks: int
     max_payload_bytes: int
     reuse_port: bool = False  # several API processes share the port (SO_REUSEPORT)
+    web_view: bool = True  # the pages under /ui
+    web_allow_cancel: bool = False  # their cancel buttons (else read-only: 403)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from triggerhook.api.limits import (
 )
 from triggerhook.api.listing import ListingApi, only_method
 from triggerhook.api.render import at_s, task_json
+from triggerhook.api.web import WebView, is_ui_path
 from triggerhook.app import Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
@@ -294,6 +295,7 @@ class HttpApi:
         self.port: int | None = None
         self.stats = RequestStats()  # read by the metrics thread
         self._openapi = openapi.document(config.max_payload_bytes, config.max_batch_tasks)
+        self._web = WebView(hook, config, executor, self._figures) if config.web_view else None
         self.app = self._build()
 
     def _build(self) -> web.Application:
@@ -301,6 +303,8 @@ class HttpApi:
             client_max_size=self._config.max_body_bytes,
             middlewares=[self.guard.middleware, self._observe, self._errors, self._auth],
         )
+        if self._web is not None:  # /ui/...: no other route starts so
+            self._web.add_routes(app.router)
         app.router.add_post("/v1/tasks", self.create)
         app.router.add_post("/v1/tasks/batch", self.create_batch)
         # Not a task id: other methods on this path are 405, not a lookup of "batch".
@@ -392,6 +396,10 @@ class HttpApi:
     async def _auth(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        if self._web is not None and is_ui_path(request.path):
+            bearer = self._token is not None and self._authorized(request)
+            refused = self._web.refuse(request, bearer)
+            return refused if refused is not None else await handler(request)
         if self._protected(request.path) and not self._authorized(request):
             return ApiError(Outcome.UNAUTHORIZED).response()
         return await handler(request)

@@ -84,11 +84,13 @@ def parse_bulk_cancel(body: object) -> TaskFilter:
     least one of the first three."""
     if not isinstance(body, Mapping):
         raise ValidationError("body", "must be a JSON object")
-    for key in body:
+    for key, value in body.items():
         if key not in BULK_FIELDS:
             raise ValidationError(
                 str(key)[:64], f"unknown field (allowed: {', '.join(sorted(BULK_FIELDS))})"
             )
+        if value is None:  # never "any": leave the field out for that
+            raise ValidationError(key, "must not be null")
     where = parse_filter(body)
     if not where.narrowed:
         raise ValidationError("body", "give at least one of prefix, tag and routing_key")

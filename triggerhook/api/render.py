@@ -8,6 +8,7 @@ from typing import Any
 
 from triggerhook.domain.listing import Timeline
 from triggerhook.domain.meta import Meta
+from triggerhook.domain.recurrence import Recurrence, every_text
 from triggerhook.domain.task import TaskInfo
 
 
@@ -51,6 +52,23 @@ def meta_json(meta: Meta) -> dict[str, Any]:
         if isinstance(late, dict) and "deadline_ms" in late:
             late = {"deadline": at_s(late["deadline_ms"])}
         data["late"] = late
+    if meta.recur is not None:
+        data.update(series_json(meta.recur))
+    return data
+
+
+def series_json(recur: Recurrence) -> dict[str, Any]:
+    """A series' schedule as a create body gives it, and its current occurrence."""
+    data: dict[str, Any] = {}
+    if recur.every_ms is not None:
+        data["every"] = every_text(recur.every_ms)
+    else:
+        data["cron"], data["timezone"] = recur.cron, recur.timezone
+    if recur.until_ms is not None:
+        data["until"] = at_s(recur.until_ms)
+    data["occurrence"] = recur.occurrence
+    if recur.stopped:
+        data["stopping"] = True  # cancelled while this occurrence fires: the last one
     return data
 
 

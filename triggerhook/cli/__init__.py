@@ -6,11 +6,12 @@ cancel or reschedule. ``db status``: 0 at head, 1 behind, 2 newer than this
 release.
 
 With ``--url`` (or ``TRIGGERHOOK_URL``), the task commands (schedule,
-reschedule, cancel, get) go to a running daemon's HTTP API through
+reschedule, cancel, get, list, count) go to a running daemon's HTTP API through
 :mod:`triggerhook.client` (token: the ``api_token`` setting) instead of the
 database, with the same output and exit codes: each command is written once
 against :class:`triggerhook.cli.backends.Backend`, which the library and the
 HTTP client implement, and every outcome's exit code is in ``CLI_RENDERING``.
+Results are JSON on stdout: one object, or for ``list`` one object per line.
 """
 
 from __future__ import annotations
@@ -25,8 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from triggerhook import logs
-from triggerhook.cli.backends import Backend, BackendError, HttpBackend, LibraryBackend
+from triggerhook.cli.backends import (
+    Backend,
+    BackendError,
+    HttpBackend,
+    LateArg,
+    LibraryBackend,
+    Listed,
+    Metadata,
+    Where,
+)
+from triggerhook.domain.listing import MAX_PAGE
+from triggerhook.domain.meta import Meta
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
+from triggerhook.domain.task import TaskState
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
 from triggerhook.processes import EngineLink
@@ -119,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         "--url",
         default=os.environ.get("TRIGGERHOOK_URL") or None,
         help="a running daemon's HTTP API (env TRIGGERHOOK_URL), e.g. http://127.0.0.1:8080: "
-        "schedule, reschedule, cancel and get go through it instead of the database",
+        "schedule, reschedule, cancel, get, list and count go through it instead of the database",
     )
     group = parser.add_argument_group("settings (each also TRIGGERHOOK_<NAME> in the environment)")
     for name, spec in FIELDS.items():
@@ -156,17 +169,34 @@ def _parser() -> argparse.ArgumentParser:
     api = sub.add_parser("api-process", help="(started by `run`: one of its api_processes)")
     api.add_argument("--channel-fd", type=int, required=True, help="its socket to `run`")
     api.add_argument("--index", type=int, required=True, help="which of the api_processes")
-    sched = sub.add_parser("schedule", help="schedule one task")
-    sched.add_argument("--id", help="task id (default: a new UUIDv4)")
-    _due_time_arguments(sched)
-    sched.add_argument("--routing-key", help="routing key (default: default_routing_key)")
-    sched.add_argument("--payload", help="payload text (UTF-8)")
+    _schedule_arguments(sub.add_parser("schedule", help="schedule one task"))
     move = sub.add_parser("reschedule", help="move a task not yet firing to a new due time")
     move.add_argument("id")
     _due_time_arguments(move)
-    for name in ("cancel", "get"):
-        cmd = sub.add_parser(name, help=f"{name} a task by id")
-        cmd.add_argument("id")
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a task by id, or every task matching --prefix, --tag or --routing-key",
+        description="With an ID: that task (exit 3 not found, 4 too late). With filters: every "
+        'task they match, printing {"cancelled": n, "too_late": m} (exit 0; too_late counts '
+        "those being published already). --due-after/--due-before only narrow the others.",
+    )
+    cancel.add_argument("id", nargs="?", help="the task's id (or give filters instead)")
+    _filter_arguments(cancel, state=False)
+    sub.add_parser("get", help="get a task by id").add_argument("id")
+    listing = sub.add_parser(
+        "list",
+        help="list the tasks matching the filters, in due order: one JSON object per line",
+    )
+    _filter_arguments(listing, state=True)
+    many = listing.add_mutually_exclusive_group()
+    many.add_argument(
+        "--limit", type=_positive, default=100, metavar="N", help="print at most N (default 100)"
+    )
+    many.add_argument("--all", action="store_true", help="print every matching task")
+    _filter_arguments(
+        sub.add_parser("count", help='count the tasks matching the filters: {"count": n}'),
+        state=True,
+    )
     status = sub.add_parser(
         "status", help="a running daemon's live figures (from --url, default its http_port)"
     )
@@ -201,6 +231,55 @@ def _db_commands(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _schedule_arguments(sched: argparse.ArgumentParser) -> None:
+    sched.add_argument("--id", help="task id (default: a new UUIDv4)")
+    _due_time_arguments(sched)
+    sched.add_argument("--routing-key", help="routing key (default: default_routing_key)")
+    sched.add_argument("--payload", help="payload text (UTF-8)")
+    sched.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        help="a tag to find it by (list, count, cancel --tag); repeatable, at most 8",
+    )
+    sched.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a header of its event (VALUE as a string; NAME not starting with x-); repeatable",
+    )
+    sched.add_argument("--content-type", help="its event's content type, e.g. application/json")
+    sched.add_argument("--content-encoding", help="its event's content encoding, e.g. gzip")
+    sched.add_argument(
+        "--late",
+        metavar="fire|skip_after_ms=N|deadline=TIME",
+        help="if it is found late when published: fire anyway, or dead-letter it when more "
+        "than N ms late or after TIME (as --at) (default: the daemon's late_policy)",
+    )
+
+
+def _filter_arguments(parser: argparse.ArgumentParser, *, state: bool) -> None:
+    parser.add_argument("--prefix", help="tasks whose id starts with this")
+    parser.add_argument("--tag", help="tasks with this tag")
+    parser.add_argument("--routing-key", help="tasks with this routing key")
+    parser.add_argument("--due-after", metavar="TIME", help="tasks due at or after TIME (as --at)")
+    parser.add_argument("--due-before", metavar="TIME", help="tasks due before TIME (as --at)")
+    if state:
+        parser.add_argument(
+            "--state",
+            choices=[s.value for s in TaskState],
+            help="scheduled (cancellable) or firing (being published)",
+        )
+
+
+def _positive(text: str) -> int:
+    # Digits checked (and counted) before int(): no sign, space or 5,000 digits.
+    if not (text.isascii() and text.isdecimal() and len(text) <= 18) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text[:40]!r}")
+    return int(text)
+
+
 def _due_time_arguments(parser: argparse.ArgumentParser) -> None:
     when = parser.add_mutually_exclusive_group(required=True)
     when.add_argument("--at", help="due time: ISO-8601 (e.g. 2026-01-01T12:00:00.250Z) or epoch s")
@@ -228,6 +307,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         rendering = CLI_RENDERING[outcome]
         _error(f"{exc}{rendering.hint}")
         return rendering.exit
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``triggerhook list --all | head``): stop
+    quietly. stdout now leads nowhere, so that the interpreter's last flush at
+    exit does not fail again (docs.python.org, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_FAILURE
 
 
 def _api_process(channel_fd: int, index: int) -> int:
@@ -263,7 +353,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
     # The task commands: through a daemon's HTTP API with --url, else the database.
     backend: HttpBackend | LibraryBackend
-    backend = HttpBackend(args.url, settings) if args.url else LibraryBackend(build(settings))
+    if args.url:
+        backend = HttpBackend(args.url, settings)
+    else:
+        backend = LibraryBackend(build(settings), settings)
     with backend:
         return TASK_COMMANDS[args.command](backend, args)
 
@@ -318,11 +411,36 @@ def _delay_ms(args: argparse.Namespace) -> int | None:
 
 def _schedule(backend: Backend, args: argparse.Namespace) -> int:
     delay_ms = _delay_ms(args)
+    meta = Metadata(
+        tags=tuple(args.tag),
+        content_type=args.content_type,
+        content_encoding=args.content_encoding,
+        headers=_headers(args.header),
+        late=None if args.late is None else LateArg.parse(args.late),
+    )
     stored = backend.schedule(
-        args.id, at=args.at, delay_ms=delay_ms, routing_key=args.routing_key, payload=args.payload
+        args.id,
+        at=args.at,
+        delay_ms=delay_ms,
+        routing_key=args.routing_key,
+        payload=args.payload,
+        meta=meta,
     )
     _print_json({"id": stored.id, "due_ms": stored.due_ms, "created": stored.created})
     return CLI_RENDERING[scheduled_outcome(stored.created)].exit
+
+
+def _headers(given: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--header NAME=VALUE`` flags; a name given twice is refused, not overwritten."""
+    headers: dict[str, str] = {}
+    for item in given:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise BackendError(Outcome.INVALID, f"--header: expected NAME=VALUE, got {item[:40]!r}")
+        if name in headers:
+            raise BackendError(Outcome.INVALID, f"headers.{name}: given twice")
+        headers[name] = value
+    return tuple(headers.items())
 
 
 def _reschedule(backend: Backend, args: argparse.Namespace) -> int:
@@ -333,8 +451,36 @@ def _reschedule(backend: Backend, args: argparse.Namespace) -> int:
     return CLI_RENDERING[moved.outcome].exit
 
 
+def _where(args: argparse.Namespace) -> Where:
+    return Where(
+        prefix=args.prefix,
+        routing_key=args.routing_key,
+        tag=args.tag,
+        due_after=args.due_after,
+        due_before=args.due_before,
+        state=getattr(args, "state", None),
+    )
+
+
 def _cancel(backend: Backend, args: argparse.Namespace) -> int:
-    return _outcome(args.id, backend.cancel(args.id))
+    """One task by id, or (with filters instead) every task they match."""
+    where = _where(args)
+    if args.id is not None:
+        if where != Where():
+            raise BackendError(
+                Outcome.INVALID, "cancel: give a task id or filters (--prefix, ...), not both"
+            )
+        return _outcome(args.id, backend.cancel(args.id))
+    if not where.narrowed:
+        # Never "every task": the library and the daemon refuse it too.
+        raise BackendError(
+            Outcome.INVALID,
+            "cancel: give a task id, or at least one of --prefix, --tag and --routing-key "
+            "(--due-after and --due-before only narrow those)",
+        )
+    done = backend.cancel_where(where)
+    _print_json({"cancelled": done.cancelled, "too_late": done.too_late})
+    return EXIT_OK
 
 
 def _get(backend: Backend, args: argparse.Namespace) -> int:
@@ -352,9 +498,59 @@ def _get(backend: Backend, args: argparse.Namespace) -> int:
             "routing_key": found.routing_key,
             "payload": payload,
             "state": found.state.value,
+            **_meta_json(found.meta),
         }
     )
     return CLI_RENDERING[Outcome.FOUND].exit
+
+
+def _list(backend: Backend, args: argparse.Namespace) -> int:
+    """Page after page (by cursor) until ``--limit`` tasks are printed or none is left."""
+    where = _where(args)
+    left = None if args.all else args.limit
+    cursor = None
+    while left is None or left > 0:
+        page = backend.list_page(where, MAX_PAGE if left is None else min(left, MAX_PAGE), cursor)
+        for task in page.tasks:
+            _print_json(_listed_json(task))
+        if left is not None:
+            left -= len(page.tasks)
+        cursor = page.cursor
+        if cursor is None:
+            break
+    return EXIT_OK
+
+
+def _count(backend: Backend, args: argparse.Namespace) -> int:
+    _print_json({"count": backend.count(_where(args))})
+    return EXIT_OK
+
+
+def _listed_json(task: Listed) -> dict[str, object]:
+    return {
+        "id": task.id,
+        "due_ms": task.due_ms,
+        "routing_key": task.routing_key,
+        "state": task.state.value,
+        **_meta_json(task.meta),
+    }
+
+
+def _meta_json(meta: Meta) -> dict[str, object]:
+    """The metadata that is set, as ``schedule`` took it (a deadline in epoch
+    ms, as ``due_ms``: ``{"deadline_ms": N}``)."""
+    data: dict[str, object] = {}
+    if meta.tags:
+        data["tags"] = list(meta.tags)
+    if meta.content_type is not None:
+        data["content_type"] = meta.content_type
+    if meta.content_encoding is not None:
+        data["content_encoding"] = meta.content_encoding
+    if meta.headers:
+        data["headers"] = dict(meta.headers)
+    if meta.late is not None:
+        data["late"] = meta.late.to_json()
+    return data
 
 
 # The commands that act on tasks: through the HTTP API when --url is given.
@@ -363,6 +559,8 @@ TASK_COMMANDS: dict[str, Callable[[Backend, argparse.Namespace], int]] = {
     "reschedule": _reschedule,
     "cancel": _cancel,
     "get": _get,
+    "list": _list,
+    "count": _count,
 }
 
 

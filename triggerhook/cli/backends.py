@@ -13,6 +13,7 @@ Setup errors (:class:`~triggerhook.errors.ConfigError`,
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,22 +25,28 @@ from triggerhook.client import (
     Client,
     Conflict,
     InvalidRequest,
+    Late,
     NotFound,
+    TaskSummary,
     TooLate,
     Unauthorized,
     Unavailable,
 )
+from triggerhook.domain.listing import BulkCancelled, TaskFilter, make_filter
+from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     RESCHEDULE_OUTCOMES,
     Outcome,
     error_outcome,
 )
-from triggerhook.domain.task import TaskState
+from triggerhook.domain.task import TaskInfo, TaskState
+from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ConfigError, SchemaError, TriggerHookError, ValidationError
 from triggerhook.settings import Settings
 
 T = TypeVar("T")
+_WHOLE_MS = re.compile(r"[0-9]{1,18}")  # below 2**63: the API's 64-bit integer
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,102 @@ class Found:
     routing_key: str
     payload: bytes
     state: TaskState
+    meta: Meta = NO_META
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A stored task, as ``list`` shows it (no payload)."""
+
+    id: str
+    due_ms: int
+    routing_key: str
+    state: TaskState
+    meta: Meta = NO_META
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A page of ``list``; ``cursor``: where the next starts (None: the last)."""
+
+    tasks: list[Listed]
+    cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """What ``schedule`` takes besides the time, key and payload: ``--tag``,
+    ``--content-type``, ``--content-encoding``, ``--header`` and ``--late``
+    (:class:`LateArg`)."""
+
+    tags: tuple[str, ...] = ()
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    late: LateArg | None = None
+
+
+NO_METADATA = Metadata()
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """The filters of ``list``, ``count`` and a bulk ``cancel``, as given on
+    the command line (times as ``--at`` takes them); each backend checks them."""
+
+    prefix: str | None = None
+    routing_key: str | None = None
+    tag: str | None = None
+    due_after: str | None = None
+    due_before: str | None = None
+    state: str | None = None
+
+    @property
+    def narrowed(self) -> bool:
+        """It names tasks by id prefix, tag or routing key, as a bulk cancel must."""
+        return any(v is not None for v in (self.prefix, self.tag, self.routing_key))
+
+
+@dataclass(frozen=True, slots=True)
+class LateArg:
+    """``--late`` as given: ``fire``, ``skip_after_ms=N`` (``ms``) or
+    ``deadline=TIME`` (``deadline``, as ``--at`` takes it)."""
+
+    kind: LateKind
+    ms: int = 0
+    deadline: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> LateArg:
+        """The flag's value; a :class:`ValidationError` names the part."""
+        if text == "fire":
+            return cls(LateKind.FIRE)
+        name, equals, value = text.partition("=")
+        if equals and name == LateKind.SKIP_AFTER.value:
+            if not _WHOLE_MS.fullmatch(value):
+                raise ValidationError(
+                    "late.skip_after_ms", "must be a whole number of milliseconds >= 0"
+                )
+            return cls(LateKind.SKIP_AFTER, ms=int(value))
+        if equals and name == "deadline" and value:
+            return cls(LateKind.DEADLINE, deadline=value)
+        raise ValidationError(
+            "late", f"expected fire, skip_after_ms=N or deadline=TIME, got {text[:40]!r}"
+        )
+
+    def policy(self) -> LatePolicy:
+        """As the library takes it (a deadline parsed as the HTTP API does)."""
+        if self.kind is LateKind.DEADLINE:
+            return LatePolicy(self.kind, parse_at(self.deadline, "late.deadline", past_ok=True))
+        return LatePolicy(self.kind, self.ms)
+
+    def for_client(self) -> Late:
+        """As the HTTP client takes it (the daemon parses a deadline)."""
+        if self.kind is LateKind.FIRE:
+            return "fire"
+        if self.kind is LateKind.SKIP_AFTER:
+            return {"skip_after_ms": self.ms}
+        return {"deadline": self.deadline}
 
 
 class BackendError(TriggerHookError):
@@ -90,6 +193,7 @@ class Backend(Protocol):
         delay_ms: int | None,
         routing_key: str | None,
         payload: str | None,
+        meta: Metadata = NO_METADATA,
     ) -> Stored: ...
 
     def reschedule(self, task_id: str, *, at: str | None, delay_ms: int | None) -> Moved: ...
@@ -98,6 +202,12 @@ class Backend(Protocol):
 
     def get(self, task_id: str) -> Found | None: ...
 
+    def list_page(self, where: Where, limit: int, cursor: str | None) -> Listing: ...
+
+    def count(self, where: Where) -> int: ...
+
+    def cancel_where(self, where: Where) -> BulkCancelled: ...
+
     def close(self) -> None: ...
 
 
@@ -105,9 +215,13 @@ _SETUP_ERRORS = (ConfigError, SchemaError)
 
 
 class LibraryBackend:
-    """The database, through the library (the engine is not started)."""
+    """The database, through the library (the engine is not started).
+    ``settings``: the CLI's, to keep the library's retry warnings (a bulk
+    cancel's batches) off stderr below DEBUG."""
 
-    def __init__(self, hook: TriggerHook) -> None:
+    def __init__(self, hook: TriggerHook, settings: Settings | None = None) -> None:
+        if settings is not None:
+            _quiet(settings, "triggerhook.engine.bulk")
         self._hook = hook
 
     def schedule(
@@ -118,13 +232,22 @@ class LibraryBackend:
         delay_ms: int | None,
         routing_key: str | None,
         payload: str | None,
+        meta: Metadata = NO_METADATA,
     ) -> Stored:
         with _library_errors():
-            result = self._hook.schedule(
-                TaskSpec(
-                    task_id, at=at, delay_ms=delay_ms, routing_key=routing_key, payload=payload
-                )
+            spec = TaskSpec(
+                task_id,
+                at=at,
+                delay_ms=delay_ms,
+                routing_key=routing_key,
+                payload=payload,
+                tags=meta.tags or None,
+                content_type=meta.content_type,
+                content_encoding=meta.content_encoding,
+                headers=dict(meta.headers) or None,
+                late=None if meta.late is None else meta.late.policy(),
             )
+            result = self._hook.schedule(spec)
         return Stored(result.task.id, result.task.due_ms, result.created)
 
     def reschedule(self, task_id: str, *, at: str | None, delay_ms: int | None) -> Moved:
@@ -145,7 +268,20 @@ class LibraryBackend:
         if info is None:
             return None
         task = info.task
-        return Found(task.id, task.due_ms, task.routing_key, task.payload, info.state)
+        return Found(task.id, task.due_ms, task.routing_key, task.payload, info.state, task.meta)
+
+    def list_page(self, where: Where, limit: int, cursor: str | None) -> Listing:
+        with _library_errors():
+            page = self._hook.list_tasks(_library_filter(where), limit=limit, cursor=cursor)
+        return Listing([_listed(info) for info in page.tasks], page.cursor)
+
+    def count(self, where: Where) -> int:
+        with _library_errors():
+            return self._hook.count(_library_filter(where))
+
+    def cancel_where(self, where: Where) -> BulkCancelled:
+        with _library_errors():
+            return self._hook.cancel_where(_library_filter(where))
 
     def close(self) -> None:
         self._hook.close()
@@ -155,6 +291,27 @@ class LibraryBackend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _listed(info: TaskInfo) -> Listed:
+    task = info.task
+    return Listed(task.id, task.due_ms, task.routing_key, info.state, task.meta)
+
+
+def _library_filter(where: Where) -> TaskFilter:
+    """The filter the HTTP API would make of these (times parsed as it does)."""
+    return make_filter(
+        prefix=where.prefix,
+        routing_key=where.routing_key,
+        tag=where.tag,
+        due_after_ms=_time_ms(where.due_after, "due_after"),
+        due_before_ms=_time_ms(where.due_before, "due_before"),
+        state=where.state,
+    )
+
+
+def _time_ms(text: str | None, name: str) -> int | None:
+    return None if text is None else parse_at(text, name, past_ok=True)
 
 
 @contextmanager
@@ -185,10 +342,7 @@ class HttpBackend:
     """A running daemon's HTTP API (``--url``), token: the ``api_token`` setting."""
 
     def __init__(self, url: str, settings: Settings) -> None:
-        if settings.log_level.upper() != "DEBUG":
-            # The answer, or one error line, is the output: not each request or retry.
-            for name in ("httpx", "triggerhook.client"):
-                logging.getLogger(name).setLevel(logging.ERROR)
+        _quiet(settings, "httpx", "triggerhook.client")
         try:
             self._client = Client(url, token=settings.api_token or None)
         except ValueError as exc:
@@ -202,11 +356,21 @@ class HttpBackend:
         delay_ms: int | None,
         routing_key: str | None,
         payload: str | None,
+        meta: Metadata = NO_METADATA,
     ) -> Stored:
         delay_s = _seconds(delay_ms)
         result = self._call(
             lambda: self._client.schedule(
-                task_id, at=at, delay_s=delay_s, routing_key=routing_key, payload=payload
+                task_id,
+                at=at,
+                delay_s=delay_s,
+                routing_key=routing_key,
+                payload=payload,
+                tags=meta.tags or None,
+                content_type=meta.content_type,
+                content_encoding=meta.content_encoding,
+                headers=dict(meta.headers) or None,
+                late=None if meta.late is None else meta.late.for_client(),
             )
         )
         return Stored(result.id, result.at_ms, result.created)
@@ -232,7 +396,54 @@ class HttpBackend:
         status = self._call(lambda: self._client.get(task_id))
         if status is None:
             return None
-        return Found(status.id, status.at_ms, status.routing_key, status.payload, status.state)
+        return Found(
+            status.id,
+            status.at_ms,
+            status.routing_key,
+            status.payload,
+            status.state,
+            _meta_of(status),
+        )
+
+    def list_page(self, where: Where, limit: int, cursor: str | None) -> Listing:
+        page = self._call(
+            lambda: self._client.list_page(
+                prefix=where.prefix,
+                routing_key=where.routing_key,
+                tag=where.tag,
+                due_after=where.due_after,
+                due_before=where.due_before,
+                state=where.state,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
+        listed = [Listed(t.id, t.at_ms, t.routing_key, t.state, _meta_of(t)) for t in page.tasks]
+        return Listing(listed, page.next_cursor)
+
+    def count(self, where: Where) -> int:
+        return self._call(
+            lambda: self._client.count(
+                prefix=where.prefix,
+                routing_key=where.routing_key,
+                tag=where.tag,
+                due_after=where.due_after,
+                due_before=where.due_before,
+                state=where.state,
+            )
+        )
+
+    def cancel_where(self, where: Where) -> BulkCancelled:
+        done = self._call(
+            lambda: self._client.cancel_where(
+                prefix=where.prefix,
+                tag=where.tag,
+                routing_key=where.routing_key,
+                due_after=where.due_after,
+                due_before=where.due_before,
+            )
+        )
+        return BulkCancelled(done.cancelled, done.too_late)
 
     def status(self) -> dict[str, Any]:
         """The daemon's live figures (not a task command: HTTP only)."""
@@ -277,6 +488,37 @@ def _client_error(exc: ApiError) -> BackendError:
         exc = InvalidRequest(exc.status, exc.code, exc.message, "in")
     outcome = next((o for kind, o in _CLIENT_OUTCOMES if isinstance(exc, kind)), Outcome.INTERNAL)
     return BackendError(outcome, str(exc))
+
+
+def _quiet(settings: Settings, *loggers: str) -> None:
+    """The answer, or one error line, is the output: not each request or retry
+    (unless the log level is DEBUG)."""
+    if settings.log_level.upper() != "DEBUG":
+        for name in loggers:
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _meta_of(task: TaskSummary) -> Meta:
+    """The client's view of a task's metadata as the library's (what ``get``
+    and ``list`` print, over either backend)."""
+    return Meta(
+        tags=task.tags,
+        content_type=task.content_type,
+        content_encoding=task.content_encoding,
+        headers=tuple(sorted(task.headers.items())),
+        late=_policy(task.late),
+    )
+
+
+def _policy(late: Late | None) -> LatePolicy | None:
+    if late is None or isinstance(late, str):  # the client reads only "fire" as text
+        return None if late is None else FIRE
+    skip, deadline = late.get("skip_after_ms"), late.get("deadline")
+    if isinstance(skip, int):
+        return LatePolicy(LateKind.SKIP_AFTER, skip)
+    if isinstance(deadline, int | float):  # epoch seconds, exact to the ms as the API writes them
+        return LatePolicy(LateKind.DEADLINE, round(deadline * 1000))
+    raise BackendError(Outcome.INTERNAL, f"unexpected answer: late is {late!r}")
 
 
 def _seconds(delay_ms: int | None) -> float | None:

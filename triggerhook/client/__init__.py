@@ -4,10 +4,23 @@
 ::
 
     with Client("http://127.0.0.1:8080", token="s3cret") as hook:
-        hook.schedule("invoice-42", delay_s=30, routing_key="billing.charge", payload=b"{}")
+        hook.schedule(
+            "invoice-42",
+            delay_s=30,
+            routing_key="billing.charge",
+            payload=b"{}",
+            tags=["tenant:7", "invoices"],
+            content_type="application/json",
+            headers={"tenant": "7", "attempt": 1},
+            late={"skip_after_ms": 60_000},  # over a minute late: dead-letter it instead
+        )
         hook.reschedule("invoice-42", at="2026-12-01T09:00:00Z")
-        hook.get("invoice-42")  # TaskStatus(...) or None
+        hook.get("invoice-42")  # TaskStatus(..., tags=("invoices", "tenant:7"), ...) or None
+        for task in hook.list(tag="tenant:7", due_before="2027-01-01T00:00:00Z"):
+            print(task.id, task.at_ms, task.state)
+        hook.count(tag="tenant:7")  # 1
         hook.cancel("invoice-42")  # raises NotFound / TooLate
+        hook.cancel_where(tag="tenant:7")  # BulkCancelled(cancelled=..., too_late=...)
 
 Both keep connections alive between calls (one httpx connection pool per
 client object; share the object, it is safe across threads / tasks).
@@ -23,37 +36,52 @@ a 502/503/504 answer — up to ``retries`` times (default 3), waiting a capped
 or the answer's ``Retry-After`` (capped at 5 s) when that is longer. Any other
 answer, and every 4xx, is final. After a retry, the answer may reflect an
 earlier attempt that did reach the daemon: ``schedule`` then says
-``created=False``, and ``cancel`` may raise :class:`NotFound` for a task that
-the lost attempt cancelled.
+``created=False``, ``cancel`` may raise :class:`NotFound` for a task that
+the lost attempt cancelled, and ``cancel_where`` counts only what the last
+attempt cancelled. Reads (``get``, ``list``, ``count``, ``timeline``) change
+nothing and are retried the same way.
 
 Errors mirror the API's answers (``{"error": {"code", "message", "field"?}}``):
 see :class:`ApiError` and its subclasses. Input the client can check itself
-(both or neither of ``at``/``delay_s``, a malformed task id in a path) raises
-:class:`InvalidRequest` with ``status=None`` without asking the daemon.
+(both or neither of ``at``/``delay_s``, a malformed or reserved task id in a
+path, a value of the wrong type, a bulk cancel naming no tasks) raises
+:class:`InvalidRequest` with ``status=None`` without asking the daemon; the
+rules of the values themselves (the tag characters, the headers' limits, a
+page size over 1000) are the daemon's, and its error names the argument.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import httpx
 
 from triggerhook.client.calls import (
     DEFAULT_BACKOFF_S,
+    DEFAULT_BULK_TIMEOUT_S,
+    DEFAULT_PAGE_SIZE,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     At,
     BaseClient,
+    BulkCancelled,
     Call,
+    Filter,
+    HeaderValue,
     Health,
+    Late,
     Retry,
     Scheduled,
     T,
+    TaskPage,
     TaskRequest,
     TaskStatus,
+    TaskSummary,
+    Timeline,
 )
 from triggerhook.client.errors import (
     ApiError,
@@ -65,23 +93,32 @@ from triggerhook.client.errors import (
     Unavailable,
 )
 from triggerhook.client.transport import AiohttpTransport
+from triggerhook.domain.task import TaskState
 
 __all__ = [
     "ApiError",
     "AsyncClient",
     "At",
+    "BulkCancelled",
     "Client",
     "Conflict",
+    "HeaderValue",
     "Health",
     "InvalidRequest",
+    "Late",
     "NotFound",
     "Scheduled",
+    "TaskPage",
     "TaskRequest",
     "TaskStatus",
+    "TaskSummary",
+    "Timeline",
     "TooLate",
     "Unauthorized",
     "Unavailable",
 ]
+
+State = TaskState | str  # a listing's state filter: scheduled or firing
 
 
 class Client(BaseClient):
@@ -115,7 +152,12 @@ class Client(BaseClient):
             answer: httpx.Response | httpx.TransportError
             try:
                 answer = self._http.request(
-                    call.method, call.path, content=call.body, headers=call.headers
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    content=call.body,
+                    headers=call.headers,
+                    timeout=self._timeout_s(call),
                 )
             except httpx.TransportError as exc:
                 answer = exc
@@ -133,17 +175,42 @@ class Client(BaseClient):
         delay_s: float | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
+        tags: Iterable[str] | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        late: Late | None = None,
     ) -> Scheduled:
         """Store one task, due ``at`` or after ``delay_s`` seconds (exactly one).
 
-        ``payload``: bytes, or text (sent as UTF-8). Scheduling an existing id
-        with the same content returns ``created=False``; with other content
-        raises :class:`Conflict`. Also :class:`InvalidRequest` (``field`` names
-        the argument), :class:`Unauthorized`, :class:`Unavailable`.
+        ``payload``: bytes, or text (sent as UTF-8). ``tags`` (at most 8) find
+        it again (:meth:`list`, :meth:`count`, :meth:`cancel_where`);
+        ``content_type``, ``content_encoding`` and ``headers`` (names not
+        starting with ``x-``) go out with its event; ``late``: what to do if
+        it is found late when published — ``"fire"`` anyway,
+        ``{"skip_after_ms": N}`` (dead-letter it if more than N ms late) or
+        ``{"deadline": at}`` (dead-letter it after that time); None: the
+        daemon's ``late_policy``. Scheduling an existing id with the same
+        content (metadata included) returns ``created=False``; with other
+        content raises :class:`Conflict`. Also :class:`InvalidRequest`
+        (``field`` names the argument: ``tags[1]``, ``headers.x-foo``),
+        :class:`Unauthorized`, :class:`Unavailable`.
         """
-        return self._run(self._schedule_call(TaskRequest(id, at, delay_s, routing_key, payload)))
+        request = TaskRequest(
+            id,
+            at,
+            delay_s,
+            routing_key,
+            payload,
+            tags=tags,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            headers=headers,
+            late=late,
+        )
+        return self._run(self._schedule_call(request))
 
-    def schedule_many(self, tasks: Sequence[TaskRequest]) -> list[str]:
+    def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]:
         """Store all the tasks or none (one request, at most the daemon's
         ``http_max_batch_tasks``); returns their ids in order. Errors name the
         task: ``tasks[3].routing_key``."""
@@ -165,8 +232,117 @@ class Client(BaseClient):
         self._run(self._cancel_call(id))
 
     def get(self, id: str) -> TaskStatus | None:
-        """The stored task, or None when it is unknown or fired."""
+        """The stored task with its payload and metadata, or None when it is
+        unknown or fired."""
         return self._run(self._get_call(id))
+
+    def list(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        state: State | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> Iterator[TaskSummary]:
+        """Every task matching all the filters given, in due order (ties by
+        id), fetched ``page_size`` (1-1000) at a time as the iteration goes.
+
+        ``prefix``: of the id; ``due_after`` inclusive, ``due_before``
+        exclusive (as ``at``: a datetime, epoch seconds or RFC 3339);
+        ``state``: ``scheduled`` or ``firing``. Pages follow each other by
+        key, not by offset: a task is never seen twice, and tasks created or
+        moved behind the walk meanwhile are not seen. Arguments are checked
+        here; the daemon's errors are raised by the iteration.
+        """
+        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        first = self._list_call(where, page_size, None, "page_size")
+        return self._walk(first, where, page_size)
+
+    def _walk(self, call: Call[TaskPage], where: Filter, page_size: int) -> Iterator[TaskSummary]:
+        while True:
+            page = self._run(call)
+            yield from page.tasks
+            if page.next_cursor is None:
+                return
+            call = self._list_call(where, page_size, page.next_cursor, "page_size")
+
+    def list_page(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        state: State | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """One page of :meth:`list`: at most ``limit`` (1-1000, default 100)
+        tasks from the start, or after ``cursor`` (a page's ``next_cursor``,
+        with the same filters). A page shorter than ``limit`` is the last; a
+        full one always has a cursor (its next page may be empty)."""
+        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        return self._run(self._list_call(where, limit, cursor))
+
+    def count(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        state: State | None = None,
+    ) -> int:
+        """How many tasks match the filters (those of :meth:`list`); exact,
+        which costs the daemon a read of every match."""
+        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        return self._run(self._count_call(where))
+
+    def timeline(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        bucket_s: int | None = None,
+        buckets: int | None = None,
+        start: At | None = None,
+    ) -> Timeline:
+        """How many matching tasks are due per routing key in each of
+        ``buckets`` (1-1440, default 60) spans of ``bucket_s`` whole seconds
+        (default 60) from ``start`` (default: the start of the current span)."""
+        where = Filter(prefix, routing_key, tag)
+        return self._run(self._timeline_call(where, bucket_s, buckets, start))
+
+    def cancel_where(
+        self,
+        *,
+        prefix: str | None = None,
+        tag: str | None = None,
+        routing_key: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        timeout_s: float = DEFAULT_BULK_TIMEOUT_S,
+    ) -> BulkCancelled:
+        """Cancel every task matching the filters — at least one of
+        ``prefix``, ``tag`` and ``routing_key`` (else :class:`InvalidRequest`,
+        nothing sent) — each exactly as :meth:`cancel` would; tasks being
+        published count as ``too_late``. Blocks until done: a million tasks
+        take minutes, hence ``timeout_s`` (per attempt) of 15 minutes.
+
+        Retried like every call, after a timeout too: a bulk cancel is
+        idempotent (a second run cancels nothing the first did not, and
+        never more than the filters name; an attempt still running on the
+        daemon cancels each task once with it). After a retry the counts are
+        the last attempt's only.
+        """
+        where = Filter(prefix, routing_key, tag, due_after, due_before)
+        return self._run(self._cancel_where_call(where, timeout_s))
 
     def status(self) -> dict[str, Any]:
         """The daemon's live figures (``GET /v1/status``; fields: docs/metrics.md)."""
@@ -197,7 +373,8 @@ class Client(BaseClient):
 
 class AsyncClient(BaseClient):
     """The asyncio twin of :class:`Client`: the same arguments and methods, as
-    coroutines. Requests go through aiohttp (see
+    coroutines (:meth:`list` is an async iterator: ``async for task in
+    client.list(...)``). Requests go through aiohttp (see
     :mod:`triggerhook.client.transport`) unless ``transport`` gives another
     httpx async transport. Close it with :meth:`aclose` (or use ``async with``)."""
 
@@ -225,7 +402,12 @@ class AsyncClient(BaseClient):
             answer: httpx.Response | httpx.TransportError
             try:
                 answer = await self._http.request(
-                    call.method, call.path, content=call.body, headers=call.headers
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    content=call.body,
+                    headers=call.headers,
+                    timeout=self._timeout_s(call),
                 )
             except httpx.TransportError as exc:
                 answer = exc
@@ -244,13 +426,28 @@ class AsyncClient(BaseClient):
         delay_s: float | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
+        tags: Iterable[str] | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: Mapping[str, HeaderValue] | None = None,
+        late: Late | None = None,
     ) -> Scheduled:
         """See :meth:`Client.schedule`."""
-        return await self._run(
-            self._schedule_call(TaskRequest(id, at, delay_s, routing_key, payload))
+        request = TaskRequest(
+            id,
+            at,
+            delay_s,
+            routing_key,
+            payload,
+            tags=tags,
+            content_type=content_type,
+            content_encoding=content_encoding,
+            headers=headers,
+            late=late,
         )
+        return await self._run(self._schedule_call(request))
 
-    async def schedule_many(self, tasks: Sequence[TaskRequest]) -> list[str]:
+    async def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]:
         """See :meth:`Client.schedule_many`."""
         if not tasks:
             return []
@@ -269,6 +466,92 @@ class AsyncClient(BaseClient):
     async def get(self, id: str) -> TaskStatus | None:
         """See :meth:`Client.get`."""
         return await self._run(self._get_call(id))
+
+    def list(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        state: State | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> AsyncIterator[TaskSummary]:
+        """See :meth:`Client.list`: ``async for task in client.list(...)``
+        (not awaited; the arguments are checked at the call)."""
+        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        first = self._list_call(where, page_size, None, "page_size")
+        return self._walk(first, where, page_size)
+
+    async def _walk(
+        self, call: Call[TaskPage], where: Filter, page_size: int
+    ) -> AsyncIterator[TaskSummary]:
+        while True:
+            page = await self._run(call)
+            for task in page.tasks:
+                yield task
+            if page.next_cursor is None:
+                return
+            call = self._list_call(where, page_size, page.next_cursor, "page_size")
+
+    async def list_page(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        state: State | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """See :meth:`Client.list_page`."""
+        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        return await self._run(self._list_call(where, limit, cursor))
+
+    async def count(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        state: State | None = None,
+    ) -> int:
+        """See :meth:`Client.count`."""
+        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        return await self._run(self._count_call(where))
+
+    async def timeline(
+        self,
+        *,
+        prefix: str | None = None,
+        routing_key: str | None = None,
+        tag: str | None = None,
+        bucket_s: int | None = None,
+        buckets: int | None = None,
+        start: At | None = None,
+    ) -> Timeline:
+        """See :meth:`Client.timeline`."""
+        where = Filter(prefix, routing_key, tag)
+        return await self._run(self._timeline_call(where, bucket_s, buckets, start))
+
+    async def cancel_where(
+        self,
+        *,
+        prefix: str | None = None,
+        tag: str | None = None,
+        routing_key: str | None = None,
+        due_after: At | None = None,
+        due_before: At | None = None,
+        timeout_s: float = DEFAULT_BULK_TIMEOUT_S,
+    ) -> BulkCancelled:
+        """See :meth:`Client.cancel_where` (idempotent, so retried safely)."""
+        where = Filter(prefix, routing_key, tag, due_after, due_before)
+        return await self._run(self._cancel_where_call(where, timeout_s))
 
     async def status(self) -> dict[str, Any]:
         """See :meth:`Client.status`."""

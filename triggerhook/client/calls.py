@@ -11,11 +11,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Generic, TypeGuard, TypeVar
+from typing import Any, Generic, Literal, TypeGuard, TypeVar
 
 import httpx
 
@@ -34,10 +34,19 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 At = datetime | float | str  # a datetime (naive = UTC), epoch seconds, or RFC 3339 text
+HeaderValue = str | int | bool
+# A late-fire policy, as the API writes it: "fire", {"skip_after_ms": N} or
+# {"deadline": At} (the daemon shows a deadline as epoch seconds).
+Late = Literal["fire"] | Mapping[str, int | At]
 
 DEFAULT_TIMEOUT_S = 30.0
+# A bulk cancel blocks until every matching task is cancelled: minutes for a
+# million tasks (500 per transaction).
+DEFAULT_BULK_TIMEOUT_S = 900.0
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF_S = 0.1
+# Tasks per request when walking a listing: the API's largest page, the fewest requests.
+DEFAULT_PAGE_SIZE = 1000
 _BACKOFF_MAX_S = 2.0
 _RETRY_AFTER_MAX_S = 5.0
 # Transport failures worth another attempt; others (a bad URL scheme, a client
@@ -48,6 +57,9 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 _OK_CREATED, _OK_BATCH, _OK_MOVED = frozenset({200, 201}), frozenset({201}), frozenset({200})
 _OK_CANCELLED, _OK_GET, _OK_HEALTH = frozenset({204}), frozenset({200, 404}), frozenset({200, 503})
 _OK_STATUS = frozenset({200})
+# Not task ids in a path: /v1/tasks/<these> are other endpoints (the daemon
+# refuses to create tasks with these ids).
+RESERVED_IDS = frozenset({"batch", "count", "timeline", "cancel"})
 
 
 # -- results ---------------------------------------------------------------------------
@@ -63,6 +75,12 @@ class TaskRequest:
     delay_s: float | None = None
     routing_key: str | None = None
     payload: str | bytes | None = None
+    _: KW_ONLY
+    tags: Iterable[str] | None = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: Mapping[str, HeaderValue] | None = None
+    late: Late | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +94,68 @@ class Scheduled:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskStatus:
-    """A stored task not yet fired, as ``GET /v1/tasks/{id}`` describes it."""
+class TaskSummary:
+    """A stored task not yet fired, as a listing shows it (no payload).
+
+    The metadata is what the task was scheduled with: ``tags`` (sorted, a
+    set), the event's ``content_type``, ``content_encoding`` and ``headers``,
+    and ``late`` (None: the daemon's ``late_policy``; a deadline is shown as
+    epoch seconds). Passing them back to ``schedule`` makes the same task.
+    """
 
     id: str
     at_ms: int
     routing_key: str
     state: TaskState  # SCHEDULED (cancellable) or FIRING (being published)
+    _: KW_ONLY
+    tags: tuple[str, ...] = ()
+    content_type: str | None = None
+    content_encoding: str | None = None
+    # Left out of the hash (a dict has none); still compared.
+    headers: dict[str, HeaderValue] = field(default_factory=dict, hash=False)
+    late: Late | None = field(default=None, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus(TaskSummary):
+    """A stored task not yet fired, as ``GET /v1/tasks/{id}`` describes it: a
+    :class:`TaskSummary` and its payload."""
+
     payload: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of a listing, in due order (ties by id); ``next_cursor``: pass
+    it to get the next page (None: this was the last)."""
+
+    tasks: tuple[TaskSummary, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Tasks due per routing key in ``buckets`` spans of ``bucket_ms`` from
+    ``start_ms``: ``counts[key][i]`` are due in ``[start_ms + i * bucket_ms,
+    start_ms + (i + 1) * bucket_ms)``; keys with no task in the span are absent."""
+
+    start_ms: int
+    bucket_ms: int
+    buckets: int
+    counts: dict[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.bucket_ms * self.buckets
+
+
+@dataclass(frozen=True, slots=True)
+class BulkCancelled:
+    """What a bulk cancel did: tasks cancelled (they never fire), and matching
+    tasks that were being published already (too late to cancel)."""
+
+    cancelled: int
+    too_late: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +187,8 @@ class Call(Generic[T]):
     body: bytes | None = None  # encoded once: every attempt sends the same bytes
     rename: Mapping[str, str] = field(default_factory=dict)  # API field -> caller's name
     retry: bool = True
+    params: Mapping[str, str] = field(default_factory=dict)  # the query string
+    timeout_s: float | None = None  # per attempt; None: the client's
 
     @property
     def headers(self) -> dict[str, str]:
@@ -193,9 +267,16 @@ def _text(response: httpx.Response, data: Mapping[str, Any], key: str) -> str:
 
 def _ms(response: httpx.Response, data: Mapping[str, Any], key: str) -> int:
     value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not _is_number(value) or not math.isfinite(value):
         raise _bad_answer(response, f"{key} is not a number")
     return round(value * 1000)
+
+
+def _count(response: httpx.Response, data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if not _is_int(value) or value < 0:
+        raise _bad_answer(response, f"{key} is not a count")
+    return value
 
 
 def _scheduled(response: httpx.Response) -> Scheduled:
@@ -220,17 +301,56 @@ def _status(response: httpx.Response) -> TaskStatus | None:
     if response.status_code == 404:
         return None
     data = _object(response)
+    return TaskStatus(**_task_fields(response, data), payload=_payload(response, data))
+
+
+def _task_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a :class:`TaskSummary` in a task's JSON."""
     try:
         state = TaskState(data.get("state"))
     except ValueError:
         raise _bad_answer(response, "unknown state") from None
-    return TaskStatus(
-        _text(response, data, "id"),
-        _ms(response, data, "at"),
-        _text(response, data, "routing_key"),
-        state,
-        _payload(response, data),
-    )
+    return {
+        "id": _text(response, data, "id"),
+        "at_ms": _ms(response, data, "at"),
+        "routing_key": _text(response, data, "routing_key"),
+        "state": state,
+        **_meta_fields(response, data),
+    }
+
+
+def _meta_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata a task's JSON shows (each absent when unset)."""
+    fields: dict[str, Any] = {}
+    if "tags" in data:
+        tags = data["tags"]
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise _bad_answer(response, "tags is not a list of strings")
+        fields["tags"] = tuple(tags)
+    for key in ("content_type", "content_encoding"):
+        if key in data:
+            fields[key] = _text(response, data, key)
+    if "headers" in data:
+        headers = data["headers"]
+        if not isinstance(headers, dict) or not all(
+            isinstance(v, str | int) for v in headers.values()
+        ):
+            raise _bad_answer(response, "headers is not an object of strings and integers")
+        fields["headers"] = headers
+    if "late" in data:
+        fields["late"] = _late_answer(response, data["late"])
+    return fields
+
+
+def _late_answer(response: httpx.Response, late: object) -> Late:
+    if late == "fire":
+        return "fire"
+    if isinstance(late, dict) and len(late) == 1:
+        if _is_int(late.get("skip_after_ms")):
+            return {"skip_after_ms": late["skip_after_ms"]}
+        if _is_number(late.get("deadline")):
+            return {"deadline": late["deadline"]}
+    raise _bad_answer(response, "late is not a late-fire policy")
 
 
 def _payload(response: httpx.Response, data: Mapping[str, Any]) -> bytes:
@@ -241,6 +361,42 @@ def _payload(response: httpx.Response, data: Mapping[str, Any]) -> bytes:
         except ValueError:
             raise _bad_answer(response, "payload_b64 is not base64") from None
     return _text(response, data, "payload").encode("utf-8") if "payload" in data else b""
+
+
+def _page(response: httpx.Response) -> TaskPage:
+    data = _object(response)
+    tasks, cursor = data.get("tasks"), data.get("next_cursor")
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise _bad_answer(response, "tasks is not a list of objects")
+    if cursor is not None and not isinstance(cursor, str):
+        raise _bad_answer(response, "next_cursor is not a string")
+    return TaskPage(tuple(TaskSummary(**_task_fields(response, t)) for t in tasks), cursor)
+
+
+def _counted(response: httpx.Response) -> int:
+    return _count(response, _object(response), "count")
+
+
+def _timeline(response: httpx.Response) -> Timeline:
+    data = _object(response)
+    keys = data.get("routing_keys")
+    buckets = _count(response, data, "buckets")
+    if not isinstance(keys, dict) or not all(
+        isinstance(counts, list) and len(counts) == buckets and all(_is_int(n) for n in counts)
+        for counts in keys.values()
+    ):
+        raise _bad_answer(response, "routing_keys is not an object of counts per bucket")
+    return Timeline(
+        _ms(response, data, "start"),
+        _ms(response, data, "bucket"),
+        buckets,
+        {key: tuple(counts) for key, counts in keys.items()},
+    )
+
+
+def _bulk_cancelled(response: httpx.Response) -> BulkCancelled:
+    data = _object(response)
+    return BulkCancelled(_count(response, data, "cancelled"), _count(response, data, "too_late"))
 
 
 def _health(response: httpx.Response) -> Health:
@@ -255,12 +411,30 @@ def _health(response: httpx.Response) -> Health:
 # -- building requests ---------------------------------------------------------------------
 
 
-def _invalid(name: str, message: str) -> InvalidRequest:
+def _invalid(name: str | None, message: str) -> InvalidRequest:
     return InvalidRequest(None, "invalid", message, name)
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _utf8(value: object, name: str) -> str:
+    """``value`` if it is text with a UTF-8 form: a lone surrogate (a
+    non-UTF-8 byte from argv) would make the daemon refuse the whole body as
+    malformed JSON, naming no field."""
+    if not isinstance(value, str):
+        raise _invalid(name, "must be a string")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _invalid(name, f"is not valid UTF-8 text: {exc.reason}") from None
+    return value
 
 
 def _delay_at_ms(delay_s: object, name: str) -> int:
@@ -275,6 +449,26 @@ def _delay_at_ms(delay_s: object, name: str) -> int:
         raise _invalid(name, exc.message) from None
 
 
+def _moment(value: object, name: str) -> object:
+    """A time as the API takes it: a datetime as RFC 3339 (naive = UTC);
+    epoch seconds and text as given (the daemon parses them)."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return moment.isoformat()
+    if isinstance(value, str) or (_is_number(value) and math.isfinite(value)):
+        return value
+    raise _invalid(name, "must be a datetime, epoch seconds or an RFC 3339 string")
+
+
+def _moment_param(value: object, name: str) -> str:
+    """A time in a query string: epoch seconds written out in full (``1e-05``
+    is no number to the daemon)."""
+    moment = _moment(value, name)
+    if isinstance(moment, float):
+        return format(Decimal(repr(moment)), "f")
+    return _utf8(moment, name) if isinstance(moment, str) else str(moment)
+
+
 def _when(at: object, delay_s: object, prefix: str) -> tuple[dict[str, object], dict[str, str]]:
     """The ``at`` of a body (a delay made absolute), and the field renames."""
     if (at is None) == (delay_s is None):
@@ -283,12 +477,7 @@ def _when(at: object, delay_s: object, prefix: str) -> tuple[dict[str, object], 
         # Epoch ms up to 9999 have 15 digits: the float's repr is exact.
         at_s = _delay_at_ms(delay_s, f"{prefix}delay_s") / 1000
         return {"at": at_s}, {f"{prefix}at": f"{prefix}delay_s"}
-    if isinstance(at, datetime):
-        moment = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-        return {"at": moment.isoformat()}, {}
-    if isinstance(at, str) or (_is_number(at) and math.isfinite(at)):
-        return {"at": at}, {}
-    raise _invalid(f"{prefix}at", "must be a datetime, epoch seconds or an RFC 3339 string")
+    return {"at": _moment(at, f"{prefix}at")}, {}
 
 
 def _task_body(task: TaskRequest, prefix: str = "") -> tuple[dict[str, object], dict[str, str]]:
@@ -301,17 +490,69 @@ def _task_body(task: TaskRequest, prefix: str = "") -> tuple[dict[str, object], 
     if isinstance(task.payload, bytes | bytearray):
         body["payload_b64"] = base64.b64encode(task.payload).decode("ascii")
     elif isinstance(task.payload, str):
-        if not task.payload.isascii():
-            try:  # a lone surrogate (a non-UTF-8 byte from argv) has no UTF-8 form
-                task.payload.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise _invalid(
-                    f"{prefix}payload", f"is not valid UTF-8 text: {exc.reason}"
-                ) from None
-        body["payload"] = task.payload
+        body["payload"] = _utf8(task.payload, f"{prefix}payload")
     elif task.payload is not None:
         raise _invalid(f"{prefix}payload", "must be bytes or text")
+    body.update(_meta_body(task, prefix))
     return body, rename
+
+
+def _meta_body(task: TaskRequest, prefix: str) -> dict[str, object]:
+    """The metadata fields given (their rules are the daemon's: it names the
+    offending field, ``tags[1]``, ``headers.x-foo``); checked here only as far
+    as the body needs to be JSON the daemon can read."""
+    body: dict[str, object] = {}
+    if task.tags is not None:
+        body["tags"] = _tags_body(task.tags, f"{prefix}tags")
+    if task.content_type is not None:
+        body["content_type"] = _utf8(task.content_type, f"{prefix}content_type")
+    if task.content_encoding is not None:
+        body["content_encoding"] = _utf8(task.content_encoding, f"{prefix}content_encoding")
+    if task.headers is not None:
+        body["headers"] = _headers_body(task.headers, f"{prefix}headers")
+    if task.late is not None:
+        body["late"] = _late_body(task.late, f"{prefix}late")
+    return body
+
+
+def _tags_body(tags: object, name: str) -> list[str]:
+    # One string is a common slip for one tag: it would be sent as its letters.
+    if isinstance(tags, str | bytes) or not isinstance(tags, Iterable):
+        raise _invalid(name, "must be a collection of strings (not one string)")
+    # In the caller's order, so that the daemon's tags[i] names the caller's i-th.
+    return [_utf8(tag, f"{name}[{index}]") for index, tag in enumerate(tags)]
+
+
+def _headers_body(headers: object, name: str) -> dict[str, object]:
+    if not isinstance(headers, Mapping):
+        raise _invalid(name, "must be a mapping of header names to values")
+    body: dict[str, object] = {}
+    for key, value in headers.items():
+        field_name = f"{name}.{_utf8(key, name)}"
+        if isinstance(value, str):
+            _utf8(value, field_name)
+        elif not isinstance(value, int):  # bool is an int
+            raise _invalid(field_name, "must be a string, an integer or a boolean")
+        body[key] = value
+    return body
+
+
+def _late_body(late: object, name: str) -> object:
+    """``"fire"``, ``{"skip_after_ms": N}`` or ``{"deadline": At}`` (as ``at``)."""
+    if late == "fire":
+        return "fire"
+    if isinstance(late, Mapping) and len(late) == 1:
+        ((key, value),) = late.items()
+        if key == "skip_after_ms":
+            if not _is_int(value) or value < 0:
+                raise _invalid(
+                    f"{name}.skip_after_ms", "must be a non-negative integer number of milliseconds"
+                )
+            return {"skip_after_ms": value}
+        if key == "deadline":
+            return {"deadline": _moment(value, f"{name}.deadline")}
+        raise _invalid(f"{name}.{key}", "unknown (allowed: skip_after_ms, deadline)")
+    raise _invalid(name, 'must be "fire", {"skip_after_ms": N} or {"deadline": time}')
 
 
 def _encode(body: Mapping[str, object]) -> bytes:
@@ -323,8 +564,66 @@ def _task_path(task_id: str) -> str:
         validate_id(task_id)
     except ValidationError as exc:
         raise _invalid(exc.field, exc.message) from None
+    if task_id in RESERVED_IDS:
+        # /v1/tasks/count is the count, not a task: never ask for it as one.
+        raise _invalid("id", f"{task_id!r} is reserved (a path of the API), never a task id")
     # Dots encoded: httpx would resolve an id of "." or ".." as a path segment.
     return "/v1/tasks/" + task_id.replace(".", "%2E")
+
+
+def _positive(value: object, name: str) -> str:
+    """A whole number >= 1 for the query string (the daemon checks its upper bound)."""
+    if not _is_int(value) or value < 1:
+        raise _invalid(name, "must be a whole number >= 1")
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Which tasks a listing, count, timeline or bulk cancel is about (every
+    field given must match): the keyword arguments of those calls."""
+
+    prefix: str | None = None  # of the id
+    routing_key: str | None = None
+    tag: str | None = None
+    due_after: At | None = None  # inclusive
+    due_before: At | None = None  # exclusive
+    state: TaskState | str | None = None
+
+    @property
+    def narrowed(self) -> bool:
+        """It names tasks by id prefix, tag or routing key, as a bulk cancel must."""
+        return any(v is not None for v in (self.prefix, self.tag, self.routing_key))
+
+    def params(self) -> dict[str, str]:
+        """As query parameters (the names the daemon's errors use are these)."""
+        params: dict[str, str] = {}
+        for name in ("prefix", "routing_key", "tag"):
+            value = getattr(self, name)
+            if value is not None:
+                params[name] = _utf8(value, name)
+        for name in ("due_after", "due_before"):
+            value = getattr(self, name)
+            if value is not None:
+                params[name] = _moment_param(value, name)
+        if isinstance(self.state, TaskState):
+            params["state"] = self.state.value
+        elif self.state is not None:
+            params["state"] = _utf8(self.state, "state")
+        return params
+
+    def body(self) -> dict[str, object]:
+        """As a bulk cancel's body (times as ``at`` is sent)."""
+        body: dict[str, object] = {}
+        for name in ("prefix", "routing_key", "tag"):
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = _utf8(value, name)
+        for name in ("due_after", "due_before"):
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = _moment(value, name)
+        return body
 
 
 class BaseClient:
@@ -356,6 +655,9 @@ class BaseClient:
     def _attempts(self) -> _Attempts:
         return _Attempts(self._retries, self._backoff_s)
 
+    def _timeout_s(self, call: Call[Any]) -> float:
+        return self.timeout_s if call.timeout_s is None else call.timeout_s
+
     @staticmethod
     def _schedule_call(task: TaskRequest) -> Call[Scheduled]:
         body, rename = _task_body(task)
@@ -384,6 +686,56 @@ class BaseClient:
     @staticmethod
     def _get_call(task_id: str) -> Call[TaskStatus | None]:
         return Call("GET", _task_path(task_id), _OK_GET, _status)
+
+    @staticmethod
+    def _list_call(
+        where: Filter, limit: int | None, cursor: str | None, limit_name: str = "limit"
+    ) -> Call[TaskPage]:
+        """One page; ``limit_name``: what the caller calls the page size."""
+        params = where.params()
+        if limit is not None:
+            params["limit"] = _positive(limit, limit_name)
+        if cursor is not None:
+            params["cursor"] = _utf8(cursor, "cursor")
+        rename = {"limit": limit_name}
+        return Call("GET", "/v1/tasks", _OK_STATUS, _page, rename=rename, params=params)
+
+    @staticmethod
+    def _count_call(where: Filter) -> Call[int]:
+        return Call("GET", "/v1/tasks/count", _OK_STATUS, _counted, params=where.params())
+
+    @staticmethod
+    def _timeline_call(
+        where: Filter, bucket_s: int | None, buckets: int | None, start: At | None
+    ) -> Call[Timeline]:
+        params = where.params()
+        if bucket_s is not None:
+            params["bucket"] = _positive(bucket_s, "bucket_s")
+        if buckets is not None:
+            params["buckets"] = _positive(buckets, "buckets")
+        if start is not None:
+            params["start"] = _moment_param(start, "start")
+        rename = {"bucket": "bucket_s"}
+        return Call(
+            "GET", "/v1/tasks/timeline", _OK_STATUS, _timeline, rename=rename, params=params
+        )
+
+    @staticmethod
+    def _cancel_where_call(where: Filter, timeout_s: float) -> Call[BulkCancelled]:
+        if not where.narrowed:
+            # Never "every task": the daemon refuses it too; no request for it.
+            raise _invalid(None, "give at least one of prefix, tag and routing_key")
+        if not (_is_number(timeout_s) and timeout_s > 0):
+            raise _invalid("timeout_s", "must be a number of seconds > 0")
+        content = _encode(where.body())
+        return Call(
+            "POST",
+            "/v1/tasks/cancel",
+            _OK_STATUS,
+            _bulk_cancelled,
+            content,
+            timeout_s=timeout_s,
+        )
 
     @staticmethod
     def _status_call() -> Call[dict[str, Any]]:

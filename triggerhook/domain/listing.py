@@ -143,7 +143,8 @@ def decode_cursor(cursor: object) -> Key:
     if not isinstance(cursor, str) or not 0 < len(cursor) <= _CURSOR_CHARS:
         raise bad
     try:
-        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii")
+        raw = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True)
+        text = raw.decode("ascii")
     except (binascii.Error, UnicodeError, ValueError):
         raise bad from None
     due, _, task_id = text.partition(":")

@@ -6,7 +6,9 @@
   custom ``headers`` (at most :data:`MAX_HEADERS`, :data:`MAX_HEADERS_BYTES`
   in all; names starting with ``x-`` are the engine's: refused);
 * the **late-fire policy** (:class:`LatePolicy`): what to do with a task
-  found late when it is published; None: the engine's configured default.
+  found late when it is published; None: the engine's configured default;
+* a **schedule** (:class:`~triggerhook.domain.recurrence.Recurrence`): the
+  task is a series, one occurrence pending at a time.
 
 All of it is part of a task's content: an idempotent re-create compares it.
 Every limit is checked before any work that grows with the input.
@@ -14,11 +16,14 @@ Every limit is checked before any work that grows with the input.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from triggerhook.domain import recurrence
+from triggerhook.domain.recurrence import Recurrence
 from triggerhook.errors import ValidationError
 
 MAX_TAGS = 8
@@ -64,7 +69,7 @@ class LatePolicy:
 FIRE = LatePolicy(LateKind.FIRE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Meta:
     """A task's tags, AMQP properties and late-fire policy (validated: :func:`make_meta`)."""
 
@@ -73,6 +78,18 @@ class Meta:
     content_encoding: str | None = None
     headers: Headers = ()  # sorted by name
     late: LatePolicy | None = None
+    recur: Recurrence | None = None
+
+    def _key(self) -> tuple[object, ...]:
+        # Headers compared with their types: True == 1 in Python, not on the wire.
+        typed = tuple((name, type(value), value) for name, value in self.headers)
+        return (self.tags, self.content_type, self.content_encoding, typed, self.late, self.recur)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Meta) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __bool__(self) -> bool:
         return self != NO_META
@@ -90,10 +107,32 @@ class Meta:
             record["headers"] = dict(self.headers)
         if self.late is not None:
             record["late"] = self.late.to_json()
+        if self.recur is not None:
+            record["recur"] = self.recur.to_record()
         return record
 
 
 NO_META = Meta()
+
+
+def next_occurrence(meta: Meta, due_ms: int, now_ms: float) -> tuple[int, Meta] | None:
+    """A series' next occurrence after the one due at ``due_ms``: its due time
+    and metadata (the occurrence number one up); None: not a series, or it ended."""
+    recur = meta.recur
+    due = None if recur is None else recur.next_ms(due_ms, now_ms)
+    if recur is None or due is None:
+        return None
+    return due, dataclasses.replace(
+        meta, recur=dataclasses.replace(recur, occurrence=recur.occurrence + 1)
+    )
+
+
+def stopping(meta: Meta) -> Meta | None:
+    """The metadata of a series stopped after its current occurrence (a cancel
+    came too late for it); None: not a series, or stopped already."""
+    if meta.recur is None or meta.recur.stopped:
+        return None
+    return dataclasses.replace(meta, recur=dataclasses.replace(meta.recur, stopped=True))
 
 
 def from_record(record: Mapping[str, object]) -> Meta:
@@ -105,6 +144,7 @@ def from_record(record: Mapping[str, object]) -> Meta:
         content_encoding=record.get("content_encoding"),
         headers=headers if isinstance(headers, Mapping) else None,
         late=parse_late(record["late"]) if "late" in record else None,
+        recur=recurrence.from_record(record["recur"]) if "recur" in record else None,
     )
 
 
@@ -115,14 +155,17 @@ def make_meta(
     content_encoding: object = None,
     headers: Mapping[str, object] | None = None,
     late: LatePolicy | None = None,
+    recur: Recurrence | None = None,
 ) -> Meta:
     """Validated metadata; raises :class:`ValidationError` naming the field."""
+    checked = _headers(headers)
     meta = Meta(
         tags=_tags(tags),
         content_type=_property(content_type, "content_type"),
         content_encoding=_property(content_encoding, "content_encoding"),
-        headers=_headers(headers),
-        late=late,
+        headers=checked,
+        late=_checked_late(late),
+        recur=recur,
     )
     return NO_META if meta == NO_META else meta
 
@@ -142,10 +185,34 @@ def parse_late(value: object, field: str = "late") -> LatePolicy:
     return LatePolicy(kinds[key], _non_negative(number, f"{field}.{key}"))
 
 
+def _checked_late(late: LatePolicy | None) -> LatePolicy | None:
+    """A policy built by hand is held to what parse_late accepts (it is stored)."""
+    if late is None:
+        return None
+    if not isinstance(late, LatePolicy):
+        raise ValidationError("late", "must be a LatePolicy")
+    if late.kind is LateKind.FIRE:
+        if late.ms != 0:
+            raise ValidationError("late", "fire takes no milliseconds")
+        return late
+    _non_negative(late.ms, f"late.{late.kind.value}")
+    return late
+
+
+def _integral(value: object) -> int | None:
+    """An int, or a float with no fraction (JSON's 5.0) as one; None: neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer() and _INT64_MIN <= value <= _INT64_MAX:
+        return int(value)
+    return value if isinstance(value, int) else None
+
+
 def _non_negative(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT64_MAX:
+    number = _integral(value)
+    if number is None or not 0 <= number <= _INT64_MAX:
         raise ValidationError(field, "must be a non-negative integer number of milliseconds")
-    return value
+    return number
 
 
 def _tags(value: object) -> tuple[str, ...]:
@@ -186,8 +253,10 @@ def _headers(value: Mapping[str, object] | None) -> Headers:
             if size > MAX_HEADER_VALUE_BYTES:
                 raise ValidationError(field, f"over {MAX_HEADER_VALUE_BYTES} bytes")
             _utf8(item, field)
-        elif isinstance(item, bool) or (isinstance(item, int) and _INT64_MIN <= item <= _INT64_MAX):
+        elif isinstance(item, bool):
             size = 8
+        elif (number := _integral(item)) is not None and _INT64_MIN <= number <= _INT64_MAX:
+            item, size = number, 8
         else:
             raise ValidationError(field, "must be a string, a 64-bit integer or a boolean")
         total += len(name) + size

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from triggerhook.domain.meta import HeaderValue, LatePolicy, make_meta
+from triggerhook.domain.recurrence import Recurrence, make_recurrence
 from triggerhook.domain.task import Task, make_task
-from triggerhook.domain.timeparse import due_from
+from triggerhook.domain.timeparse import due_from, parse_at
 from triggerhook.errors import ValidationError
 
 Due = datetime | int | float | str
@@ -21,7 +22,8 @@ Due = datetime | int | float | str
 
 @dataclass(frozen=True, slots=True)
 class TaskSpec:
-    """One task to schedule. Exactly one of ``at``, ``at_ms`` and ``delay_ms``.
+    """One task to schedule. Exactly one of ``at``, ``at_ms`` and ``delay_ms``
+    (a series may give none: see below).
 
     ``at``: a datetime (naive = UTC), epoch seconds, or an ISO-8601 string;
     ``at_ms``: epoch milliseconds; ``delay_ms``: milliseconds from now.
@@ -30,6 +32,12 @@ class TaskSpec:
     (``domain/meta.py``): ``tags`` to find it by, the event's
     ``content_type``, ``content_encoding`` and ``headers``, and ``late``, its
     late-fire policy (None: the engine's default).
+
+    A series (``domain/recurrence.py``): ``every`` (an ISO 8601 duration, or
+    milliseconds as an int) or ``cron`` (5 fields, in ``timezone``, default
+    UTC), and ``until`` (its end, given like ``at``). Its first occurrence is
+    the time given (for cron: the first matching minute at or after it), or
+    without one: one ``every`` from now, or the first matching minute at or after now.
     """
 
     id: str | None = None
@@ -43,6 +51,10 @@ class TaskSpec:
     content_encoding: str | None = None
     headers: Mapping[str, HeaderValue] | None = None
     late: LatePolicy | None = None
+    every: str | int | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    until: Due | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +72,15 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
     when given (``tasks[3].routing_key``).
     """
     try:
+        recur = make_recurrence(
+            every=spec.every,
+            cron=spec.cron,
+            timezone=spec.timezone,
+            until_ms=None if spec.until is None else parse_at(spec.until, "until", past_ok=True),
+        )
         return make_task(
             task_id=spec.id,
-            due_ms=due_from(spec.at, spec.at_ms, spec.delay_ms, now_ms),
+            due_ms=_first_due(spec, recur, now_ms),
             routing_key=(
                 rules.default_routing_key if spec.routing_key is None else spec.routing_key
             ),
@@ -74,9 +92,23 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
                 content_encoding=spec.content_encoding,
                 headers=spec.headers,
                 late=spec.late,
+                recur=recur,
             ),
         )
     except ValidationError as exc:
         if not field:
             raise
         raise ValidationError(f"{field}.{exc.field}", exc.message) from None
+
+
+def _first_due(spec: TaskSpec, recur: Recurrence | None, now_ms: float) -> int:
+    """The due time given, or for a series without one its first occurrence."""
+    if recur is None:
+        return due_from(spec.at, spec.at_ms, spec.delay_ms, now_ms)
+    if spec.at is None and spec.at_ms is None and spec.delay_ms is None:
+        due = recur.first_ms(now_ms)
+    else:
+        due = recur.aligned_ms(due_from(spec.at, spec.at_ms, spec.delay_ms, now_ms))
+    if recur.until_ms is not None and due > recur.until_ms:
+        raise ValidationError("until", "is before the series' first occurrence")
+    return due

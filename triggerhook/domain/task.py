@@ -11,6 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from triggerhook.domain.bounds import MAX_DUE_MS, MIN_DUE_MS
 from triggerhook.domain.meta import NO_META, Meta
 from triggerhook.errors import ValidationError
 
@@ -18,8 +19,25 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 # AMQP topic routing keys: dot-separated words; we allow the same alphabet as
 # ids plus '/', and cap the length well under AMQP's 255-byte short string.
 ROUTING_KEY_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,255}")
-MIN_DUE_MS = 0  # 1970-01-01T00:00:00Z
-MAX_DUE_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
+__all__ = [  # the due-time bounds are re-exported from domain/bounds.py
+    "ID_PATTERN",
+    "MAX_DUE_MS",
+    "MIN_DUE_MS",
+    "ROUTING_KEY_PATTERN",
+    "CancelResult",
+    "RescheduleResult",
+    "Task",
+    "TaskInfo",
+    "TaskState",
+    "make_task",
+    "new_task_id",
+    "validate_due_ms",
+    "validate_id",
+    "validate_payload",
+    "validate_routing_key",
+]
 
 
 class TaskState(enum.Enum):

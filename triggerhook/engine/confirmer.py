@@ -1,7 +1,9 @@
 """The confirmer thread: settles the rows of published events in batches.
 
 * Confirmed by the broker: the row is deleted (at-least-once: only after the
-  confirm).
+  confirm), or for a series rewritten to its next occurrence (R5s:
+  ``TaskStore.advance``; "now", to skip occurrences missed in an outage, is
+  the engine's clock).
 * Not taken by the broker and to be tried again (R8): the row is deferred —
   rewritten unarmed, to be armed again after a back-off (``TaskStore.defer``) —
   and leaves this instance's memory, so it can be cancelled meanwhile and holds
@@ -16,19 +18,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import DeferOutcome, Deferral, TaskStore
+from triggerhook.interfaces import Clock, DeferOutcome, Deferral, TaskStore
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    fired: list[tuple[str, int]]  # (id, rev): delete
+    series: list[Task]  # occurrences of series: advance
+    deferred: list[tuple[Task, int]]  # (task, not before): store back
 
 
 class Confirmer(Worker):
@@ -47,15 +56,19 @@ class Confirmer(Worker):
         batch_size: int,
         max_delay_ms: int,
         on_failure: FailureHandler,
+        *,
+        clock: Clock,
     ) -> None:
         super().__init__("th-confirmer", on_failure)
         self._store = store
+        self._clock = clock
         self._inventory = inventory
         self._scheduler = scheduler
         self._instance = instance
         self._batch_size = batch_size
         self._max_delay_s = max_delay_ms / 1000.0
         self._fired: deque[tuple[str, int]] = deque()  # (id, rev) confirmed
+        self._series: deque[Task] = deque()  # confirmed occurrences of series
         self._deferred: deque[tuple[Task, int]] = deque()  # (task, not before, epoch ms)
         self._cond = threading.Condition()
         self.deleted = 0
@@ -64,9 +77,13 @@ class Confirmer(Worker):
     def confirmed(self, tasks: Sequence[Task]) -> None:
         """Called by the publisher thread with the tasks the broker confirmed."""
         with self._cond:
-            was_empty = not self._fired
-            self._fired.extend((task.id, task.rev) for task in tasks)
-            if was_empty or len(self._fired) >= self._batch_size:
+            was_empty = not self._fired and not self._series
+            for task in tasks:
+                if task.meta.recur is None:
+                    self._fired.append((task.id, task.rev))
+                else:
+                    self._series.append(task)
+            if was_empty or len(self._fired) + len(self._series) >= self._batch_size:
                 self._cond.notify()
 
     def defer(self, task: Task, not_before_ms: int) -> None:
@@ -81,31 +98,38 @@ class Confirmer(Worker):
             self._cond.notify()
 
     def pending(self) -> int:
-        return len(self._fired)
+        return len(self._fired) + len(self._series)
 
-    def _next_batch(self) -> tuple[list[tuple[str, int]], list[tuple[Task, int]]] | None:
+    def _next_batch(self) -> _Batch | None:
         """Wait for a full batch or the oldest id's deadline; None once stopped and empty."""
         with self._cond:
-            while not self._fired and not self._deferred:
+            while not self._fired and not self._series and not self._deferred:
                 if self.stopping:
                     return None
                 self._cond.wait()
             deadline = time.monotonic() + self._max_delay_s
-            while not self._deferred and len(self._fired) < self._batch_size and not self.stopping:
+            while not self._deferred and self.pending() < self._batch_size and not self.stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
             count = min(self._batch_size, len(self._fired))
-            deferred = [self._deferred.popleft() for _ in range(len(self._deferred))]
-            return [self._fired.popleft() for _ in range(count)], deferred
+            series = min(self._batch_size, len(self._series))
+            return _Batch(
+                [self._fired.popleft() for _ in range(count)],
+                [self._series.popleft() for _ in range(series)],
+                [self._deferred.popleft() for _ in range(len(self._deferred))],
+            )
 
     def run(self) -> None:
         while (batch := self._next_batch()) is not None:
-            fired, deferred = batch
-            if fired and not self._settle(self._delete, fired, "deleting confirmed tasks"):
+            if batch.fired and not self._settle(self._delete, batch.fired, "deleting confirmed"):
                 return
-            if deferred and not self._settle(self._defer, deferred, "deferring undelivered"):
+            if batch.series and not self._settle(self._advance, batch.series, "advancing series"):
+                return
+            if batch.deferred and not self._settle(
+                self._defer, batch.deferred, "deferring undelivered"
+            ):
                 return
 
     def _settle(self, write: Callable[[_T], None], items: _T, doing: str) -> bool:
@@ -126,6 +150,10 @@ class Confirmer(Worker):
         self.deleted += self._store.delete_fired(fired)
         # A newer revision held meanwhile (the id scheduled again) stays held.
         self._inventory.forget(fired)
+
+    def _advance(self, series: list[Task]) -> None:
+        self.deleted += self._store.advance(series, self._clock.now_ms())
+        self._inventory.forget([(task.id, task.rev) for task in series])
 
     def _defer(self, deferred: list[tuple[Task, int]]) -> None:
         rows = [Deferral(task, not_before_ms) for task, not_before_ms in deferred]

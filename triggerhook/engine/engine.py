@@ -128,6 +128,7 @@ class Engine:
             config.confirm_batch_size,
             config.confirm_max_delay_ms,
             self._fail,
+            clock=clock,
         )
         self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
         self.buffer.on_put = self.publisher.wake

@@ -60,6 +60,7 @@ from triggerhook.domain.arming import (
     shard_of,
 )
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
+from triggerhook.domain.meta import next_occurrence, stopping
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, InstanceNameInUse
 from triggerhook.interfaces import (
@@ -73,6 +74,7 @@ from triggerhook.interfaces import (
     Moved,
     NewRow,
     TaskStore,
+    new_rev,
 )
 from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
 
@@ -318,6 +320,25 @@ class MemoryStore:
         row.task = dataclasses.replace(row.task, attempts=row.task.attempts + 1)
         return DeferOutcome.DEFERRED
 
+    # -- R5s: a series' next occurrence ---------------------------------------------------
+
+    def advance(self, fired: Sequence[Task], now_ms: float) -> int:
+        with self._lock:
+            changed = 0
+            for task in {t.id: t for t in fired}.values():
+                row = self._rows.get(task.id)
+                if row is None or row.rev != task.rev:
+                    continue
+                changed += 1
+                upcoming = next_occurrence(row.task.meta, row.task.due_ms, now_ms)
+                if upcoming is None:
+                    del self._rows[task.id]
+                    continue
+                due, meta = upcoming
+                row.task = dataclasses.replace(row.task, due_ms=due, attempts=0, meta=meta)
+                row.fire_ms, row.rev, row.gen = due, new_rev(), self._shards[row.shard].marks.gen
+            return changed
+
     # -- R7: cancel, R6: reschedule -----------------------------------------------------
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
@@ -330,6 +351,9 @@ class MemoryStore:
                     results.append(CancelResult.NOT_FOUND)
                 elif self._armed(row):
                     results.append(CancelResult.TOO_LATE)
+                    stopped = stopping(row.task.meta)  # a series: this occurrence is its last
+                    if stopped is not None:
+                        row.task = dataclasses.replace(row.task, meta=stopped)
                 else:
                     del self._rows[tid]
                     results.append(CancelResult.CANCELLED)

@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
-
-import msgspec
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from triggerhook.domain.arming import (
     BOTTOM,
@@ -41,18 +39,15 @@ from triggerhook.domain.arming import (
     ShardMarks,
     arm_horizon,
     is_armed,
-    is_inherited,
     shard_of,
 )
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
-from triggerhook.domain.meta import NO_META, Meta, from_record
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import (
     ConflictError,
     InstanceNameInUse,
     SchemaError,
     StoreError,
-    ValidationError,
 )
 from triggerhook.interfaces import (
     Acquired,
@@ -64,6 +59,7 @@ from triggerhook.interfaces import (
     Move,
     Moved,
     NewRow,
+    new_rev,
 )
 from triggerhook.store import queries, sql
 from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
@@ -73,6 +69,28 @@ from triggerhook.store.connection import (
     is_duplicate_key,
     target,
 )
+from triggerhook.store.rows import (
+    INSERT_CHUNK_BYTES,
+    INSERT_CHUNK_ROWS,
+    Row,
+    ShardRow,
+    Step,
+    TaskRow,
+    cancel_result,
+    chunks,
+    defer_outcome,
+    first_wins,
+    insert_chunks,
+    insert_params,
+    insert_tags,
+    is_armed_row,
+    meta_blob,
+    meta_of,
+    next_step,
+    repeat_outcome,
+    split_repeats,
+    stopped_series,
+)
 from triggerhook.store.schema import init_schema, read_shard_count, read_version
 
 # init_schema lives in store/schema.py; it is imported from here too, as before.
@@ -80,84 +98,13 @@ __all__ = ["MySQLStore", "init_schema"]
 
 log = logging.getLogger(__name__)
 
-# One INSERT statement carries at most this many rows or payload bytes; escaped
-# binary at most doubles, which stays under MAX_STATEMENT_BYTES.
-_INSERT_CHUNK_ROWS = 2000
-_INSERT_CHUNK_BYTES = 4 * 1024 * 1024
 _IN_LIST_CHUNK = 2000
 _DUPLICATE_RETRIES = 3
 _REGISTER_TRIES = 3
 
-Row = tuple[Any, ...]
-
-
-class TaskRow(NamedTuple):
-    """A th_tasks row as sql.TASK_COLUMNS reads it."""
-
-    id: str
-    due_ms: int
-    routing_key: str | None
-    payload: bytes | None
-    rev: int
-    attempts: int
-    shard: int
-    fire_ms: int
-    gen: int
-    meta: bytes | None
-
-    @property
-    def mark(self) -> Mark:
-        return (self.fire_ms, self.id)
-
-
-class ShardRow(NamedTuple):
-    """A th_shards row as sql.SHARD_COLUMNS reads it."""
-
-    shard: int
-    owner: str | None
-    epoch: int
-    armed_ms: int
-    armed_id: str
-    arm_gen: int
-    took_ms: int
-    took_id: str
-    took_gen: int
-    lease_until_ms: int
-
-    @property
-    def marks(self) -> ShardMarks:
-        return ShardMarks((self.armed_ms, self.armed_id), self.arm_gen)
-
-    @property
-    def took(self) -> ShardMarks:
-        return ShardMarks((self.took_ms, self.took_id), self.took_gen)
-
-    def held_by(self, instance: str, epoch: int) -> bool:
-        return self.owner == instance and self.epoch == epoch
-
 
 class _NotEvery(Exception):
     """Rolls back a one-statement cancel that did not find every id unarmed."""
-
-
-def meta_blob(meta: Meta) -> bytes | None:
-    """th_tasks.meta of a task: JSON, NULL when it has none."""
-    return msgspec.json.encode(meta.to_record()) if meta else None
-
-
-def meta_of(blob: bytes | None, task_id: str) -> Meta:
-    """The metadata th_tasks.meta holds. A value no release wrote (edited by
-    hand) is logged and read as none, so that the task still fires."""
-    if blob is None:
-        return NO_META
-    try:
-        record = msgspec.json.decode(blob)
-        if not isinstance(record, dict):
-            raise ValidationError("meta", "is not a JSON object")
-        return from_record(record)
-    except (msgspec.DecodeError, ValidationError) as exc:
-        log.error("task %r has unreadable metadata, read as none: %s", task_id, exc)
-        return NO_META
 
 
 def _schema_hint(version: int) -> str:
@@ -174,11 +121,6 @@ def _mark(row: TaskRow) -> Mark:
 
 def _shard(row: TaskRow) -> int:
     return row.shard
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _pairs(leases: Iterable[Lease]) -> list[int]:
@@ -327,7 +269,7 @@ class MySQLStore:
     @staticmethod
     def _lock_tasks(cur: Cursor, ids: Sequence[str]) -> dict[str, TaskRow]:
         found: dict[str, TaskRow] = {}
-        for part in _chunks(ids, _IN_LIST_CHUNK):
+        for part in chunks(ids, _IN_LIST_CHUNK):
             cur.execute(sql.LOCK_TASKS.format(ids=sql.placeholders(len(part))), part)
             for r in cur.fetchall():
                 found[r[0]] = TaskRow(*r)
@@ -338,7 +280,7 @@ class MySQLStore:
     def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
         if not rows:
             return []
-        first, repeats = _split_repeats(rows)
+        first, repeats = split_repeats(rows)
         if not repeats and self._insert_one_statement(rows):
             return [InsertOutcome.CREATED] * len(rows)
         outcomes: list[InsertOutcome | None] = [None] * len(rows)
@@ -346,10 +288,10 @@ class MySQLStore:
         with self._pool.transaction() as cur:
             locked = self._lock_shared(cur, (shard_of(rows[i].task.id, count) for i in first))
             gens = {shard: row.arm_gen for shard, row in locked.items()}
-            for chunk in _insert_chunks([rows[i] for i in first], first):
+            for chunk in insert_chunks([rows[i] for i in first], first):
                 self._insert_chunk(cur, rows, chunk, gens, outcomes)
             for index, earlier in repeats.items():
-                outcomes[index] = _repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
+                outcomes[index] = repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
             if atomic:
                 for index, outcome in enumerate(outcomes):
                     if outcome is InsertOutcome.CONFLICT:
@@ -361,8 +303,8 @@ class MySQLStore:
         committed by that statement alone (see sql.INSERT_TASKS_LOCKING). False:
         take the general path."""
         if (
-            len(rows) > _INSERT_CHUNK_ROWS
-            or sum(len(r.task.payload) for r in rows) > _INSERT_CHUNK_BYTES
+            len(rows) > INSERT_CHUNK_ROWS
+            or sum(len(r.task.payload) for r in rows) > INSERT_CHUNK_BYTES
             or any(r.task.meta.tags for r in rows)  # tag rows: the general path
         ):
             return False
@@ -400,7 +342,7 @@ class MySQLStore:
         pending = chunk
         for _ in range(_DUPLICATE_RETRIES):
             params = [
-                _insert_params(rows[i], count, gens, self._default_routing_key) for i in pending
+                insert_params(rows[i], count, gens, self._default_routing_key) for i in pending
             ]
             try:
                 cur.executemany(sql.INSERT_TASKS, params)
@@ -410,7 +352,7 @@ class MySQLStore:
             else:
                 for i in pending:
                     outcomes[i] = InsertOutcome.CREATED
-                _insert_tags(cur, [rows[i].task for i in pending])
+                insert_tags(cur, [rows[i].task for i in pending])
                 return
             # Slow path: some ids exist. Compare their contents, insert the rest.
             existing = self._fetch(cur, [rows[i].task.id for i in pending])
@@ -429,7 +371,7 @@ class MySQLStore:
 
     def _fetch(self, cur: Cursor, ids: Sequence[str]) -> dict[str, Task]:
         found: dict[str, Task] = {}
-        for part in _chunks(ids, _IN_LIST_CHUNK):
+        for part in chunks(ids, _IN_LIST_CHUNK):
             cur.execute(sql.SELECT_CONTENT_BY_IDS.format(ids=sql.placeholders(len(part))), part)
             for row in cur.fetchall():
                 found[row[0]] = self._content(row)
@@ -464,7 +406,7 @@ class MySQLStore:
             reads = self._read_for_arming(cur, held, horizon_ms, limit)
             result = plan_pass(held, reads, horizon_ms, limit, _mark)
             self._write_marks(cur, result.marks)
-            for part in _chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
+            for part in chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
                 cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
         held.update(result.marks)
         self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
@@ -543,7 +485,7 @@ class MySQLStore:
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         deleted = 0
         # Each chunk commits by itself: every delete stands alone (R5).
-        for part in _chunks(list(dict.fromkeys(fired)), _IN_LIST_CHUNK):
+        for part in chunks(list(dict.fromkeys(fired)), _IN_LIST_CHUNK):
             params = [value for pair in part for value in pair]
             statement = sql.DELETE_FIRED.format(pairs=sql.placeholders(len(part), width=2))
             with self._autocommit_pool.transaction() as cur:
@@ -562,7 +504,7 @@ class MySQLStore:
             writes: list[Any] = []
             for d in deferrals:
                 row = found.get(d.task.id)
-                outcome = _defer_outcome(instance, d, locked.get(d.task.shard), row)
+                outcome = defer_outcome(instance, d, locked.get(d.task.shard), row)
                 outcomes.append(outcome)
                 if outcome is DeferOutcome.DEFERRED:
                     gen = locked[d.task.shard].arm_gen
@@ -573,6 +515,42 @@ class MySQLStore:
                 cur.execute(sql.DEFER.format(moves=sql.moves(len(writes) // 4)), writes)
         return outcomes
 
+    # -- R5s: a series' next occurrence ---------------------------------------------------
+
+    def advance(self, fired: Sequence[Task], now_ms: float) -> int:
+        if not fired:
+            return 0
+        last = {task.id: task for task in fired}
+        shards = self._shards_of(list(last))
+        changed = 0
+        with self._pool.transaction() as cur:
+            locked = self._lock_shared(cur, shards.values())
+            for part in chunks(list(shards), _IN_LIST_CHUNK):
+                rows = self._lock_tasks(cur, part)
+                steps = [next_step(rows.get(tid), last[tid], now_ms) for tid in part]
+                changed += self._write_steps(cur, [s for s in steps if s is not None], locked)
+        return changed
+
+    @staticmethod
+    def _write_steps(cur: Cursor, steps: list[Step], locked: dict[int, ShardRow]) -> int:
+        """The next occurrences (ADVANCE) and the ends of series (DELETE_TASKS)."""
+        ended = [step.row.id for step in steps if step.due_ms is None]
+        if ended:
+            cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(ended))), ended)
+        moved: list[Any] = []
+        tagged = False
+        for step in steps:
+            if step.due_ms is not None:
+                gen = locked[step.row.shard].arm_gen
+                moved += (step.row.id, step.due_ms, new_rev(), gen, meta_blob(step.meta))
+                tagged = tagged or bool(step.meta.tags)
+        if moved:
+            derived = sql.advances(len(moved) // 5)
+            cur.execute(sql.ADVANCE.format(moves=derived), moved)
+            if tagged:
+                cur.execute(sql.RESCHEDULE_TAGS.format(moves=derived), moved)
+        return len(steps)
+
     # -- R7: cancel, R6: reschedule -----------------------------------------------------
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
@@ -581,19 +559,22 @@ class MySQLStore:
         shards = self._shards_of(task_ids)
         unique = list(shards)
         if len(unique) <= _IN_LIST_CHUNK and self._cancel_all_unarmed(shards):
-            return _first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))
+            return first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))
         results = dict.fromkeys(task_ids, CancelResult.NOT_FOUND)
         if unique:
             with self._pool.transaction() as cur:
                 locked = self._lock_shared(cur, shards.values())
-                for part in _chunks(unique, _IN_LIST_CHUNK):
+                for part in chunks(unique, _IN_LIST_CHUNK):
                     found = self._lock_tasks(cur, part)
                     for tid, row in found.items():
-                        results[tid] = _cancel_result(_is_armed(row, locked))
+                        results[tid] = cancel_result(is_armed_row(row, locked))
                     gone = [tid for tid in part if results[tid] is CancelResult.CANCELLED]
                     if gone:
                         cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(gone))), gone)
-        return _first_wins(task_ids, results)
+                    late = [found[t] for t in part if results[t] is CancelResult.TOO_LATE]
+                    for tid, meta in stopped_series(late):  # rare: one statement each
+                        cur.execute(sql.SET_META, (meta_blob(meta), tid))
+        return first_wins(task_ids, results)
 
     def _cancel_all_unarmed(self, shards: dict[str, int]) -> bool:
         """The usual case in one statement (sql.CANCEL_UNARMED): every id
@@ -621,7 +602,7 @@ class MySQLStore:
         if unique:
             with self._pool.transaction() as cur:
                 locked = self._lock_shared(cur, shards.values())
-                for part in _chunks(unique, _IN_LIST_CHUNK):
+                for part in chunks(unique, _IN_LIST_CHUNK):
                     self._reschedule_part(cur, part, last, locked, moved)
         return [moved[move.task_id] for move in moves]
 
@@ -636,7 +617,7 @@ class MySQLStore:
         writes: list[Any] = []
         tagged = False
         for tid, row in self._lock_tasks(cur, part).items():
-            if _is_armed(row, locked):
+            if is_armed_row(row, locked):
                 moved[tid] = Moved(RescheduleResult.TOO_LATE)
                 continue
             move = last[tid]
@@ -816,107 +797,3 @@ class MySQLStore:
     def close(self) -> None:
         self._pool.close()
         self._autocommit_pool.close()
-
-
-def _insert_params(row: NewRow, shard_count: int, gens: dict[int, int], default_key: str) -> Row:
-    task = row.task
-    shard = shard_of(task.id, shard_count)
-    if shard not in gens:
-        raise StoreError(f"the database has no row for shard {shard}: run `triggerhook db init`")
-    return (
-        task.id,
-        shard,
-        row.rev,
-        gens[shard],
-        task.due_ms,
-        task.due_ms,
-        task.routing_key or default_key,
-        task.payload or None,
-        meta_blob(task.meta),
-    )
-
-
-def _insert_tags(cur: Cursor, tasks: Sequence[Task]) -> None:
-    """The tag rows of tasks just inserted (sql.INSERT_TAGS)."""
-    rows = [(tag, task.due_ms, task.id) for task in tasks for tag in task.meta.tags]
-    for part in _chunks(rows, _INSERT_CHUNK_ROWS):
-        cur.executemany(sql.INSERT_TAGS, part)
-
-
-def _is_armed(row: TaskRow, locked: dict[int, ShardRow]) -> bool:
-    shard = locked.get(row.shard)
-    if shard is None:
-        raise StoreError(f"the database has no row for shard {row.shard}: run `db init`")
-    return is_armed(row.mark, row.gen, shard.marks)
-
-
-def _defer_outcome(
-    instance: str, deferral: Deferral, shard: ShardRow | None, row: TaskRow | None
-) -> DeferOutcome:
-    """R8 for one deferral, under the locks of its shard row and task row."""
-    task = deferral.task
-    if shard is None or not shard.held_by(instance, task.epoch):
-        return DeferOutcome.GONE  # fenced: the lease is no longer ours
-    if row is None or row.rev != task.rev or row.shard != task.shard:
-        return DeferOutcome.GONE  # cancelled, fired, or another incarnation
-    if is_inherited(row.mark, row.gen, shard.took):
-        return DeferOutcome.INHERITED  # never unarmed: a stale owner may hold a copy
-    return DeferOutcome.DEFERRED
-
-
-def _cancel_result(armed: bool | None) -> CancelResult:
-    if armed is None:
-        return CancelResult.NOT_FOUND
-    return CancelResult.TOO_LATE if armed else CancelResult.CANCELLED
-
-
-def _first_wins(task_ids: Sequence[str], results: dict[str, CancelResult]) -> list[CancelResult]:
-    """One result per id asked; an id asked twice is cancelled once, then not found."""
-    out = []
-    seen: set[str] = set()
-    for tid in task_ids:
-        result = results[tid]
-        if tid in seen and result is CancelResult.CANCELLED:
-            result = CancelResult.NOT_FOUND
-        seen.add(tid)
-        out.append(result)
-    return out
-
-
-def _split_repeats(rows: Sequence[NewRow]) -> tuple[list[int], dict[int, int]]:
-    """Indexes of each id's first row, and each repeat's index -> its first row's."""
-    seen: dict[str, int] = {}
-    first: list[int] = []
-    repeats: dict[int, int] = {}
-    for index, row in enumerate(rows):
-        earlier = seen.setdefault(row.task.id, index)
-        if earlier == index:
-            first.append(index)
-        else:
-            repeats[index] = earlier
-    return first, repeats
-
-
-def _repeat_outcome(
-    row: NewRow, earlier: NewRow, earlier_outcome: InsertOutcome | None
-) -> InsertOutcome:
-    """A repeated id in one batch: a retry of its first row, or a conflict."""
-    if row.task != earlier.task or earlier_outcome is InsertOutcome.CONFLICT:
-        return InsertOutcome.CONFLICT
-    return InsertOutcome.EXISTS
-
-
-def _insert_chunks(rows: Sequence[NewRow], indexes: list[int]) -> Iterator[list[int]]:
-    """Split row indexes into chunks bounded in rows and payload bytes."""
-    chunk: list[int] = []
-    size = 0
-    for row, index in zip(rows, indexes, strict=True):
-        if chunk and (
-            len(chunk) >= _INSERT_CHUNK_ROWS or size + len(row.task.payload) > _INSERT_CHUNK_BYTES
-        ):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(index)
-        size += len(row.task.payload)
-    if chunk:
-        yield chunk

@@ -227,6 +227,22 @@ RESCHEDULE = (
 # ... and their tag rows to the new due time (same moves; only when one has tags).
 RESCHEDULE_TAGS = "UPDATE th_task_tags g JOIN ({moves}) m ON m.id = g.id SET g.due_ms = m.fire_ms"
 
+# R5s: a series' confirmed occurrence becomes its next one, in the same
+# transaction (the rows and their shard rows locked, as reschedule does):
+# new time, revision, the shard's current generation (unarmed) and the
+# occurrence number in meta. Its tag rows follow (RESCHEDULE_TAGS, same moves).
+ADVANCE_FIRST = "SELECT %s AS id, %s AS fire_ms, %s AS rev, %s AS gen, %s AS meta"
+ADVANCE_NEXT = "SELECT %s, %s, %s, %s, %s"
+ADVANCE = (
+    "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
+    " SET t.fire_ms = m.fire_ms, t.due_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen,"
+    " t.attempts = 0, t.meta = m.meta"
+)
+
+# A cancel too late for a series' armed occurrence stops the series after it:
+# only meta changes (the row stays armed at its revision, as the copy fired has it).
+SET_META = "UPDATE th_tasks SET meta = %s WHERE id = %s"
+
 # R8: an event the broker did not take, of a row armed in the current epoch:
 # fire again from the retry time (fire_ms; the due time the event says stays),
 # at a new revision, unarmed (the shard's current generation), one more
@@ -312,6 +328,13 @@ def new_rows(count: int) -> str:
     if count < 1:
         raise ValueError("a derived table needs at least one row")
     return UNION_ALL.join([NEW_ROW_FIRST] + [NEW_ROW_NEXT] * (count - 1))
+
+
+def advances(count: int) -> str:
+    """The derived table of ADVANCE: ``count`` rows of 5 values."""
+    if count < 1:
+        raise ValueError("a derived table needs at least one row")
+    return UNION_ALL.join([ADVANCE_FIRST] + [ADVANCE_NEXT] * (count - 1))
 
 
 def moves(count: int) -> str:

@@ -1,0 +1,225 @@
+"""Recurring tasks: when the next occurrence of a series is due (pure, no I/O
+but the time-zone database).
+
+A series is one stored task whose row is rewritten to its next occurrence in
+the same transaction that removes the confirmed one (R5s,
+docs/design/ownership.md): one occurrence is pending at a time. Its schedule:
+
+* ``every``: an ISO 8601 duration (``PT15M``, ``P1D``, ``P2W``, ``PT0.5S``
+  not: at least 1 s), elapsed time: ``P1D`` is 86,400 s, whatever the clocks
+  of any time zone do;
+* ``cron``: 5 fields (minute hour day-of-month month day-of-week, the syntax
+  of Debian's cron) in an IANA ``timezone`` (default UTC), evaluated as
+  Debian's cron does across daylight-saving changes (``cronsim``): a time
+  that does not exist (skipped forward) fires at the first minute after the
+  gap; a time that happens twice (clocks back) fires once, the first time;
+  jobs that run every hour or more often run in both passes of the repeated
+  hour.
+
+The next occurrence is the first one due after both the occurrence just fired
+and the current time: occurrences missed while nothing could fire them (an
+outage) are not replayed, one fires, as with cron. A series with ``until``
+ends with its last occurrence at or before it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from triggerhook.domain.bounds import MAX_DUE_MS
+from triggerhook.errors import ValidationError
+
+MIN_EVERY_MS = 1000
+MAX_CRON_CHARS = 120
+_DURATION = re.compile(
+    r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
+    r"(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,9})M)?(?:([0-9]{1,9})(?:[.,]([0-9]{1,3}))?S)?)?"
+)
+_UNIT_MS = (7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000)
+_ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+){0,3}")
+# In the zone database but not IANA zones: the host's own zone, and copies.
+_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+_NOT_ZONE_PREFIXES = ("posix/", "right/")
+
+
+@dataclass(frozen=True, slots=True)
+class Recurrence:
+    """A series' schedule (exactly one of ``every_ms`` and ``cron``), its end
+    (``until_ms``, inclusive; None: none), the occurrence the row stands for
+    (1: the first), and ``stopped``: a cancel came while an occurrence was
+    being published (too late for it), so the series ends with it."""
+
+    every_ms: int | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    until_ms: int | None = None
+    occurrence: int = 1
+    stopped: bool = False
+
+    def first_ms(self, now_ms: float) -> int:
+        """When the first occurrence is due when no time was given."""
+        if self.every_ms is not None:
+            return math.ceil(now_ms) + self.every_ms
+        return self._cron_after(math.ceil(now_ms) - 1)
+
+    def aligned_ms(self, due_ms: int) -> int:
+        """The first occurrence at or after a given first time (cron: the
+        first matching minute; every: that time itself)."""
+        return due_ms if self.every_ms is not None else self._cron_after(due_ms - 1)
+
+    def next_ms(self, due_ms: int, now_ms: float) -> int | None:
+        """When the occurrence after the one due at ``due_ms`` is due, with
+        none missed on purpose before ``now_ms``; None: the series ended."""
+        if self.stopped:
+            return None
+        after = max(due_ms, math.floor(now_ms))
+        if self.every_ms is not None:
+            steps = (after - due_ms) // self.every_ms + 1
+            due = due_ms + steps * self.every_ms
+        else:
+            due = self._cron_after(after)
+        if due > MAX_DUE_MS or (self.until_ms is not None and due > self.until_ms):
+            return None
+        return due
+
+    def _cron_after(self, after_ms: int) -> int:
+        assert self.cron is not None
+        try:
+            start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(ZoneInfo(self.timezone))
+            due = next(iter(CronSim(self.cron, start.replace(microsecond=0))))
+        except (StopIteration, OverflowError, ValueError):  # none before year 10000
+            return MAX_DUE_MS + 1
+        return int(due.timestamp() * 1000)
+
+    def to_record(self) -> dict[str, object]:
+        record: dict[str, object] = {"n": self.occurrence}
+        if self.every_ms is not None:
+            record["every_ms"] = self.every_ms
+        else:
+            record["cron"] = self.cron
+            record["timezone"] = self.timezone
+        if self.until_ms is not None:
+            record["until_ms"] = self.until_ms
+        if self.stopped:
+            record["stopped"] = True
+        return record
+
+
+def make_recurrence(
+    *,
+    every: object = None,
+    cron: object = None,
+    timezone: object = None,
+    until_ms: int | None = None,
+) -> Recurrence | None:
+    """A validated schedule (None: not a series); ValidationError names the field."""
+    if every is None and cron is None:
+        if timezone is not None or until_ms is not None:
+            field = "timezone" if timezone is not None else "until"
+            raise ValidationError(field, "applies to a series only: give every or cron")
+        return None
+    if every is not None and cron is not None:
+        raise ValidationError("every", "give at most one of every and cron")
+    if every is not None:
+        if timezone is not None:
+            raise ValidationError("timezone", "applies to cron only (every is elapsed time)")
+        return Recurrence(every_ms=parse_every(every), until_ms=until_ms)
+    zone = parse_zone(timezone)
+    return Recurrence(cron=parse_cron(cron, zone), timezone=zone, until_ms=until_ms)
+
+
+def parse_every(value: object, field: str = "every") -> int:
+    """An ISO 8601 duration in whole weeks, days, hours, minutes and seconds
+    (to the millisecond), at least 1 s; milliseconds."""
+    if isinstance(value, int) and not isinstance(value, bool):  # the library's every_ms
+        ms = value
+    elif isinstance(value, str) and len(value) <= 64 and (found := _DURATION.fullmatch(value)):
+        if value in ("P", "PT") or value.endswith("T"):
+            raise ValidationError(field, "must be an ISO 8601 duration such as PT15M or P1D")
+        *parts, fraction = found.groups()
+        ms = sum(int(p) * unit for p, unit in zip(parts, _UNIT_MS, strict=True) if p)
+        ms += int((fraction or "0").ljust(3, "0"))
+    else:
+        raise ValidationError(
+            field,
+            "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)",
+        )
+    if not MIN_EVERY_MS <= ms <= MAX_DUE_MS:
+        raise ValidationError(field, "must be at least 1 s (PT1S)")
+    return ms
+
+
+def every_text(every_ms: int) -> str:
+    """``every_ms`` as an ISO 8601 duration (PT15M, P1D, PT1.5S)."""
+    days, rest = divmod(every_ms, 86_400_000)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    text = "P" + (f"{days}D" if days else "")
+    clock = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+    if seconds or millis:
+        clock += f"{seconds}.{millis:03d}".rstrip("0").rstrip(".") + "S"
+    return text + ("T" + clock if clock else "")
+
+
+def parse_zone(value: object, field: str = "timezone") -> str:
+    if value is None:
+        return "UTC"
+    if (
+        not isinstance(value, str)
+        or len(value) > 64
+        or not _ZONE.fullmatch(value)
+        or value in _NOT_ZONES
+        or value.startswith(_NOT_ZONE_PREFIXES)
+    ):
+        raise ValidationError(field, "must be an IANA time zone name such as Europe/Berlin")
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(field, f"unknown time zone {value!r}") from None
+    return value
+
+
+def parse_cron(value: object, zone: str, field: str = "cron") -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_CRON_CHARS:
+        raise ValidationError(
+            field, f"must be a cron expression of 5 fields (at most {MAX_CRON_CHARS} characters)"
+        )
+    text = " ".join(value.split())
+    if len(text.split(" ")) != 5:
+        raise ValidationError(
+            field, "must have 5 fields: minute hour day-of-month month day-of-week"
+        )
+    try:
+        CronSim(text, datetime(2000, 1, 1, tzinfo=ZoneInfo(zone)))  # parses it
+    except CronSimError as exc:
+        raise ValidationError(field, f"is not a cron expression: {exc}") from None
+    return text
+
+
+def from_record(record: object) -> Recurrence:
+    """The schedule a store kept (:meth:`Recurrence.to_record`)."""
+    if not isinstance(record, dict):
+        raise ValidationError("recur", "is not an object")
+    until = record.get("until_ms")
+    if until is not None and (isinstance(until, bool) or not isinstance(until, int)):
+        raise ValidationError("recur.until_ms", "is not epoch milliseconds")
+    made = make_recurrence(
+        every=record.get("every_ms"),
+        cron=record.get("cron"),
+        timezone=record.get("timezone") if "cron" in record else None,
+        until_ms=until,
+    )
+    if made is None:
+        raise ValidationError("recur", "has neither every_ms nor cron")
+    occurrence = record.get("n", 1)
+    if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 1:
+        raise ValidationError("recur.n", "is not an occurrence number")
+    stopped = record.get("stopped") is True
+    return Recurrence(made.every_ms, made.cron, made.timezone, made.until_ms, occurrence, stopped)

@@ -1,0 +1,232 @@
+"""The MySQL store's rows and the pure functions over them (store/mysql.py
+runs the statements; these decide, per row, what they mean)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import msgspec
+
+from triggerhook.domain.arming import Mark, ShardMarks, is_armed, is_inherited, shard_of
+from triggerhook.domain.meta import NO_META, Meta, from_record, next_occurrence, stopping
+from triggerhook.domain.task import CancelResult, Task
+from triggerhook.errors import StoreError, ValidationError
+from triggerhook.interfaces import DeferOutcome, Deferral, InsertOutcome, NewRow
+from triggerhook.store import sql
+from triggerhook.store.connection import Cursor
+
+log = logging.getLogger(__name__)
+
+# One INSERT statement carries at most this many rows or payload bytes; escaped
+# binary at most doubles, which stays under MAX_STATEMENT_BYTES.
+INSERT_CHUNK_ROWS = 2000
+INSERT_CHUNK_BYTES = 4 * 1024 * 1024
+
+Row = tuple[Any, ...]
+
+
+class TaskRow(NamedTuple):
+    """A th_tasks row as sql.TASK_COLUMNS reads it."""
+
+    id: str
+    due_ms: int
+    routing_key: str | None
+    payload: bytes | None
+    rev: int
+    attempts: int
+    shard: int
+    fire_ms: int
+    gen: int
+    meta: bytes | None
+
+    @property
+    def mark(self) -> Mark:
+        return (self.fire_ms, self.id)
+
+
+class ShardRow(NamedTuple):
+    """A th_shards row as sql.SHARD_COLUMNS reads it."""
+
+    shard: int
+    owner: str | None
+    epoch: int
+    armed_ms: int
+    armed_id: str
+    arm_gen: int
+    took_ms: int
+    took_id: str
+    took_gen: int
+    lease_until_ms: int
+
+    @property
+    def marks(self) -> ShardMarks:
+        return ShardMarks((self.armed_ms, self.armed_id), self.arm_gen)
+
+    @property
+    def took(self) -> ShardMarks:
+        return ShardMarks((self.took_ms, self.took_id), self.took_gen)
+
+    def held_by(self, instance: str, epoch: int) -> bool:
+        return self.owner == instance and self.epoch == epoch
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def meta_blob(meta: Meta) -> bytes | None:
+    """th_tasks.meta of a task: JSON, NULL when it has none."""
+    return msgspec.json.encode(meta.to_record()) if meta else None
+
+
+def meta_of(blob: bytes | None, task_id: str) -> Meta:
+    """The metadata th_tasks.meta holds. A value no release wrote (edited by
+    hand) is logged and read as none, so that the task still fires."""
+    if blob is None:
+        return NO_META
+    try:
+        record = msgspec.json.decode(blob)
+        if not isinstance(record, dict):
+            raise ValidationError("meta", "is not a JSON object")
+        return from_record(record)
+    except (msgspec.DecodeError, ValidationError) as exc:
+        log.error("task %r has unreadable metadata, read as none: %s", task_id, exc)
+        return NO_META
+
+
+def insert_params(row: NewRow, shard_count: int, gens: dict[int, int], default_key: str) -> Row:
+    task = row.task
+    shard = shard_of(task.id, shard_count)
+    if shard not in gens:
+        raise StoreError(f"the database has no row for shard {shard}: run `triggerhook db init`")
+    return (
+        task.id,
+        shard,
+        row.rev,
+        gens[shard],
+        task.due_ms,
+        task.due_ms,
+        task.routing_key or default_key,
+        task.payload or None,
+        meta_blob(task.meta),
+    )
+
+
+def insert_tags(cur: Cursor, tasks: Sequence[Task]) -> None:
+    """The tag rows of tasks just inserted (sql.INSERT_TAGS)."""
+    rows = [(tag, task.due_ms, task.id) for task in tasks for tag in task.meta.tags]
+    for part in chunks(rows, INSERT_CHUNK_ROWS):
+        cur.executemany(sql.INSERT_TAGS, part)
+
+
+def is_armed_row(row: TaskRow, locked: dict[int, ShardRow]) -> bool:
+    shard = locked.get(row.shard)
+    if shard is None:
+        raise StoreError(f"the database has no row for shard {row.shard}: run `db init`")
+    return is_armed(row.mark, row.gen, shard.marks)
+
+
+def defer_outcome(
+    instance: str, deferral: Deferral, shard: ShardRow | None, row: TaskRow | None
+) -> DeferOutcome:
+    """R8 for one deferral, under the locks of its shard row and task row."""
+    task = deferral.task
+    if shard is None or not shard.held_by(instance, task.epoch):
+        return DeferOutcome.GONE  # fenced: the lease is no longer ours
+    if row is None or row.rev != task.rev or row.shard != task.shard:
+        return DeferOutcome.GONE  # cancelled, fired, or another incarnation
+    if is_inherited(row.mark, row.gen, shard.took):
+        return DeferOutcome.INHERITED  # never unarmed: a stale owner may hold a copy
+    return DeferOutcome.DEFERRED
+
+
+def cancel_result(armed: bool | None) -> CancelResult:
+    if armed is None:
+        return CancelResult.NOT_FOUND
+    return CancelResult.TOO_LATE if armed else CancelResult.CANCELLED
+
+
+def first_wins(task_ids: Sequence[str], results: dict[str, CancelResult]) -> list[CancelResult]:
+    """One result per id asked; an id asked twice is cancelled once, then not found."""
+    out = []
+    seen: set[str] = set()
+    for tid in task_ids:
+        result = results[tid]
+        if tid in seen and result is CancelResult.CANCELLED:
+            result = CancelResult.NOT_FOUND
+        seen.add(tid)
+        out.append(result)
+    return out
+
+
+def split_repeats(rows: Sequence[NewRow]) -> tuple[list[int], dict[int, int]]:
+    """Indexes of each id's first row, and each repeat's index -> its first row's."""
+    seen: dict[str, int] = {}
+    first: list[int] = []
+    repeats: dict[int, int] = {}
+    for index, row in enumerate(rows):
+        earlier = seen.setdefault(row.task.id, index)
+        if earlier == index:
+            first.append(index)
+        else:
+            repeats[index] = earlier
+    return first, repeats
+
+
+def repeat_outcome(
+    row: NewRow, earlier: NewRow, earlier_outcome: InsertOutcome | None
+) -> InsertOutcome:
+    """A repeated id in one batch: a retry of its first row, or a conflict."""
+    if row.task != earlier.task or earlier_outcome is InsertOutcome.CONFLICT:
+        return InsertOutcome.CONFLICT
+    return InsertOutcome.EXISTS
+
+
+def insert_chunks(rows: Sequence[NewRow], indexes: list[int]) -> Iterator[list[int]]:
+    """Split row indexes into chunks bounded in rows and payload bytes."""
+    chunk: list[int] = []
+    size = 0
+    for row, index in zip(rows, indexes, strict=True):
+        if chunk and (
+            len(chunk) >= INSERT_CHUNK_ROWS or size + len(row.task.payload) > INSERT_CHUNK_BYTES
+        ):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(index)
+        size += len(row.task.payload)
+    if chunk:
+        yield chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What R5s does to one series row: rewrite it to the occurrence due at
+    ``due_ms`` with ``meta`` (its next occurrence number), or (``due_ms`` None)
+    delete it: the series ended."""
+
+    row: TaskRow
+    due_ms: int | None
+    meta: Meta
+
+
+def next_step(row: TaskRow | None, fired: Task, now_ms: float) -> Step | None:
+    """R5s for one confirmed occurrence, from its locked row; None: the row is
+    no longer at the revision fired (advanced already, cancelled, another
+    incarnation), nothing to do. The stored row's schedule counts (a cancel
+    may have stopped it since the copy was armed)."""
+    if row is None or row.rev != fired.rev:
+        return None
+    meta = meta_of(row.meta, row.id)
+    upcoming = next_occurrence(meta, row.due_ms, now_ms)
+    return Step(row, None, meta) if upcoming is None else Step(row, *upcoming)
+
+
+def stopped_series(rows: Sequence[TaskRow]) -> list[tuple[str, Meta]]:
+    """Of rows too late to cancel (armed), the series not yet stopped, with
+    their metadata marked stopped: the occurrence being published is their last."""
+    marked = ((row.id, stopping(meta_of(row.meta, row.id))) for row in rows)
+    return [(tid, meta) for tid, meta in marked if meta is not None]
