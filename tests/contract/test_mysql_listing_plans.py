@@ -12,11 +12,12 @@ import pytest
 from support.mysql import connect
 from support.stores import DEFAULT_ROUTING_KEY, mysql_backend
 
+from triggerhook.domain.arming import shard_of
 from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.meta import make_meta
 from triggerhook.domain.task import Task, TaskState
 from triggerhook.interfaces import NewRow
-from triggerhook.store import queries
+from triggerhook.store import queries, sql
 from triggerhook.store.mysql import MySQLStore
 
 ROWS = 6000
@@ -138,3 +139,18 @@ def test_counts_and_the_timeline_read_indexes_only(filled: tuple[MySQLStore, Any
     counts = store.timeline(TaskFilter(), now, 1000, 60).counts
     assert sum(sum(c) for c in counts.values()) == ROWS
     assert store.count_where(TaskFilter(routing_key="push")) == ROWS // 3
+
+
+def test_a_cancel_of_a_batch_reads_its_ids_by_the_primary_key(
+    filled: tuple[MySQLStore, Any, int],
+) -> None:
+    # A bulk cancel's batch of 500 ids must not scan its shards' rows (locking
+    # every one: arming and firing would wait for it).
+    store, db, _now = filled
+    ids = [f"c{i % 300}:{i}" for i in range(500)]
+    shards = sorted({shard_of(i, store.shard_count()) for i in ids})
+    statement = sql.CANCEL_UNARMED.format(
+        shards=sql.placeholders(len(shards)), ids=sql.placeholders(len(ids)), armed=sql.ARMED
+    )
+    plan = explain(db, (statement, [*shards, *ids]))
+    assert access(plan, "t") == ("range", "PRIMARY")

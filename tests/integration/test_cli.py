@@ -784,3 +784,134 @@ def test_help_of_the_installed_script() -> None:
     assert result.returncode == EXIT_OK, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and result.stderr == "", result.stderr
     assert result.stdout.startswith("usage: triggerhook"), result.stdout
+
+
+# -- series: the same over both backends -----------------------------------------------------------
+
+BERLIN_9H_2030_MS = 1_893_484_800_000  # Tuesday 2030-01-01 09:00 in Berlin (08:00 UTC)
+
+
+def series_scenario(env: dict[str, str], prefix: str) -> None:
+    """Schedule an untimed every series and a timed cron one, then get, list,
+    count and cancel them: the output each mode must print."""
+    tag = f"{prefix}-series"
+    every = ["schedule", "--id", f"{prefix}:every", "--every", "PT90M", "--tag", tag]
+    every += ["--until", "2030-01-01T00:00:00Z", "--routing-key", "fire.s"]
+    cron = ["schedule", "--id", f"{prefix}:cron", "--cron", "0 9 * * 1-5", "--tag", tag]
+    cron += [
+        "--timezone",
+        "Europe/Berlin",
+        "--at",
+        "2030-01-01T00:00:00Z",
+        "--routing-key",
+        "fire.s",
+    ]
+    before = now_ms()
+    made = _json(run_cli(every, env), EXIT_OK)
+    due_ms = made["due_ms"]
+    assert isinstance(due_ms, int) and made["created"] is True
+    assert before + 5_400_000 <= due_ms <= now_ms() + 5_400_000 + 1  # one every from now
+    assert _json(run_cli(cron, env), EXIT_OK) == {
+        "id": f"{prefix}:cron",
+        "due_ms": BERLIN_9H_2030_MS,  # the first match at or after --at
+        "created": True,
+    }
+    assert _json(run_cli(cron, env), EXIT_OK)["created"] is False  # the same series
+    other = [*cron[:4], "0 10 * * 1-5", *cron[5:]]
+    assert_clean_error(run_cli(other, env), EXIT_USAGE, f"{prefix}:cron")
+
+    shown_every = {
+        "id": f"{prefix}:every",
+        "due_ms": due_ms,
+        "routing_key": "fire.s",
+        "state": "scheduled",
+        "tags": [tag],
+        "every": "PT1H30M",
+        "until_ms": 1_893_456_000_000,
+        "occurrence": 1,
+    }
+    shown_cron = {
+        **shown_every,
+        "id": f"{prefix}:cron",
+        "due_ms": BERLIN_9H_2030_MS,
+        "cron": "0 9 * * 1-5",
+        "timezone": "Europe/Berlin",
+        "occurrence": 1,
+    }
+    del shown_cron["every"], shown_cron["until_ms"]
+    got = _json(run_cli(["get", f"{prefix}:every"], env), EXIT_OK)
+    assert got == {**shown_every, "payload": ""}
+    assert _lines(run_cli(["list", "--tag", tag], env)) == [shown_every, shown_cron]
+    assert _json(run_cli(["count", "--tag", tag], env), EXIT_OK) == {"count": 2}
+    assert _json(run_cli(["cancel", "--tag", tag], env), EXIT_OK) == {
+        "cancelled": 2,
+        "too_late": 0,
+    }
+    assert _lines(run_cli(["list", "--tag", tag], env)) == []
+
+
+def test_series_in_database_mode(db: tuple[str, TaskTable]) -> None:
+    database_url, table = db
+    series_scenario(cli_env(database_url), "db")
+    assert table.count() == 0
+
+
+def test_series_in_url_mode(served: Api) -> None:
+    prefix = new_id("url")
+    series_scenario(url_env(served), prefix)
+    with TaskTable(served.database_url) as table:
+        assert table.query("SELECT COUNT(*) FROM th_tasks WHERE id LIKE %s", (f"{prefix}%",)) == [
+            (0,)
+        ]
+
+
+BAD_SERIES_INPUT = [
+    pytest.param(["schedule"], ("at:", "--every or --cron"), id="no-time"),
+    pytest.param(["schedule", "--until", "2030-01-01"], ("at:",), id="until-alone"),
+    pytest.param(["schedule", "--every", "P1M"], ("every:", "cron"), id="every-months"),
+    pytest.param(["schedule", "--every", "PT0.5S"], ("every:", "PT1S"), id="every-short"),
+    pytest.param(["schedule", "--cron", "61 * * * *"], ("cron:",), id="cron-minute"),
+    pytest.param(["schedule", "--cron", "* * * *"], ("cron:", "5 fields"), id="cron-fields"),
+    pytest.param(
+        ["schedule", "--cron", "* * * * *", "--timezone", "Mars/Olympus"],
+        ("timezone:", "Mars/Olympus"),
+        id="timezone",
+    ),
+    pytest.param(
+        ["schedule", "--every", "PT1S", "--timezone", "UTC"], ("timezone:",), id="tz-every"
+    ),
+    pytest.param(["schedule", "--every", "PT1S", "--until", "soon"], ("until:",), id="until"),
+    pytest.param(
+        ["schedule", "--every", "PT1M", "--at", "2030-01-02", "--until", "2030-01-01"],
+        ("until:",),
+        id="until-before-first",
+    ),
+    pytest.param(
+        ["schedule", "--at", "2030-01-01", "--until", "2030-01-02"], ("until:",), id="one-off"
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "mentions"), BAD_SERIES_INPUT)
+def test_bad_series_in_database_mode(
+    db: tuple[str, TaskTable], args: list[str], mentions: tuple[str, ...]
+) -> None:
+    database_url, table = db
+    assert_clean_error(run_cli(args, cli_env(database_url)), EXIT_USAGE, *mentions)
+    assert table.count() == 0
+
+
+@pytest.mark.parametrize(("args", "mentions"), BAD_SERIES_INPUT)
+def test_bad_series_in_url_mode(served: Api, args: list[str], mentions: tuple[str, ...]) -> None:
+    with TaskTable(served.database_url) as table:
+        before = table.count()
+        assert_clean_error(run_cli(args, url_env(served)), EXIT_USAGE, *mentions)
+        assert table.count() == before
+
+
+def test_every_and_cron_exclude_each_other(db: tuple[str, TaskTable]) -> None:
+    args = ["schedule", "--every", "PT1M", "--cron", "* * * * *"]
+    result = run_cli(args, cli_env(db[0]))
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert "not allowed with argument" in result.stderr.strip().splitlines()[-1]

@@ -104,6 +104,10 @@ class Hook(Protocol):
         content_encoding: str | None = None,
         headers: Mapping[str, HeaderValue] | None = None,
         late: Late | None = None,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        until: AtType | None = None,
     ) -> Scheduled: ...
 
     def list(
@@ -199,6 +203,10 @@ class Blocking:
         content_encoding: str | None = None,
         headers: Mapping[str, HeaderValue] | None = None,
         late: Late | None = None,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        until: AtType | None = None,
     ) -> Scheduled:
         coro = self.client.schedule(
             id,
@@ -211,6 +219,10 @@ class Blocking:
             content_encoding=content_encoding,
             headers=headers,
             late=late,
+            every=every,
+            cron=cron,
+            timezone=timezone,
+            until=until,
         )
         return self._run(coro)
 
@@ -260,12 +272,16 @@ class Faults:
     """Fault injection in the client's transport, in front of the real daemon:
     the first ``refuse`` attempts fail before sending (as a refused connection);
     the next ``lose`` are sent and answered, but the answer is dropped (as a
-    connection broken after the daemon committed). Records every request."""
+    connection broken after the daemon committed), each after ``hold()``
+    returned (what is to happen before the retry). Records every request."""
 
-    def __init__(self, refuse: int = 0, lose: int = 0) -> None:
+    def __init__(
+        self, refuse: int = 0, lose: int = 0, hold: Callable[[], None] | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._refuse = refuse
         self._lose = lose
+        self._hold = hold
         self.sent: list[tuple[str, str, bytes]] = []  # method, path, body
         self.sent_at: list[float] = []  # time.monotonic() of each attempt
 
@@ -281,6 +297,8 @@ class Faults:
         with self._lock:
             if self._lose > 0:
                 self._lose -= 1
+                if self._hold is not None:
+                    self._hold()
                 raise httpx.ReadError("injected: answer lost", request=request)
 
 
@@ -906,3 +924,135 @@ def test_listing_errors_name_the_callers_arguments(hook: Hook) -> None:
     with pytest.raises(InvalidRequest) as local:
         hook.count(due_after=[1])  # type: ignore[arg-type]
     assert (local.value.status, local.value.field) == (None, "due_after")
+
+
+# -- series ---------------------------------------------------------------------------------------
+
+
+def test_a_series_fires_each_occurrence_and_ends_at_until(api: Api, hook: Hook) -> None:
+    task_id = uid("series")
+    first_ms = now_ms() + 300
+    made = hook.schedule(
+        task_id, at=first_ms / 1000, every="PT1S", until=(first_ms + 1000) / 1000, payload="s"
+    )
+    assert made == Scheduled(task_id, first_ms, True)
+    status = hook.get(task_id)
+    assert status is not None
+    assert (status.every, status.cron, status.until_ms, status.occurrence, status.stopping) == (
+        "PT1S",
+        None,
+        first_ms + 1000,
+        1,
+        False,
+    )
+    [listed] = hook.list(prefix=task_id)
+    assert (listed.every, listed.until_ms, listed.occurrence) == ("PT1S", first_ms + 1000, 1)
+    wait_for(lambda: hook.get(task_id) is None, 15, "the series did not end at until")
+    sentinel = hook.schedule(uid("sentinel"), delay_s=0).id
+    fired = [e for e in collect_until(api.events, sentinel, 15) if e.message_id == task_id]
+    assert sorted({(header_int(e, "x-occurrence"), header_int(e, "x-due-ms")) for e in fired}) == [
+        (1, first_ms),
+        (2, first_ms + 1000),
+    ]
+    assert all(e.body == b"s" for e in fired)
+
+
+def test_an_untimed_series_starts_one_every_from_now_or_at_the_next_minute(hook: Hook) -> None:
+    before = now_ms()
+    every = hook.schedule(uid("every"), every="PT10M", tags=["series"])
+    assert before + 600_000 <= every.at_ms <= now_ms() + 600_000 + 1
+    cron = hook.schedule(uid("cron"), cron="*/5 * * * *", timezone="Europe/Berlin", until=FAR_S)
+    assert cron.at_ms % 300_000 == 0 and before <= cron.at_ms <= now_ms() + 300_000
+    status = hook.get(cron.id)
+    assert status is not None
+    assert (status.at_ms, status.every, status.cron, status.timezone) == (
+        cron.at_ms,
+        None,
+        "*/5 * * * *",
+        "Europe/Berlin",
+    )
+    assert (status.until_ms, status.occurrence) == (FAR_S * 1000, 1)
+    for task_id in (every.id, cron.id):
+        hook.cancel(task_id)  # a cancel stops a series
+        assert hook.get(task_id) is None
+
+
+@pytest.mark.parametrize(
+    "series",
+    [{"every": "PT10M"}, {"cron": "0 0 1 1 *", "timezone": "Europe/Berlin"}],
+    ids=["every", "cron"],
+)
+def test_a_retried_untimed_series_is_a_safe_repeat(
+    connect: Connect, table: TaskTable, series: dict[str, str]
+) -> None:
+    """The first attempt's answer is lost after the daemon stored the series;
+    the retry, sent a back-off later, names the same first occurrence (the
+    client chose it before the first attempt), so it is a safe repeat."""
+    faults = Faults(lose=1)
+    client = connect(faults=faults, backoff_s=0.05)
+    before = table.count()
+    result = client.schedule(uid("retry-series"), **series)  # type: ignore[arg-type]
+    assert not result.created  # the lost attempt created it
+    assert len(faults.sent) == 2 and faults.sent[0] == faults.sent[1]
+    assert faults.sent_at[1] - faults.sent_at[0] >= 0.025  # long enough for "now" to move
+    assert table.count() == before + 1
+    status = client.get(result.id)
+    assert status is not None and (status.at_ms, status.occurrence) == (result.at_ms, 1)
+    client.cancel(result.id)
+
+
+def test_a_retry_after_the_first_occurrence_fired_is_a_conflict(api: Api, connect: Connect) -> None:
+    """The documented limit: the lost attempt's series has moved on to its
+    second occurrence when the retry arrives, so the daemon sees other
+    content; get shows the caller's schedule, past its first occurrence."""
+    task_id = uid("moved-on")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    def until_it_fired() -> None:
+        with httpx.Client(base_url=api.url, headers=headers, timeout=10) as raw:
+            wait_for(
+                lambda: raw.get(f"/v1/tasks/{task_id}").json().get("occurrence", 0) >= 2,
+                15,
+                "the first occurrence did not fire",
+            )
+
+    faults = Faults(lose=1, hold=until_it_fired)
+    client = connect(faults=faults, backoff_s=0.01)
+    with pytest.raises(Conflict):
+        client.schedule(task_id, every="PT1S", until=FAR_S)
+    assert len(faults.sent) == 2 and faults.sent[0] == faults.sent[1]
+    status = client.get(task_id)
+    assert status is not None and status.every == "PT1S"
+    assert status.occurrence is not None and status.occurrence >= 2
+    with contextlib.suppress(TooLate):  # being published: that occurrence is the last
+        client.cancel(task_id)
+    wait_for(lambda: client.get(task_id) is None, 10, "the series did not stop")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "field"),
+    [
+        ({"every": "P1M"}, None, "every"),  # refused by the client
+        ({"every": "PT0.5S"}, None, "every"),
+        ({"until": FAR_S}, None, "at"),  # not a series, and no time
+        ({"every": "PT1S", "cron": "* * * * *"}, 422, "every"),
+        ({"cron": "61 * * * *"}, 422, "cron"),
+        ({"cron": "* * * *"}, 422, "cron"),
+        ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, 422, "timezone"),
+        ({"every": "PT1S", "timezone": "UTC"}, 422, "timezone"),
+        ({"every": "PT1S", "until": "yesterday"}, 422, "until"),
+        ({"every": "PT1S", "at": FAR_S, "until": FAR_S - 1}, 422, "until"),
+        ({"at": FAR_S, "until": FAR_S + 1}, 422, "until"),
+    ],
+)
+def test_bad_series_raise_invalid_request_naming_the_field(
+    hook: Hook, table: TaskTable, kwargs: dict[str, Any], status: int | None, field: str
+) -> None:
+    before = table.count()
+    with pytest.raises(InvalidRequest) as caught:
+        hook.schedule(uid("bad"), **kwargs)
+    assert (caught.value.status, caught.value.field) == (status, field)
+    with pytest.raises(InvalidRequest) as in_batch:
+        hook.schedule_many([TaskRequest(uid("ok"), every="PT1M"), TaskRequest(**kwargs)])
+    assert (in_batch.value.status, in_batch.value.field) == (status, f"tasks[1].{field}")
+    assert table.count() == before

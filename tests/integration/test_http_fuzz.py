@@ -8,8 +8,12 @@ invalid requests rejected and valid ones accepted — the document matches the
 behaviour. Afterwards the daemon must still be ready and have logged no
 traceback.
 
-tests/support/schemathesis_cli.py runs it; its one hook gives positive cases
-of ``GET /v1/tasks`` a real ``cursor`` (an opaque value no schema generates).
+tests/support/schemathesis_cli.py runs it; its one hook fills in, for positive
+cases, what no schema can state: a real ``cursor`` for ``GET /v1/tasks`` (an
+opaque value), and a series' bounds that depend on the time (``until`` at the
+end of time, a cron series' ``at`` before its last 50 years). It also draws
+cron expressions from a grammar (the document's ``format: cron``), filtered by
+the document's pattern, that match a date.
 """
 
 from __future__ import annotations

@@ -8,10 +8,23 @@ constructor recursion depth mismatch`` — a crash inside the fuzzer, not an
 answer of the API under test. Descriptions are only cosmetic, so they are
 replaced by a fixed text before Schemathesis starts.
 
-The hook: a listing's ``cursor`` is opaque — valid only as a ``next_cursor``
-the API gave out, which no schema can generate. A positive case (one every
-schema admits, so it must be accepted) therefore gets a real cursor, made from
-the drawn one; negative cases keep what was drawn.
+The hook fills in, for positive cases (ones every schema admits, so they must
+be accepted), what no schema can state; negative cases keep what was drawn:
+
+* a listing's ``cursor`` is opaque — valid only as a ``next_cursor`` the API
+  gave out: a positive case gets a real cursor, made from the drawn one;
+* a series' bounds depend on the current time and on its schedule (the
+  document describes them): ``until`` must not come before the first
+  occurrence, so it becomes the latest time; and a cron series' first
+  occurrence (the first matching minute at or after ``at``) must come by
+  9999-12-31, so an ``at`` in the last 50 years before it (a valid expression
+  matches within 40 years) moves 400 years earlier (the same calendar).
+
+And a format: ``cron`` expressions are drawn from a grammar of their own (from
+the document's exact pattern, Hypothesis takes ~10 times as long), then
+filtered by that pattern; and only ones that match a date within 50 years
+(the document describes that rule, which no pattern states): ``0 0 LW * */6``
+(the last weekday of a month, on a weekend) is refused.
 """
 
 from __future__ import annotations
@@ -19,9 +32,12 @@ from __future__ import annotations
 import sys
 import zlib
 from collections.abc import Callable
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 import schemathesis
+from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS, CronSim, CronSimError
+from hypothesis import strategies as st
 from hypothesis.internal import lambda_sources
 from schemathesis.cli import schemathesis as st_command
 from schemathesis.generation.case import Case
@@ -29,6 +45,13 @@ from schemathesis.hooks import HookContext
 
 from triggerhook.domain.listing import encode_cursor
 from triggerhook.domain.task import MAX_DUE_MS
+
+LATEST_S = MAX_DUE_MS / 1000  # 9999-12-31T23:59:59.999Z
+LATEST = "9999-12-31T23:59:59.999Z"
+LAST_YEAR_KEPT = 9949  # cron: an at in 9950 or later is moved
+CYCLE_YEARS = 400  # the Gregorian calendar repeats (weekdays and leap days alike)
+CYCLE_S = 146_097 * 86_400  # the days of 400 years
+MOVED_FROM_S = datetime(LAST_YEAR_KEPT + 1, 1, 1, tzinfo=UTC).timestamp()
 
 
 def _plain_description(_function: Callable[..., object]) -> str:
@@ -41,20 +64,135 @@ def cursor_like(drawn: str) -> str:
     return encode_cursor((digest * 65_537 % (MAX_DUE_MS + 1), f"c-{digest:08x}"))
 
 
-def real_cursor(context: HookContext, case: Case[Any]) -> Case[Any]:
-    """``map_case``: a real cursor in a positive case of ``GET /v1/tasks``."""
-    operation = context.operation
-    if operation is None or (operation.method.upper(), operation.path) != ("GET", "/v1/tasks"):
-        return case
-    query = case.query
-    positive = case.meta is not None and case.meta.generation.mode.is_positive
-    if positive and isinstance(query, dict) and isinstance(query.get("cursor"), str):
+def real_cursor(query: object) -> None:
+    """A real cursor in place of the drawn one (``GET /v1/tasks``)."""
+    if isinstance(query, dict) and isinstance(query.get("cursor"), str):
         query["cursor"] = cursor_like(query["cursor"])
+
+
+def series_in_time(body: object) -> None:
+    """A create body's series bounds made to hold (see the module's docstring)."""
+    if not isinstance(body, dict) or not ("every" in body or "cron" in body):
+        return
+    if "until" in body:
+        body["until"] = LATEST if isinstance(body["until"], str) else LATEST_S
+    if "cron" in body and "at" in body:
+        body["at"] = earlier_if_last(body["at"])
+
+
+def earlier_if_last(at: object) -> object:
+    """``at`` 400 years earlier if it is in 9950 or later."""
+    if isinstance(at, str) and at[:4].isdigit() and int(at[:4]) > LAST_YEAR_KEPT:
+        return f"{int(at[:4]) - CYCLE_YEARS:04d}{at[4:]}"
+    if isinstance(at, int | float) and not isinstance(at, bool) and at >= MOVED_FROM_S:
+        return at - CYCLE_S
+    return at
+
+
+def create_bodies(case: Case[Any], path: str) -> list[object]:
+    """The create bodies of a case of ``POST /v1/tasks`` or ``POST /v1/tasks/batch``."""
+    body = case.body
+    if path == "/v1/tasks":
+        return [body]
+    tasks = body.get("tasks") if isinstance(body, dict) else None
+    return list(tasks) if isinstance(tasks, list) else []
+
+
+def positive_case(context: HookContext, case: Case[Any]) -> Case[Any]:
+    """``map_case``: what no schema states, filled in for positive cases."""
+    operation = context.operation
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    if operation is None or not positive:
+        return case
+    method, path = operation.method.upper(), operation.path
+    if (method, path) == ("GET", "/v1/tasks"):
+        real_cursor(case.query)
+    elif method == "POST" and path in ("/v1/tasks", "/v1/tasks/batch"):
+        for body in create_bodies(case, path):
+            series_in_time(body)
     return case
 
 
+# -- cron expressions: drawn by a grammar (from the document's pattern Hypothesis is slow) -------
+
+_SPACE = st.sampled_from(sorted(c for c in map(chr, range(0x3001)) if c.isspace()))
+_GAP = st.lists(st.just(" ") | _SPACE, min_size=1, max_size=2).map("".join)
+_EDGE = st.lists(_SPACE, max_size=1).map("".join)
+_SPELLINGS = 5  # a number, with a leading zero, and the name in three cases
+
+
+class CronField(NamedTuple):
+    lo: int
+    hi: int
+    names: tuple[str, ...] = ()
+    first_name: int = 0
+
+    def spell(self, value: int, how: int) -> str:
+        """``value`` as a number (``how`` 0, or 1: a leading zero) or by name."""
+        index = value - self.first_name
+        if how < 2 or not 0 <= index < len(self.names):
+            return f"{'0' * how}{value}" if how < 2 else str(value)
+        return (str.upper, str.lower, str.title)[how - 2](self.names[index])
+
+    def values(self) -> st.SearchStrategy[str]:
+        return st.builds(self.spell, st.integers(self.lo, self.hi), st.integers(0, _SPELLINGS - 1))
+
+    def ranges(self) -> st.SearchStrategy[str]:
+        ends = st.tuples(st.integers(self.lo, self.hi), st.integers(self.lo, self.hi))
+        hows = st.tuples(st.integers(0, _SPELLINGS - 1), st.integers(0, _SPELLINGS - 1))
+        return st.builds(self.spell_range, ends, hows)
+
+    def spell_range(self, ends: tuple[int, int], hows: tuple[int, int]) -> str:
+        low, high = sorted(ends)
+        return f"{self.spell(low, hows[0])}-{self.spell(high, hows[1])}"
+
+    def terms(self) -> st.SearchStrategy[str]:
+        """*, a value or an ascending range, with an optional /step."""
+        base = st.just("*") | self.values() | self.ranges()
+        step = st.just("") | st.integers(1, self.hi + 2).map("/{}".format)
+        return st.builds(str.__add__, base, step)
+
+
+_DAY = CronField(1, 31)
+_WEEKDAY = CronField(0, 7, tuple(SYMBOLIC_DAYS), 0)
+
+
+def _listed(term: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.lists(term, min_size=1, max_size=3).map(",".join)
+
+
+def cron_expressions() -> st.SearchStrategy[str]:
+    """Cron expressions as cronsim reads them (the document's pattern filters them)."""
+    last = st.sampled_from(["L", "LW", "l", "lw", "L/2"])
+    nth = st.builds("{}#{}".format, _WEEKDAY.values(), st.integers(1, 5))
+    weekday_last = st.integers(0, 7).map("{}L".format)
+    fields = (
+        _listed(CronField(0, 59).terms()),
+        _listed(CronField(0, 23).terms()),
+        _listed(_DAY.terms() | last),
+        _listed(CronField(1, 12, tuple(SYMBOLIC_MONTHS), 1).terms()),
+        _listed(_WEEKDAY.terms() | nth | weekday_last),
+    )
+    return st.builds(_joined, st.tuples(_EDGE, _GAP, _GAP, _GAP, _GAP, _EDGE), st.tuples(*fields))
+
+
+def _joined(spaces: tuple[str, ...], fields: tuple[str, ...]) -> str:
+    """The fields with the spaces before, between and after them."""
+    return "".join(s + f for s, f in zip(spaces, (*fields, ""), strict=True))
+
+
+def matches_a_date(text: str) -> bool:
+    """Whether cronsim finds a time for ``text`` from now (it looks 50 years ahead)."""
+    try:
+        next(iter(CronSim(" ".join(text.split()), datetime.now(UTC).replace(microsecond=0))))
+    except (CronSimError, StopIteration):
+        return False
+    return True
+
+
 def register_hooks() -> None:
-    schemathesis.hook("map_case")(real_cursor)
+    schemathesis.hook("map_case")(positive_case)
+    schemathesis.openapi.format("cron", cron_expressions().filter(matches_a_date))
 
 
 if __name__ == "__main__":

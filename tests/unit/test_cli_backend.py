@@ -21,6 +21,7 @@ from triggerhook.cli import (
     EXIT_USAGE,
     TASK_COMMANDS,
     _parser,
+    backends,
 )
 from triggerhook.cli.backends import (
     BackendError,
@@ -33,9 +34,11 @@ from triggerhook.cli.backends import (
     Stored,
     Where,
 )
+from triggerhook.client import TaskSummary
 from triggerhook.domain.listing import BulkCancelled
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
+from triggerhook.domain.recurrence import Recurrence
 from triggerhook.domain.task import TaskState
 from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
@@ -605,3 +608,141 @@ def test_the_librarys_retry_warnings_stay_off_stderr_below_debug(store: MemorySt
                 assert bulk.level == quieted, log_level
     finally:
         bulk.setLevel(level)
+
+
+# -- series -------------------------------------------------------------------------------------
+
+FIVE_MINUTES_AFTER_NOW_MS = 1_700_000_100_000  # NOW is 22:13:20 UTC: */5 next at 22:15
+
+
+def test_schedule_a_series_with_or_without_a_first_time(backend: LibraryBackend) -> None:
+    every = schedule(backend, "e", at=None, meta=Metadata(every="PT15M"))
+    assert every == Stored("e", NOW_MS + 900_000, created=True)  # one every from now
+    cron = Metadata(cron="*/5 * * * *", timezone="Europe/Berlin", until=AT)
+    assert schedule(backend, "c", at=None, meta=cron).due_ms == FIVE_MINUTES_AFTER_NOW_MS
+    assert schedule(backend, "c", at=None, meta=cron).created is False  # the same series
+    timed = schedule(backend, "t", at=None, delay_ms=1000, meta=Metadata(cron="*/5 * * * *"))
+    assert timed.due_ms == FIVE_MINUTES_AFTER_NOW_MS  # the first match at or after it
+    found = backend.get("c")
+    assert found is not None and found.meta.recur == Recurrence(
+        cron="*/5 * * * *", timezone="Europe/Berlin", until_ms=AT_MS
+    )
+    with pytest.raises(BackendError) as info:
+        schedule(backend, "c", at=None, meta=Metadata(cron="*/10 * * * *", until=AT))
+    assert info.value.outcome is Outcome.CONFLICT
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        (Metadata(every="P1M"), "every: "),
+        (Metadata(every="PT0.5S"), "every: "),
+        (Metadata(cron="61 * * * *"), "cron: "),
+        (Metadata(cron="* * * *"), "cron: "),
+        (Metadata(cron="* * * * *", timezone="Mars/Olympus"), "timezone: "),
+        (Metadata(every="PT1S", timezone="UTC"), "timezone: "),
+        (Metadata(every="PT1S", until="yesterday"), "until: "),
+        (Metadata(every="PT1S", until="2029-12-31T00:00:00Z"), "until: "),  # before AT
+        (Metadata(until="2031-01-01T00:00:00Z"), "until: "),  # not a series
+    ],
+)
+def test_bad_series_name_the_field(
+    backend: LibraryBackend, store: MemoryStore, meta: Metadata, message: str
+) -> None:
+    with pytest.raises(BackendError) as info:
+        schedule(backend, meta=meta)
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith(message), str(info.value)
+    assert store.count_tasks() == 0
+
+
+def test_schedule_get_and_list_show_a_series(
+    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sched = ["schedule", "--id", "s-1", "--every", "PT90M", "--until", AT, "--tag", "s"]
+    assert run(backend, capsys, *sched) == (
+        EXIT_OK,
+        {"id": "s-1", "due_ms": NOW_MS + 5_400_000, "created": True},
+    )
+    cron = ["schedule", "--id", "s-2", "--cron", "*/5 * * * *", "--timezone", "Europe/Berlin"]
+    assert run(backend, capsys, *cron, "--tag", "s")[1]["due_ms"] == FIVE_MINUTES_AFTER_NOW_MS
+    shown = {
+        "id": "s-1",
+        "due_ms": NOW_MS + 5_400_000,
+        "routing_key": "rk",
+        "state": "scheduled",
+        "tags": ["s"],
+        "every": "PT1H30M",  # normalized
+        "until_ms": AT_MS,
+        "occurrence": 1,
+    }
+    assert run(backend, capsys, "get", "s-1") == (EXIT_OK, {**shown, "payload": ""})
+    code, lines = run_lines(backend, capsys, "list", "--tag", "s")
+    assert (code, lines) == (
+        EXIT_OK,
+        [
+            {
+                "id": "s-2",
+                "due_ms": FIVE_MINUTES_AFTER_NOW_MS,
+                "routing_key": "rk",
+                "state": "scheduled",
+                "tags": ["s"],
+                "cron": "*/5 * * * *",
+                "timezone": "Europe/Berlin",
+                "occurrence": 1,
+            },
+            shown,
+        ],
+    )
+    arm(store)  # both being published: a cancel is too late, and stops the series
+    assert run(backend, capsys, "cancel", "s-1") == (
+        EXIT_TOO_LATE,
+        {"id": "s-1", "result": "too_late"},
+    )
+    stopping = run(backend, capsys, "get", "s-1")[1]
+    assert (stopping["state"], stopping["stopping"]) == ("firing", True)
+    assert "stopping" not in run(backend, capsys, "get", "s-2")[1]
+
+
+@pytest.mark.parametrize("flags", [[], ["--until", AT], ["--timezone", "Europe/Berlin"]])
+def test_schedule_needs_a_time_or_a_series(
+    backend: LibraryBackend, store: MemoryStore, flags: list[str]
+) -> None:
+    args = _parser().parse_args(["schedule", *flags])
+    with pytest.raises(BackendError) as info:
+        TASK_COMMANDS["schedule"](backend, args)
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith("at: give --at or --in"), str(info.value)
+    assert store.count_tasks() == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["schedule", "--every", "PT1M", "--cron", "* * * * *"],
+        ["schedule", "--at", AT, "--in", "5s", "--every", "PT1M"],
+        ["reschedule", "t-1"],  # a reschedule still needs its time
+    ],
+)
+def test_conflicting_series_flags_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(argv)
+    assert info.value.code == EXIT_USAGE
+
+
+def summary(**series: object) -> TaskSummary:
+    return TaskSummary("t", AT_MS, "k", TaskState.SCHEDULED, **series)  # type: ignore[arg-type]
+
+
+def test_the_http_backend_reads_a_series_as_the_library_keeps_it() -> None:
+    """What get and list print over --url: the same as in database mode."""
+    every = summary(every="PT1H30M", until_ms=AT_MS, occurrence=3, stopping=True)
+    assert backends._meta_of(every) == Meta(
+        recur=Recurrence(every_ms=5_400_000, until_ms=AT_MS, occurrence=3, stopped=True)
+    )
+    cron = summary(cron="0 9 * * 1-5", timezone="Europe/Berlin", occurrence=1)
+    assert backends._meta_of(cron).recur == Recurrence(cron="0 9 * * 1-5", timezone="Europe/Berlin")
+    assert backends._meta_of(summary()).recur is None  # a one-off task
+    with pytest.raises(BackendError) as info:
+        backends._meta_of(summary(every="P1M", occurrence=1))
+    assert info.value.outcome is Outcome.INTERNAL

@@ -30,12 +30,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from hypothesis import given
+from hypothesis import strategies as st
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
 
 from triggerhook.api.bodies import RESERVED_IDS as DAEMON_RESERVED_IDS
@@ -60,12 +63,15 @@ from triggerhook.client import (
     TooLate,
     Unauthorized,
     Unavailable,
+    calls,
 )
 from triggerhook.client.calls import RESERVED_IDS, BaseClient, Call, Retry, _Attempts
 from triggerhook.client.errors import RETRIED_STATUSES, error_from
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
+from triggerhook.domain.recurrence import Recurrence, parse_every
 from triggerhook.domain.task import Task, TaskInfo, TaskState
+from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
 from triggerhook.wiring import assemble, http_config
 
@@ -301,10 +307,12 @@ DEFAULT_KEY = "fire.default"
 
 @dataclass
 class InProcess:
-    """A started library façade over the in-memory store, and its HTTP API."""
+    """A started library façade over the in-memory store, its HTTP API, and its
+    clock (standing still)."""
 
     hook: TriggerHook
     app: web.Application
+    clock: FakeClock
 
     def serve(self, scenario: Callable[[AsyncClient], Awaitable[None]]) -> None:
         """Run ``scenario`` with the real client of this daemon (no retries:
@@ -342,7 +350,7 @@ def daemon() -> Iterator[InProcess]:
     api = HttpApi(hook, http_config(settings), list, executor)
     hook.start()
     try:
-        yield InProcess(hook, api.app)
+        yield InProcess(hook, api.app, clock)
         assert hook.health().failure is None
     finally:
         clock.advance(10 * settings.shard_lease_ms)  # past anything armed: a quick stop
@@ -540,5 +548,189 @@ def test_the_walk_renames_the_daemons_page_size_error(daemon: InProcess) -> None
         with pytest.raises(InvalidRequest) as caught:
             [t async for t in client.list(page_size=1001)]
         assert (caught.value.status, caught.value.field) == (422, "page_size")
+
+    daemon.serve(scenario)
+
+
+# -- series: the client's reading of every, its choice of a first time ---------------------------
+
+
+def client_every_ms(text: str) -> int | None:
+    """The length the client takes ``text`` for; None: it refuses it."""
+    try:
+        return calls._every_ms(text, "every")
+    except InvalidRequest as exc:
+        assert (exc.status, exc.field) == (None, "every")
+        return None
+
+
+def daemon_every_ms(text: str) -> int | None:
+    try:
+        return parse_every(text)
+    except ValidationError as exc:
+        assert exc.field == "every"
+        return None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "PT15M",
+        "P1D",
+        "P2W",
+        "PT1S",
+        "PT1.5S",
+        "PT1,5S",
+        "PT0.999S",
+        "PT1.001S",
+        "P1W2DT3H4M5.006S",
+        "PT90M",
+        "PT999999999S",
+        "P999999999W",  # past 9999
+        "P1M",
+        "P1Y",
+        "P",
+        "PT",
+        "P1DT",
+        "pt15m",
+        " PT1M",
+        "PT1M\n",
+        "PT1.0001S",
+        "PT-1S",
+        "PT0S",
+        "P0D",
+        "PT1H1H",
+        "PT\u0661S",  # a digit, but not an ASCII one
+        "",
+        "P" + "1" * 70 + "D",
+    ],
+)
+def test_the_client_reads_every_as_the_daemon_does(text: str) -> None:
+    """The client may not import domain/recurrence.py, so it has its own
+    parser (it needs the length for an untimed series' first time): it must
+    accept exactly what the daemon accepts, with the same length."""
+    assert client_every_ms(text) == daemon_every_ms(text)
+
+
+@given(
+    st.one_of(
+        st.text(alphabet="PTWDHMS0123456789.,", max_size=24),
+        st.from_regex(
+            r"P([0-9]{1,10}W)?([0-9]{1,10}D)?(T([0-9]{1,10}H)?([0-9]{1,10}M)?"
+            r"([0-9]{1,10}([.,][0-9]{1,4})?S)?)?",
+            fullmatch=True,
+        ),
+    )
+)
+def test_the_client_reads_any_every_as_the_daemon_does(text: str) -> None:
+    assert client_every_ms(text) == daemon_every_ms(text)
+
+
+WEDNESDAY_9H_MS = 1_700_038_800_000  # 2023-11-15T09:00:00Z, 10:00 in Berlin
+UNTIMED_SERIES: list[dict[str, Any]] = [
+    {"every": "PT15M"},
+    {"every": "PT1.5S", "until": 1_800_000_000},
+    {"cron": "*/5 * * * *", "timezone": "Europe/Berlin"},
+    {"cron": "0 9 * * 1-5"},  # UTC
+]
+
+
+@pytest.mark.parametrize("series", UNTIMED_SERIES)
+def test_an_untimed_series_is_due_when_the_daemon_would_have_made_it(
+    daemon: InProcess, monkeypatch: pytest.MonkeyPatch, series: dict[str, Any]
+) -> None:
+    """The client sends an at for a series given none: the first occurrence
+    the daemon then stores is the one it chooses for the same body without
+    an at (with both clocks at the same, fractional, millisecond)."""
+    daemon.clock.set(WEDNESDAY_9H_MS - 59_999.75)  # a fraction: rounded up, as the daemon does
+    monkeypatch.setattr(calls, "_now_ms", lambda: Decimal(repr(daemon.clock.now)))
+
+    async def scenario(client: AsyncClient) -> None:
+        made = await client.schedule("by-client", **series)
+        async with httpx.AsyncClient(base_url=client.base_url) as raw:
+            untimed = await raw.post("/v1/tasks", json={"id": "untimed", **series})
+        assert untimed.status_code == 201, untimed.text
+        assert made == Scheduled("by-client", round(untimed.json()["at"] * 1000), True)
+        if "cron" in series:  # the next matching minute
+            assert made.at_ms == WEDNESDAY_9H_MS
+        else:
+            assert made.at_ms == WEDNESDAY_9H_MS - 59_999 + calls._every_ms(series["every"], "")
+        shown = await client.get("by-client")
+        assert shown is not None and shown.occurrence == 1
+
+    daemon.serve(scenario)
+    by_client, untimed = (daemon.hook.get(task_id) for task_id in ("by-client", "untimed"))
+    assert by_client is not None and untimed is not None
+    assert by_client.task.due_ms == untimed.task.due_ms
+    assert daemon.meta("by-client") == daemon.meta("untimed")
+
+
+def test_the_clients_series_body_repeats_safely_where_an_untimed_one_conflicts(
+    daemon: InProcess,
+) -> None:
+    """Why the client sends an at: the daemon compares the first occurrence,
+    and an untimed body sent again a millisecond later names a later one."""
+    body = BaseClient._schedule_call(TaskRequest("mine", every="PT1M")).body
+    assert body is not None
+
+    async def scenario(client: AsyncClient) -> None:
+        headers = {"Content-Type": "application/json"}
+        async with httpx.AsyncClient(base_url=client.base_url, headers=headers) as raw:
+            assert (await raw.post("/v1/tasks", content=body)).status_code == 201
+            untimed = {"id": "untimed", "every": "PT1M"}
+            assert (await raw.post("/v1/tasks", json=untimed)).status_code == 201
+            daemon.clock.advance(1)  # the retry arrives a millisecond later
+            assert (await raw.post("/v1/tasks", content=body)).status_code == 200
+            again = await raw.post("/v1/tasks", json=untimed)
+            assert (again.status_code, again.json()["error"]["code"]) == (409, "conflict")
+
+    daemon.serve(scenario)
+
+
+@pytest.mark.parametrize(
+    ("recur", "shown"),
+    [
+        (
+            Recurrence(every_ms=900_000, until_ms=AT_MS + 5, occurrence=4, stopped=True),
+            {"every": "PT15M", "until_ms": AT_MS + 5, "occurrence": 4, "stopping": True},
+        ),
+        (
+            Recurrence(every_ms=1500),
+            {"every": "PT1.5S", "occurrence": 1},
+        ),
+        (
+            Recurrence(cron="0 9 * * 1-5", timezone="Europe/Berlin", occurrence=2),
+            {"cron": "0 9 * * 1-5", "timezone": "Europe/Berlin", "occurrence": 2},
+        ),
+    ],
+)
+def test_a_series_is_read_as_the_daemon_shows_it(recur: Recurrence, shown: dict[str, Any]) -> None:
+    info = TaskInfo(Task("t-1", AT_MS, "k", b"p", meta=Meta(recur=recur)), TaskState.SCHEDULED)
+    expected = TaskSummary("t-1", AT_MS, "k", TaskState.SCHEDULED, **shown)
+    found = BaseClient._get_call("t-1").parse(_json(200, _info(info)))
+    assert found == TaskStatus(**{**_fields(expected), "payload": b"p"})
+    page = BaseClient._list_call(calls.Filter(), None, None).parse(
+        _json(200, {"tasks": [_info(info, payload=False)], "next_cursor": None})
+    )
+    assert page.tasks == (expected,)
+
+
+def _fields(summary: TaskSummary) -> dict[str, Any]:
+    return {name: getattr(summary, name) for name in TaskSummary.__dataclass_fields__}
+
+
+def test_a_series_to_the_end_of_time_is_refused_by_the_client_as_by_the_daemon(
+    daemon: InProcess,
+) -> None:
+    every = "P2913300D"  # a valid every, but one from now is past 9999-12-31
+    assert calls._every_ms(every, "every") == parse_every(every)
+
+    async def scenario(client: AsyncClient) -> None:
+        with pytest.raises(InvalidRequest) as caught:
+            await client.schedule("far", every=every)
+        assert (caught.value.status, caught.value.field) == (None, "every")
+        async with httpx.AsyncClient(base_url=client.base_url) as raw:
+            refused = await raw.post("/v1/tasks", json={"id": "far", "every": every})
+        assert refused.status_code == 422, refused.text
 
     daemon.serve(scenario)

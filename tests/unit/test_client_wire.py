@@ -822,3 +822,229 @@ def test_async_client_sends_the_metadata_the_same_way() -> None:
         "late": {"skip_after_ms": 5},
     }
     assert len(script.requests) == 1
+
+
+# -- series -------------------------------------------------------------------------------------
+
+
+def sent_at_ms(script: Script, index: int = -1) -> float:
+    at = script.body(index)["at"]
+    assert isinstance(at, float)
+    return at * 1000
+
+
+def test_a_series_without_a_time_is_sent_with_the_first_one_the_daemon_would_choose(
+    clients: Callable[..., Client],
+) -> None:
+    """One ``every`` from now, rounded up to the ms (the daemon's choice for an
+    untimed series); for cron now itself, which the daemon aligns to the first
+    matching minute at or after it, as it does an untimed cron series."""
+    script = Script(CREATED)
+    client = clients(script)
+    before_ms = time.time_ns() / 1e6
+    client.schedule("t", every="PT15M", until=datetime(2030, 1, 1))
+    client.schedule("u", cron="*/5 * * * *", timezone="Europe/Berlin")
+    after_ms = time.time_ns() / 1e6
+    every_at, cron_at = sent_at_ms(script, 0), sent_at_ms(script, 1)
+    assert every_at == round(every_at) and cron_at == round(cron_at)  # whole milliseconds
+    assert before_ms + 900_000 <= every_at < after_ms + 900_000 + 1
+    assert before_ms <= cron_at < after_ms + 1
+    assert script.body(0) == {
+        "id": "t",
+        "at": every_at / 1000,
+        "every": "PT15M",  # as given: the daemon normalizes it
+        "until": "2030-01-01T00:00:00+00:00",  # a time like at: naive = UTC
+    }
+    assert script.body(1) == {
+        "id": "u",
+        "at": cron_at / 1000,
+        "cron": "*/5 * * * *",
+        "timezone": "Europe/Berlin",
+    }
+
+
+def test_a_series_given_a_time_sends_it_as_given(clients: Callable[..., Client]) -> None:
+    script = Script(CREATED)
+    client = clients(script)
+    client.schedule("t", at=4e9, every="P1D", until=4.1e9)
+    assert script.body() == {"id": "t", "at": 4e9, "every": "P1D", "until": 4.1e9}
+    before_ms = time.time_ns() / 1e6
+    client.schedule("t", delay_s=60, cron="0 9 * * 1-5")
+    assert before_ms + 60_000 <= sent_at_ms(script) < time.time_ns() / 1e6 + 60_001
+
+
+@pytest.mark.parametrize(
+    "series",
+    [{"every": "PT1S"}, {"cron": "* * * * *", "timezone": "UTC"}],
+    ids=["every", "cron"],
+)
+def test_a_retried_untimed_series_sends_the_same_bytes(
+    clients: Callable[..., Client], series: dict[str, str]
+) -> None:
+    script = Script(error(503, "unavailable"), error(504, "timeout"), CREATED)
+    assert clients(script, backoff_s=0.01).schedule(**series).created  # type: ignore[arg-type]
+    assert len(script.requests) == 3
+    assert len({r.content for r in script.requests}) == 1
+    script = Script(error(503, "unavailable"), httpx.Response(201, json={"ids": ["a", "b"]}))
+    batch = [TaskRequest(**series), TaskRequest("b", every="PT1M")]  # type: ignore[arg-type]
+    assert clients(script, backoff_s=0.01).schedule_many(batch) == ["a", "b"]
+    assert script.requests[0].content == script.requests[1].content
+    tasks = script.body()["tasks"]
+    assert isinstance(tasks, list) and all("at" in task for task in tasks)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({}, "at"),  # neither a time nor a series
+        ({"timezone": "UTC"}, "at"),
+        ({"until": 4e9}, "at"),
+        ({"every": "P1M"}, "every"),  # months: cron's job
+        ({"every": "PT0.5S"}, "every"),  # below 1 s
+        ({"every": "PT0S"}, "every"),
+        ({"every": "P"}, "every"),
+        ({"every": "PT"}, "every"),
+        ({"every": "P1DT"}, "every"),
+        ({"every": "pt15m"}, "every"),
+        ({"every": "PT1.0001S"}, "every"),
+        ({"every": "P999999999W"}, "every"),  # past 9999
+        ({"every": 900}, "every"),  # not a duration string
+        ({"every": "PT1M", "at": 4e9, "delay_s": 1}, "at"),
+        ({"cron": 5}, "cron"),
+        ({"cron": "* * * * *", "timezone": b"UTC"}, "timezone"),
+        ({"cron": "* * * * *", "until": [1]}, "until"),
+        ({"every": "PT1M", "until": float("nan")}, "until"),
+    ],
+)
+def test_series_input_the_client_can_check_is_refused_without_a_request(
+    clients: Callable[..., Client], kwargs: dict[str, object], field: str
+) -> None:
+    script = Script(CREATED)
+    client = clients(script)
+    with pytest.raises(InvalidRequest) as caught:
+        client.schedule("t", **kwargs)  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.field) == (None, field)
+    with pytest.raises(InvalidRequest) as in_batch:
+        client.schedule_many([TaskRequest(at=4e9), TaskRequest("u", **kwargs)])  # type: ignore[arg-type]
+    assert in_batch.value.field == f"tasks[1].{field}"
+    assert script.requests == []
+
+
+def test_the_neither_error_mentions_series(clients: Callable[..., Client]) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        clients(Script(CREATED)).schedule("t")
+    assert "every or cron" in caught.value.message
+
+
+def test_the_daemons_error_on_a_time_the_client_chose_names_the_series(
+    clients: Callable[..., Client],
+) -> None:
+    script = Script(error(422, "invalid", "tasks[1].at"), error(422, "invalid", "until"))
+    client = clients(script)
+    with pytest.raises(InvalidRequest) as caught:
+        client.schedule_many([TaskRequest(at=4e9), TaskRequest(cron="* * * * *")])
+    assert caught.value.field == "tasks[1].cron"  # the caller gave no at
+    with pytest.raises(InvalidRequest) as until:
+        client.schedule(every="PT1M", until=1)
+    assert until.value.field == "until"
+
+
+SERIES_SHOWN = {
+    "id": "t",
+    "at": 4e9,
+    "routing_key": "k",
+    "state": "scheduled",
+    "payload": "",
+    "every": "PT15M",
+    "until": 4_100_000_000.5,
+    "occurrence": 3,
+}
+
+
+def test_get_and_list_read_a_series(clients: Callable[..., Client]) -> None:
+    cron: dict[str, object] = {"cron": "0 9 * * 1-5", "timezone": "Europe/Berlin"}
+    client = clients(
+        Script(
+            httpx.Response(200, json=SERIES_SHOWN),
+            httpx.Response(200, json={**SERIES_SHOWN, "stopping": True}),
+            page(listed("c", 4e9, occurrence=1, **cron), listed("one-off")),
+        )
+    )
+    assert client.get("t") == TaskStatus(
+        "t",
+        4_000_000_000_000,
+        "k",
+        TaskState.SCHEDULED,
+        every="PT15M",
+        until_ms=4_100_000_000_500,
+        occurrence=3,
+    )
+    stopping = client.get("t")
+    assert stopping is not None and stopping.stopping is True
+    series, one_off = client.list_page().tasks
+    assert series == TaskSummary(
+        "c",
+        4_000_000_000_000,
+        "k",
+        TaskState.SCHEDULED,
+        cron="0 9 * * 1-5",
+        timezone="Europe/Berlin",
+        occurrence=1,
+    )
+    assert (one_off.every, one_off.cron, one_off.occurrence, one_off.stopping) == (
+        None,
+        None,
+        None,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"every": 900},
+        {"cron": ["*"]},
+        {"timezone": None},
+        {"until": "2030-01-01"},
+        {"occurrence": 0},
+        {"occurrence": True},
+        {"occurrence": 1.5},
+        {"stopping": False},
+        {"stopping": 1},
+    ],
+)
+def test_an_unexpected_series_in_an_answer_is_an_api_error(
+    clients: Callable[..., Client], extra: dict[str, object]
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        clients(Script(httpx.Response(200, json={**SERIES_SHOWN, **extra}))).get("t")
+    assert caught.value.code == "bad_response"
+
+
+def test_async_client_schedules_and_reads_a_series_the_same_way() -> None:
+    script = Script(error(503, "unavailable"), CREATED, httpx.Response(200, json=SERIES_SHOWN))
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return script(request)
+
+    async def scenario() -> None:
+        transport = httpx.MockTransport(handler)
+        async with AsyncClient(URL, transport=transport, backoff_s=0.001) as client:
+            await client.schedule("t", every="PT15M", until=4.1e9)
+            status = await client.get("t")
+            assert status is not None
+            assert (status.every, status.until_ms, status.occurrence) == (
+                "PT15M",
+                4_100_000_000_000 + 500,
+                3,
+            )
+            with pytest.raises(InvalidRequest) as caught:
+                await client.schedule("t", every="P1Y")
+            assert caught.value.field == "every"
+
+    before_ms = time.time_ns() / 1e6
+    asyncio.run(scenario())
+    assert script.requests[0].content == script.requests[1].content  # retried as sent
+    assert set(script.body(0)) == {"id", "at", "every", "until"}
+    assert sent_at_ms(script, 0) >= before_ms + 900_000
+    assert len(script.requests) == 3

@@ -109,24 +109,32 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         delay_ms=when.delay_ms,
         routing_key=_optional_string(fields, "routing_key", prefix),
         payload=payload,
-        tags=_unchecked(fields, "tags"),
-        content_type=_unchecked(fields, "content_type"),
-        content_encoding=_unchecked(fields, "content_encoding"),
-        headers=_unchecked(fields, "headers"),
+        tags=_unchecked(fields, "tags", prefix),
+        content_type=_unchecked(fields, "content_type", prefix),
+        content_encoding=_unchecked(fields, "content_encoding", prefix),
+        headers=_unchecked(fields, "headers", prefix),
         late=_late(fields["late"], _name(prefix, "late")) if "late" in fields else None,
-        every=_unchecked(fields, "every"),
-        cron=_unchecked(fields, "cron"),
-        timezone=_unchecked(fields, "timezone"),
-        until=_unchecked(fields, "until"),
+        every=_every(fields, prefix),
+        cron=_unchecked(fields, "cron", prefix),
+        timezone=_unchecked(fields, "timezone", prefix),
+        until=_unchecked(fields, "until", prefix),
     )
 
 
-def _unchecked(fields: Mapping[str, object], key: str) -> Any:
+def _unchecked(fields: Mapping[str, object], key: str, prefix: str) -> Any:
     """A metadata field as given: resolve() checks it (domain/meta.py's make_meta);
     null is refused here (absent means "none", as for every other field)."""
     if key in fields and fields[key] is None:
-        raise ValidationError(key, "must not be null (leave the field out)")
+        raise ValidationError(_name(prefix, key), "must not be null (leave the field out)")
     return fields.get(key)
+
+
+def _every(fields: Mapping[str, object], prefix: str) -> str | None:
+    """``every`` as text only (the library's int of milliseconds is not JSON's)."""
+    value = _unchecked(fields, "every", prefix)
+    if value is not None and not isinstance(value, str):
+        raise ValidationError(_name(prefix, "every"), "must be an ISO 8601 duration such as PT15M")
+    return value
 
 
 def _late(value: object, field: str) -> LatePolicy:

@@ -39,6 +39,7 @@ from triggerhook.cli.backends import (
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.meta import Meta
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
+from triggerhook.domain.recurrence import Recurrence, every_text
 from triggerhook.domain.task import TaskState
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
@@ -233,7 +234,7 @@ def _db_commands(parser: argparse.ArgumentParser) -> None:
 
 def _schedule_arguments(sched: argparse.ArgumentParser) -> None:
     sched.add_argument("--id", help="task id (default: a new UUIDv4)")
-    _due_time_arguments(sched)
+    _due_time_arguments(sched, required=False)  # a series may give neither
     sched.add_argument("--routing-key", help="routing key (default: default_routing_key)")
     sched.add_argument("--payload", help="payload text (UTF-8)")
     sched.add_argument(
@@ -257,6 +258,27 @@ def _schedule_arguments(sched: argparse.ArgumentParser) -> None:
         help="if it is found late when published: fire anyway, or dead-letter it when more "
         "than N ms late or after TIME (as --at) (default: the daemon's late_policy)",
     )
+    _series_arguments(sched)
+
+
+def _series_arguments(sched: argparse.ArgumentParser) -> None:
+    kind = sched.add_mutually_exclusive_group()
+    kind.add_argument(
+        "--every",
+        metavar="DURATION",
+        help="a series, firing every ISO 8601 duration of elapsed time (PT15M, P1D; at least "
+        "PT1S); first: --at/--in, else one DURATION from now",
+    )
+    kind.add_argument(
+        "--cron",
+        metavar="'MIN HOUR DOM MON DOW'",
+        help="a series, firing at the times of these 5 cron fields in --timezone; first: the "
+        "first match at or after --at/--in, else the next match",
+    )
+    sched.add_argument(
+        "--timezone", help="--cron's IANA time zone, e.g. Europe/Berlin (default UTC)"
+    )
+    sched.add_argument("--until", metavar="TIME", help="a series' end, inclusive (as --at)")
 
 
 def _filter_arguments(parser: argparse.ArgumentParser, *, state: bool) -> None:
@@ -280,8 +302,8 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def _due_time_arguments(parser: argparse.ArgumentParser) -> None:
-    when = parser.add_mutually_exclusive_group(required=True)
+def _due_time_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    when = parser.add_mutually_exclusive_group(required=required)
     when.add_argument("--at", help="due time: ISO-8601 (e.g. 2026-01-01T12:00:00.250Z) or epoch s")
     when.add_argument("--in", dest="delay", help="due after a delay: 250ms, 5s, 2h, 1h30m")
 
@@ -411,13 +433,11 @@ def _delay_ms(args: argparse.Namespace) -> int | None:
 
 def _schedule(backend: Backend, args: argparse.Namespace) -> int:
     delay_ms = _delay_ms(args)
-    meta = Metadata(
-        tags=tuple(args.tag),
-        content_type=args.content_type,
-        content_encoding=args.content_encoding,
-        headers=_headers(args.header),
-        late=None if args.late is None else LateArg.parse(args.late),
-    )
+    meta = _metadata(args)
+    if args.at is None and delay_ms is None and not meta.series:
+        raise BackendError(
+            Outcome.INVALID, "at: give --at or --in (a series, --every or --cron, may give neither)"
+        )
     stored = backend.schedule(
         args.id,
         at=args.at,
@@ -428,6 +448,21 @@ def _schedule(backend: Backend, args: argparse.Namespace) -> int:
     )
     _print_json({"id": stored.id, "due_ms": stored.due_ms, "created": stored.created})
     return CLI_RENDERING[scheduled_outcome(stored.created)].exit
+
+
+def _metadata(args: argparse.Namespace) -> Metadata:
+    """``schedule``'s flags besides the time, key and payload."""
+    return Metadata(
+        tags=tuple(args.tag),
+        content_type=args.content_type,
+        content_encoding=args.content_encoding,
+        headers=_headers(args.header),
+        late=None if args.late is None else LateArg.parse(args.late),
+        every=args.every,
+        cron=args.cron,
+        timezone=args.timezone,
+        until=args.until,
+    )
 
 
 def _headers(given: list[str]) -> tuple[tuple[str, str], ...]:
@@ -550,6 +585,25 @@ def _meta_json(meta: Meta) -> dict[str, object]:
         data["headers"] = dict(meta.headers)
     if meta.late is not None:
         data["late"] = meta.late.to_json()
+    if meta.recur is not None:
+        data.update(_series_json(meta.recur))
+    return data
+
+
+def _series_json(recur: Recurrence) -> dict[str, object]:
+    """A series as ``schedule`` took it (``until`` in epoch ms, as ``due_ms``:
+    ``until_ms``), the occurrence ``due_ms`` is, and ``stopping`` once a cancel
+    came while it was being published."""
+    data: dict[str, object] = {}
+    if recur.every_ms is not None:
+        data["every"] = every_text(recur.every_ms)
+    else:
+        data["cron"], data["timezone"] = recur.cron, recur.timezone
+    if recur.until_ms is not None:
+        data["until_ms"] = recur.until_ms
+    data["occurrence"] = recur.occurrence
+    if recur.stopped:
+        data["stopping"] = True
     return data
 
 

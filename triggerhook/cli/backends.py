@@ -40,6 +40,7 @@ from triggerhook.domain.outcomes import (
     Outcome,
     error_outcome,
 )
+from triggerhook.domain.recurrence import Recurrence, parse_every
 from triggerhook.domain.task import TaskInfo, TaskState
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ConfigError, SchemaError, TriggerHookError, ValidationError
@@ -101,13 +102,22 @@ class Listing:
 class Metadata:
     """What ``schedule`` takes besides the time, key and payload: ``--tag``,
     ``--content-type``, ``--content-encoding``, ``--header`` and ``--late``
-    (:class:`LateArg`)."""
+    (:class:`LateArg`), and a series' ``--every`` or ``--cron``,
+    ``--timezone`` and ``--until`` (as ``--at`` takes it), as given."""
 
     tags: tuple[str, ...] = ()
     content_type: str | None = None
     content_encoding: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     late: LateArg | None = None
+    every: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    until: str | None = None
+
+    @property
+    def series(self) -> bool:
+        return self.every is not None or self.cron is not None
 
 
 NO_METADATA = Metadata()
@@ -182,8 +192,9 @@ class BackendError(TriggerHookError):
 
 
 class Backend(Protocol):
-    """What the task commands need. ``delay_ms`` and ``at`` (exactly one) are
-    the CLI's ``--in`` and ``--at``; an error names ``--in`` as ``in``."""
+    """What the task commands need. ``delay_ms`` and ``at`` (exactly one; a
+    series may give neither) are the CLI's ``--in`` and ``--at``; an error
+    names ``--in`` as ``in``."""
 
     def schedule(
         self,
@@ -246,6 +257,10 @@ class LibraryBackend:
                 content_encoding=meta.content_encoding,
                 headers=dict(meta.headers) or None,
                 late=None if meta.late is None else meta.late.policy(),
+                every=meta.every,
+                cron=meta.cron,
+                timezone=meta.timezone,
+                until=meta.until,
             )
             result = self._hook.schedule(spec)
         return Stored(result.task.id, result.task.due_ms, result.created)
@@ -371,6 +386,10 @@ class HttpBackend:
                 content_encoding=meta.content_encoding,
                 headers=dict(meta.headers) or None,
                 late=None if meta.late is None else meta.late.for_client(),
+                every=meta.every,
+                cron=meta.cron,
+                timezone=meta.timezone,
+                until=meta.until,
             )
         )
         return Stored(result.id, result.at_ms, result.created)
@@ -507,6 +526,26 @@ def _meta_of(task: TaskSummary) -> Meta:
         content_encoding=task.content_encoding,
         headers=tuple(sorted(task.headers.items())),
         late=_policy(task.late),
+        recur=_recurrence(task),
+    )
+
+
+def _recurrence(task: TaskSummary) -> Recurrence | None:
+    """A series as the client read it, as the library keeps it (None: a one-off task)."""
+    if task.occurrence is None:
+        return None
+    try:
+        every_ms = None if task.every is None else parse_every(task.every)
+    except ValidationError:
+        message = f"unexpected answer: every is {task.every!r}"
+        raise BackendError(Outcome.INTERNAL, message) from None
+    return Recurrence(
+        every_ms=every_ms,
+        cron=task.cron,
+        timezone=task.timezone or "UTC",
+        until_ms=task.until_ms,
+        occurrence=task.occurrence,
+        stopped=task.stopping,
     )
 
 

@@ -21,6 +21,8 @@
         hook.count(tag="tenant:7")  # 1
         hook.cancel("invoice-42")  # raises NotFound / TooLate
         hook.cancel_where(tag="tenant:7")  # BulkCancelled(cancelled=..., too_late=...)
+        hook.schedule("digest-7", cron="0 9 * * 1-5", timezone="Europe/Berlin")  # a series
+        hook.get("digest-7")  # TaskStatus(..., cron="0 9 * * 1-5", occurrence=1, ...)
 
 Both keep connections alive between calls (one httpx connection pool per
 client object; share the object, it is safe across threads / tasks).
@@ -41,10 +43,27 @@ the lost attempt cancelled, and ``cancel_where`` counts only what the last
 attempt cancelled. Reads (``get``, ``list``, ``count``, ``timeline``) change
 nothing and are retried the same way.
 
+A series (``every`` or ``cron``) given neither ``at`` nor ``delay_s`` is sent
+with an ``at`` as well: the instant the daemon would choose for it on
+arrival — one ``every`` from now (rounded up to the millisecond), or for
+``cron`` now itself, which the daemon moves to the first matching minute at
+or after it, exactly as it does for an untimed series. A retry then names the
+same first occurrence, where an untimed retry would make the daemon choose a
+later one and answer a conflict. "Now" is this machine's clock, as for
+``delay_s``. One case remains a conflict: a retry that arrives after the
+first occurrence (created by the attempt whose answer was lost) has fired
+finds the series at its next occurrence and raises :class:`Conflict`,
+although the series is the caller's; ``get`` then shows the same schedule
+with ``occurrence`` above 1. This needs the first occurrence to fall before
+the retry (a short ``every``, a cron minute seconds away, or attempts that
+time out); where it matters, give the series an ``at`` later than the retries
+can take (each attempt up to ``timeout_s``, each wait up to 5 s).
+
 Errors mirror the API's answers (``{"error": {"code", "message", "field"?}}``):
 see :class:`ApiError` and its subclasses. Input the client can check itself
 (both or neither of ``at``/``delay_s``, a malformed or reserved task id in a
-path, a value of the wrong type, a bulk cancel naming no tasks) raises
+path, a value of the wrong type, an ``every`` that is no ISO 8601 duration
+of at least 1 s, a bulk cancel naming no tasks) raises
 :class:`InvalidRequest` with ``status=None`` without asking the daemon; the
 rules of the values themselves (the tag characters, the headers' limits, a
 page size over 1000) are the daemon's, and its error names the argument.
@@ -180,8 +199,13 @@ class Client(BaseClient):
         content_encoding: str | None = None,
         headers: Mapping[str, HeaderValue] | None = None,
         late: Late | None = None,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        until: At | None = None,
     ) -> Scheduled:
-        """Store one task, due ``at`` or after ``delay_s`` seconds (exactly one).
+        """Store one task, due ``at`` or after ``delay_s`` seconds (exactly one),
+        or a series of them.
 
         ``payload``: bytes, or text (sent as UTF-8). ``tags`` (at most 8) find
         it again (:meth:`list`, :meth:`count`, :meth:`cancel_where`);
@@ -190,10 +214,21 @@ class Client(BaseClient):
         it is found late when published — ``"fire"`` anyway,
         ``{"skip_after_ms": N}`` (dead-letter it if more than N ms late) or
         ``{"deadline": at}`` (dead-letter it after that time); None: the
-        daemon's ``late_policy``. Scheduling an existing id with the same
-        content (metadata included) returns ``created=False``; with other
-        content raises :class:`Conflict`. Also :class:`InvalidRequest`
-        (``field`` names the argument: ``tags[1]``, ``headers.x-foo``),
+        daemon's ``late_policy``.
+
+        A series fires again and again with this id: ``every`` an ISO 8601
+        duration (``PT15M``, ``P1D``: elapsed time, at least ``PT1S``) or
+        ``cron`` 5 fields (``"0 9 * * 1-5"``) in ``timezone`` (IANA, default
+        UTC), until ``until`` (inclusive, a time like ``at``). ``at`` or
+        ``delay_s`` give its first occurrence (for cron: the first matching
+        minute at or after it); without either it is one ``every`` from now,
+        or the next matching minute — fixed by the client before the first
+        attempt, see the module docstring.
+
+        Scheduling an existing id with the same content (metadata and
+        schedule included) returns ``created=False``; with other content
+        raises :class:`Conflict`. Also :class:`InvalidRequest` (``field``
+        names the argument: ``tags[1]``, ``headers.x-foo``, ``cron``),
         :class:`Unauthorized`, :class:`Unavailable`.
         """
         request = TaskRequest(
@@ -207,6 +242,10 @@ class Client(BaseClient):
             content_encoding=content_encoding,
             headers=headers,
             late=late,
+            every=every,
+            cron=cron,
+            timezone=timezone,
+            until=until,
         )
         return self._run(self._schedule_call(request))
 
@@ -431,6 +470,10 @@ class AsyncClient(BaseClient):
         content_encoding: str | None = None,
         headers: Mapping[str, HeaderValue] | None = None,
         late: Late | None = None,
+        every: str | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        until: At | None = None,
     ) -> Scheduled:
         """See :meth:`Client.schedule`."""
         request = TaskRequest(
@@ -444,6 +487,10 @@ class AsyncClient(BaseClient):
             content_encoding=content_encoding,
             headers=headers,
             late=late,
+            every=every,
+            cron=cron,
+            timezone=timezone,
+            until=until,
         )
         return await self._run(self._schedule_call(request))
 

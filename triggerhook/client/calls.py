@@ -10,6 +10,7 @@ import base64
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
@@ -68,7 +69,8 @@ RESERVED_IDS = frozenset({"batch", "count", "timeline", "cancel"})
 @dataclass(frozen=True, slots=True)
 class TaskRequest:
     """One task to schedule, for :meth:`Client.schedule_many`: the arguments of
-    :meth:`Client.schedule` (exactly one of ``at`` and ``delay_s``)."""
+    :meth:`Client.schedule` (exactly one of ``at`` and ``delay_s``; a series,
+    with ``every`` or ``cron``, may give neither)."""
 
     id: str | None = None
     at: At | None = None
@@ -81,6 +83,10 @@ class TaskRequest:
     content_encoding: str | None = None
     headers: Mapping[str, HeaderValue] | None = None
     late: Late | None = None
+    every: str | None = None  # a series: an ISO 8601 duration (PT15M, P1D)
+    cron: str | None = None  # a series: 5 cron fields, in ``timezone``
+    timezone: str | None = None  # an IANA name, for cron (default UTC)
+    until: At | None = None  # a series' end (inclusive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +107,13 @@ class TaskSummary:
     set), the event's ``content_type``, ``content_encoding`` and ``headers``,
     and ``late`` (None: the daemon's ``late_policy``; a deadline is shown as
     epoch seconds). Passing them back to ``schedule`` makes the same task.
+
+    A series shows its schedule — ``every`` (normalized: ``PT15M``, ``P1D``)
+    or ``cron`` and ``timezone`` — its end ``until_ms`` (epoch ms), and
+    ``occurrence``: which occurrence ``at_ms`` is (1, 2, ...; None: not a
+    series). ``stopping``: a cancel came while this occurrence was being
+    published, so it is the series' last. Once an occurrence has fired, the
+    row stands for the next one: scheduling it again as shown is a conflict.
     """
 
     id: str
@@ -114,6 +127,12 @@ class TaskSummary:
     # Left out of the hash (a dict has none); still compared.
     headers: dict[str, HeaderValue] = field(default_factory=dict, hash=False)
     late: Late | None = field(default=None, hash=False)
+    every: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    until_ms: int | None = None
+    occurrence: int | None = None
+    stopping: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +335,7 @@ def _task_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str,
         "routing_key": _text(response, data, "routing_key"),
         "state": state,
         **_meta_fields(response, data),
+        **_series_fields(response, data),
     }
 
 
@@ -339,6 +359,26 @@ def _meta_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str,
         fields["headers"] = headers
     if "late" in data:
         fields["late"] = _late_answer(response, data["late"])
+    return fields
+
+
+def _series_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A series' schedule and occurrence, as a task's JSON shows them (absent: not a series)."""
+    fields: dict[str, Any] = {}
+    for key in ("every", "cron", "timezone"):
+        if key in data:
+            fields[key] = _text(response, data, key)
+    if "until" in data:
+        fields["until_ms"] = _ms(response, data, "until")
+    if "occurrence" in data:
+        occurrence = data["occurrence"]
+        if not _is_int(occurrence) or occurrence < 1:
+            raise _bad_answer(response, "occurrence is not an occurrence number")
+        fields["occurrence"] = occurrence
+    if "stopping" in data:
+        if data["stopping"] is not True:
+            raise _bad_answer(response, "stopping is not true")
+        fields["stopping"] = True
     return fields
 
 
@@ -437,16 +477,53 @@ def _utf8(value: object, name: str) -> str:
     return value
 
 
-def _delay_at_ms(delay_s: object, name: str) -> int:
-    """Now + ``delay_s`` in epoch ms, rounded up: the delay never ends early."""
-    if not _is_number(delay_s) or not math.isfinite(delay_s) or delay_s < 0:
-        raise _invalid(name, "must be a finite, non-negative number of seconds")
-    now_ms = Decimal(time.time_ns()) / 1_000_000
-    at_ms = math.ceil(now_ms + Decimal(str(delay_s)) * 1000)
+def _now_ms() -> Decimal:
+    """This machine's clock, in epoch ms (exact: no float rounding)."""
+    return Decimal(time.time_ns()) / 1_000_000
+
+
+def _due_ms(at_ms: int, name: str) -> int:
     try:
         return validate_due_ms(at_ms)
     except ValidationError as exc:
         raise _invalid(name, exc.message) from None
+
+
+def _delay_at_ms(delay_s: object, name: str) -> int:
+    """Now + ``delay_s`` in epoch ms, rounded up: the delay never ends early."""
+    if not _is_number(delay_s) or not math.isfinite(delay_s) or delay_s < 0:
+        raise _invalid(name, "must be a finite, non-negative number of seconds")
+    return _due_ms(math.ceil(_now_ms() + Decimal(str(delay_s)) * 1000), name)
+
+
+# An ISO 8601 duration as the daemon takes it (domain/recurrence.py's parse_every,
+# which the client may not import; tests/unit/test_client_contract.py holds them
+# to the same answers): weeks, days, hours, minutes, seconds to the millisecond.
+_DURATION = re.compile(
+    r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
+    r"(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,9})M)?(?:([0-9]{1,9})(?:[.,]([0-9]{1,3}))?S)?)?"
+)
+_DURATION_UNIT_MS = (7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000)
+_MIN_EVERY_MS = 1000
+
+
+def _every_ms(every: object, name: str) -> int:
+    """``every``'s length in ms: the client needs it for a series' first time."""
+    found = _DURATION.fullmatch(every) if isinstance(every, str) and len(every) <= 64 else None
+    if found is None or every in ("P", "PT") or str(every).endswith("T"):
+        raise _invalid(
+            name,
+            "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)",
+        )
+    *parts, fraction = found.groups()
+    ms = sum(int(part) * unit for part, unit in zip(parts, _DURATION_UNIT_MS, strict=True) if part)
+    ms += int((fraction or "0").ljust(3, "0"))
+    if ms < _MIN_EVERY_MS:
+        raise _invalid(name, "must be at least 1 s (PT1S)")
+    try:
+        return validate_due_ms(ms)  # at most 1970 to 9999
+    except ValidationError:
+        raise _invalid(name, "is too long (more than 8,000 years)") from None
 
 
 def _moment(value: object, name: str) -> object:
@@ -480,10 +557,31 @@ def _when(at: object, delay_s: object, prefix: str) -> tuple[dict[str, object], 
     return {"at": _moment(at, f"{prefix}at")}, {}
 
 
+def _task_when(task: TaskRequest, prefix: str) -> tuple[dict[str, object], dict[str, str]]:
+    """The ``at`` of a task's body, and the field renames. A series given no
+    time gets the one the daemon would choose had it received the request as
+    it is sent: one ``every`` from now, or for ``cron`` now itself, which the
+    daemon moves to the first matching minute at or after it (as it does to
+    an untimed series on arrival) — so that a retry names the same first
+    occurrence instead of the daemon choosing a later one."""
+    every_ms = None if task.every is None else _every_ms(task.every, f"{prefix}every")
+    if task.at is not None or task.delay_s is not None:
+        return _when(task.at, task.delay_s, prefix)
+    if every_ms is None and task.cron is None:
+        raise _invalid(
+            f"{prefix}at",
+            "give exactly one of at and delay_s (a series, with every or cron, may give neither)",
+        )
+    now_ms = math.ceil(_now_ms())
+    source = "every" if every_ms is not None else "cron"
+    at_ms = _due_ms(now_ms + (every_ms or 0), f"{prefix}{source}")
+    return {"at": at_ms / 1000}, {f"{prefix}at": f"{prefix}{source}"}
+
+
 def _task_body(task: TaskRequest, prefix: str = "") -> tuple[dict[str, object], dict[str, str]]:
     # A missing id is chosen here, not by the daemon: a retry must name the same task.
     body: dict[str, object] = {"id": new_task_id() if task.id is None else task.id}
-    when, rename = _when(task.at, task.delay_s, prefix)
+    when, rename = _task_when(task, prefix)
     body.update(when)
     if task.routing_key is not None:
         body["routing_key"] = task.routing_key
@@ -494,7 +592,21 @@ def _task_body(task: TaskRequest, prefix: str = "") -> tuple[dict[str, object], 
     elif task.payload is not None:
         raise _invalid(f"{prefix}payload", "must be bytes or text")
     body.update(_meta_body(task, prefix))
+    body.update(_series_body(task, prefix))
     return body, rename
+
+
+def _series_body(task: TaskRequest, prefix: str) -> dict[str, object]:
+    """A series' fields as given (``every`` already parsed; the daemon checks the
+    cron expression and the time zone)."""
+    body: dict[str, object] = {}
+    for name in ("every", "cron", "timezone"):
+        value = getattr(task, name)
+        if value is not None:
+            body[name] = _utf8(value, f"{prefix}{name}")
+    if task.until is not None:
+        body["until"] = _moment(task.until, f"{prefix}until")
+    return body
 
 
 def _meta_body(task: TaskRequest, prefix: str) -> dict[str, object]:

@@ -245,25 +245,29 @@ def _headers(value: Mapping[str, object] | None) -> Headers:
         raise ValidationError("headers", f"at most {MAX_HEADERS} headers, got {len(value)}")
     total = 0
     out: list[tuple[str, HeaderValue]] = []
-    for name, item in value.items():
+    for name, given in value.items():
         _header_name(name)
-        field = f"headers.{name}"
-        if isinstance(item, str):
-            size = len(item.encode("utf-8", "surrogatepass"))
-            if size > MAX_HEADER_VALUE_BYTES:
-                raise ValidationError(field, f"over {MAX_HEADER_VALUE_BYTES} bytes")
-            _utf8(item, field)
-        elif isinstance(item, bool):
-            size = 8
-        elif (number := _integral(item)) is not None and _INT64_MIN <= number <= _INT64_MAX:
-            item, size = number, 8
-        else:
-            raise ValidationError(field, "must be a string, a 64-bit integer or a boolean")
-        total += len(name) + size
-        out.append((name, item))
+        checked = _header_value(given, f"headers.{name}")
+        total += len(name) + (len(checked.encode("utf-8")) if isinstance(checked, str) else 8)
+        out.append((name, checked))
     if total > MAX_HEADERS_BYTES:
         raise ValidationError("headers", f"{total} bytes in all, over {MAX_HEADERS_BYTES}")
     return tuple(sorted(out))
+
+
+def _header_value(value: object, field: str) -> HeaderValue:
+    """A header's value as it is stored and sent (an integral float: its int)."""
+    if isinstance(value, str):
+        if len(value.encode("utf-8", "surrogatepass")) > MAX_HEADER_VALUE_BYTES:
+            raise ValidationError(field, f"over {MAX_HEADER_VALUE_BYTES} bytes")
+        _utf8(value, field)
+        return value
+    if isinstance(value, bool):
+        return value
+    number = _integral(value)
+    if number is None or not _INT64_MIN <= number <= _INT64_MAX:
+        raise ValidationError(field, "must be a string, a 64-bit integer or a boolean")
+    return number
 
 
 def _header_name(name: object) -> None:

@@ -150,8 +150,10 @@ def parse_every(value: object, field: str = "every") -> int:
             field,
             "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)",
         )
-    if not MIN_EVERY_MS <= ms <= MAX_DUE_MS:
+    if ms < MIN_EVERY_MS:
         raise ValidationError(field, "must be at least 1 s (PT1S)")
+    if ms > MAX_DUE_MS:
+        raise ValidationError(field, "is longer than any series can run (past 9999)")
     return ms
 
 

@@ -206,7 +206,8 @@ DELETE_TASKS = "DELETE FROM th_tasks WHERE id IN ({ids})"
 # so an arming pass of those shards happens entirely before or after it. The
 # caller commits only when every id was deleted (all existed, none armed).
 CANCEL_UNARMED = (
-    "DELETE t FROM th_tasks t JOIN (SELECT shard, armed_ms, armed_id, arm_gen FROM th_shards"
+    "DELETE t FROM th_tasks t FORCE INDEX (PRIMARY) JOIN (SELECT shard, armed_ms, armed_id, arm_gen"
+    " FROM th_shards"
     " WHERE shard IN ({shards}) ORDER BY shard LIMIT 65536 LOCK IN SHARE MODE) s"
     " ON s.shard = t.shard WHERE t.id IN ({ids}) AND NOT {armed}"
 )
