@@ -25,6 +25,7 @@ SCENARIOS = {
     "capacity",
     "hostile",
     "takeover",
+    "listing",
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
