@@ -183,7 +183,7 @@ def parse_zone(value: object, field: str = "timezone") -> str:
         raise ValidationError(field, "must be an IANA time zone name such as Europe/Berlin")
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory ("Europe")
         raise ValidationError(field, f"unknown time zone {value!r}") from None
     return value
 
@@ -193,7 +193,9 @@ def parse_cron(value: object, zone: str, field: str = "cron") -> str:
         raise ValidationError(
             field, f"must be a cron expression of 5 fields (at most {MAX_CRON_CHARS} characters)"
         )
-    text = " ".join(value.split())
+    text = " ".join(value.split())  # any whitespace separates fields
+    if not text.isascii():  # cronsim upper-cases: a long s (U+017F) in "sun" would read as SUN
+        raise ValidationError(field, "must be ASCII (names such as MON, JAN)")
     if len(text.split(" ")) != 5:
         raise ValidationError(
             field, "must have 5 fields: minute hour day-of-month month day-of-week"
