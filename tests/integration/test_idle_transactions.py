@@ -1,11 +1,14 @@
 """R10 (docs/design/ownership.md): a transaction left idle — its process paused
 between a locking read and its commit — is aborted by MariaDB after
 ``database_idle_transaction_timeout_s``, and its locks are freed for the
-other instances. Against the real server."""
+other instances. And the other way round: a statement the client stops
+waiting for does not run on in the server. Against the real server."""
 
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 
 import pymysql
 import pytest
@@ -13,7 +16,7 @@ from support.mysql import connect
 from support.waiting import wait_until
 
 from triggerhook.errors import StoreUnavailable
-from triggerhook.store.connection import ConnectionPool, target
+from triggerhook.store.connection import STATEMENT_MARGIN_S, ConnectionPool, Target, target
 
 
 def _setup(database_url: str) -> None:
@@ -61,4 +64,27 @@ def test_without_the_timeout_the_lock_stays(database_url: str) -> None:
         cur.execute("SELECT id FROM t WHERE id = 1 FOR UPDATE")
         assert not wait_until(lambda: _can_lock(database_url), 3)
     assert _can_lock(database_url)
+    pool.close()
+
+
+def test_the_server_stops_a_statement_before_the_client_gives_up(database_url: str) -> None:
+    io_timeout_s = 3
+    to = target(database_url)
+    short = Target(to.driver, replace(to.endpoint, io_timeout_s=io_timeout_s))
+    pool = ConnectionPool(short, 1)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="max_statement_time"), pool.transaction() as cur:
+        cur.execute("SELECT SLEEP(20)")
+    # Stopped by the server (its error, before the client's read timeout),
+    assert time.monotonic() - started < io_timeout_s
+    with pool.transaction() as cur:
+        cur.execute("SELECT @@session.max_statement_time")
+        row = cur.fetchone()
+        assert row is not None and float(row[0]) == io_timeout_s - STATEMENT_MARGIN_S
+        # and nothing of it runs on there.
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.processlist"
+            " WHERE info LIKE 'SELECT SLEEP(20)%'"
+        )
+        assert cur.fetchone() == (0,)
     pool.close()

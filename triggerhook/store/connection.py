@@ -36,7 +36,7 @@ from triggerhook.store.drivers import (
     Tls,
     error_code,
 )
-from triggerhook.store.sql import IDLE_TRANSACTION_TIMEOUT
+from triggerhook.store.sql import IDLE_TRANSACTION_TIMEOUT, STATEMENT_TIME_LIMIT
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -53,6 +53,8 @@ _URL_FORM = "mysql://user@host:port/database"
 # READ COMMITTED: locking reads lock only the rows that match, so inserts,
 # cancels and arming passes do not block on each other's gaps.
 _SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+# How long before the client's read timeout MariaDB stops a statement.
+STATEMENT_MARGIN_S = 1
 
 
 @dataclass(frozen=True)
@@ -321,14 +323,25 @@ class ConnectionPool:
 
     def _open(self) -> _Pooled:
         conn = open_connection(self._target, self._autocommit)
-        if self._idle_transaction_timeout_s and self._is_mariadb(conn):
+        if self._is_mariadb(conn):
             try:
                 with conn.cursor() as cur:
-                    cur.execute(IDLE_TRANSACTION_TIMEOUT, (self._idle_transaction_timeout_s,))
+                    self._limit_session(cur)
             except (self._driver.errors.error, OSError) as exc:
                 _close(conn)
                 raise self._driver.translate(exc, self._database) from exc
         return _Pooled(conn, self._clock(), self._recycle_s)
+
+    def _limit_session(self, cur: Cursor) -> None:
+        """MariaDB's per-session bounds. A statement the client gave up on
+        (io_timeout_s) would otherwise run on in the server: a metrics
+        recount of a million rows under heavy inserts once took minutes, a
+        new one started every 30 s, and they piled up. The server stops it
+        a moment before the client's read times out, and says why."""
+        if self._idle_transaction_timeout_s:
+            cur.execute(IDLE_TRANSACTION_TIMEOUT, (self._idle_transaction_timeout_s,))
+        limit_s = max(1, self._target.endpoint.io_timeout_s - STATEMENT_MARGIN_S)
+        cur.execute(STATEMENT_TIME_LIMIT, (limit_s,))
 
     def _recycle_after_error(self, pooled: _Pooled, exc: BaseException) -> None:
         """Roll back; keep the connection only when the error was not the connection's."""

@@ -38,6 +38,7 @@ _TRANSIENT_CODES = frozenset(
         1160,
         1161,
         1927,  # connection was killed
+        1969,  # max_statement_time exceeded (the server stopped it: see ConnectionPool)
         2002,  # can't connect (MariaDB's client library, TCP too)
         2003,  # can't connect
         2005,  # unknown host (as PyMySQL's 2003 for a failed look-up: DNS may come back)

@@ -396,6 +396,10 @@ EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"
 # this many seconds, freeing its locks.
 IDLE_TRANSACTION_TIMEOUT = "SET SESSION idle_transaction_timeout = %s"
 
+# Per session, MariaDB only (see ConnectionPool): stop any statement running
+# this many seconds, just before the client would stop waiting for it.
+STATEMENT_TIME_LIMIT = "SET SESSION max_statement_time = %s"
+
 # The session's TLS cipher: empty when it is not encrypted (see store/drivers.py).
 SESSION_CIPHER = "SHOW SESSION STATUS LIKE 'Ssl_cipher'"
 
