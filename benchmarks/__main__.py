@@ -2,6 +2,7 @@
 
     python -m benchmarks [--tasks N] [--quick] [--only SCENARIO ...]
                          [--capacity-rates R,R,...] [--capacity-step-s S]
+                         [--database-url URL] [--amqp-url URL]
                          [--driver mysqldb|pymysql] [--out DIR] [--publish DIR]
 
 Scenarios, in this order, each in its own database and exchange (dropped
@@ -12,6 +13,12 @@ rates stepped up until one is not held (benchmarks/capacity.py), precision
 under hostile input (benchmarks/hostile.py), takeover after kill -9
 (benchmarks/takeover.py), listing and bulk cancel at 1,000,000 pending tasks
 (benchmarks/listing.py).
+
+The servers: ``--database-url`` and ``--amqp-url``, else the daemon's own
+variables TRIGGERHOOK_DATABASE_URL and TRIGGERHOOK_AMQP_URL, else the daemon's
+defaults (the local MariaDB and RabbitMQ). The user needs the right to create
+and drop databases: each scenario makes its own (th_bench_<hex>; the URL's
+database name is not used) and its own exchange and queues.
 
 Writes results.json, results.md and PNG plots to ``--out`` (default
 benchmarks/results/<timestamp>/); ``--publish DIR`` also copies results.md and
@@ -50,7 +57,14 @@ from benchmarks import (
     report,
     takeover,
 )
-from benchmarks.common import DRIVER_VARIABLE, Recorder, server_url
+from benchmarks.common import (
+    AMQP_URL_VARIABLE,
+    DATABASE_URL_VARIABLE,
+    DRIVER_VARIABLE,
+    Recorder,
+    database_url,
+    servers,
+)
 from triggerhook import Settings
 from triggerhook.store import drivers
 from triggerhook.store.connection import driver_of
@@ -140,6 +154,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only", nargs="+", choices=catalogue.SCENARIOS, default=catalogue.SCENARIOS
     )
+    parser.add_argument(
+        "--database-url",
+        help=f"the MariaDB/MySQL server (default: {DATABASE_URL_VARIABLE}, else the daemon's)",
+    )
+    parser.add_argument(
+        "--amqp-url", help=f"the RabbitMQ server (default: {AMQP_URL_VARIABLE}, else the daemon's)"
+    )
     parser.add_argument("--driver", choices=drivers.NAMES, help="default: mysql:// decides")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/<timestamp>")
     parser.add_argument("--publish", type=Path, help="also copy results.md and plots here")
@@ -194,6 +215,7 @@ def _meta(config: Config, argv: list[str], wall_s: float) -> dict[str, Any]:
         "command": " ".join(["python -m benchmarks", *argv]),
         "wall_s": round(wall_s, 1),
         "machine": machine.machine(),
+        "servers": {**servers(), "innodb_buffer_pool_mib": machine.buffer_pool_mib()},
         "versions": {**machine.versions(), "driver": _driver()},
         "commit": machine.commit(),
         "config": {**asdict(config), "engine_settings": settings},
@@ -204,8 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     args = _parse(argv)
-    if args.driver:
-        os.environ[DRIVER_VARIABLE] = args.driver  # read by isolated(), here and in workers
+    # Read by isolated() and the connections, here and in the worker processes.
+    for variable, value in (
+        (DRIVER_VARIABLE, args.driver),
+        (DATABASE_URL_VARIABLE, args.database_url),
+        (AMQP_URL_VARIABLE, args.amqp_url),
+    ):
+        if value:
+            os.environ[variable] = value
     config = _config(args)
     out = args.out or Path("benchmarks/results") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
@@ -230,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _driver() -> str:
-    driver = driver_of(server_url() + "/x")
+    driver = driver_of(database_url("x"))
     return f"{driver.package} {driver.version}"
 
 

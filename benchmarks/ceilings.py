@@ -33,7 +33,7 @@ import pika.channel
 import pika.frame
 import pika.spec
 
-from benchmarks.common import AMQP_URL, Recorder, isolated, rate
+from benchmarks.common import Recorder, amqp_url, isolated, rate
 from triggerhook.amqp.frames import encode_event
 from triggerhook.domain.arming import shard_of
 from triggerhook.store.connection import open_connection, target
@@ -132,7 +132,7 @@ class _Publisher:
         self.finished = 0.0
         self.channel: pika.channel.Channel | None = None
         self.conn = pika.SelectConnection(
-            pika.URLParameters(AMQP_URL),
+            pika.URLParameters(amqp_url()),
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_error,
         )
@@ -194,7 +194,7 @@ class _Publisher:
 
 def _purge(queue: str) -> None:
     """Empty the queue between the two publish runs, so both start alike."""
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         conn.channel().queue_purge(queue)
     finally:

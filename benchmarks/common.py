@@ -21,24 +21,52 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import pika
-import pymysql
+from sqlalchemy.engine import make_url
 
 from triggerhook import Settings
+from triggerhook.logs import redact
 from triggerhook.runtime.counters import quantile
+from triggerhook.store.connection import open_connection, target
 
 log = logging.getLogger(__name__)
 
-# The driver the engine speaks (python -m benchmarks --driver): unset, mysql://
-# (mysqlclient when installed). The benchmarks' own set-up speaks PyMySQL.
+# The driver the engine speaks (python -m benchmarks --driver): unset, what the
+# URL's scheme says. The benchmarks' own set-up speaks PyMySQL.
 DRIVER_VARIABLE = "TRIGGERHOOK_BENCH_DRIVER"
+# The servers: the daemon's own variables (--database-url and --amqp-url set
+# them, for the worker processes too), else the daemon's defaults. Each
+# scenario creates its own database on that server and drops it afterwards.
+DATABASE_URL_VARIABLE = "TRIGGERHOOK_DATABASE_URL"
+AMQP_URL_VARIABLE = "TRIGGERHOOK_AMQP_URL"
 
 
-def server_url() -> str:
-    driver = os.environ.get(DRIVER_VARIABLE, "")
-    return f"mysql{'+' + driver if driver else ''}://root:@127.0.0.1:3306"
+def database_url(database: str) -> str:
+    """The benchmarks' database server, with ``database`` in the URL's path
+    (its scheme per ``--driver``)."""
+    url = make_url(os.environ.get(DATABASE_URL_VARIABLE) or Settings().database_url)
+    driver = os.environ.get(DRIVER_VARIABLE)
+    if driver:
+        url = url.set(drivername=f"mysql+{driver}")
+    return url.set(database=database).render_as_string(hide_password=False)
 
 
-AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+def amqp_url() -> str:
+    return os.environ.get(AMQP_URL_VARIABLE) or Settings().amqp_url
+
+
+def admin_connection(database: str | None = None) -> Any:
+    """A PyMySQL connection (autocommit) to the benchmarks' database server,
+    for their own set-up and checks; in ``database`` if given."""
+    url = make_url(database_url(database or "")).set(drivername="mysql+pymysql")
+    to = target(url.render_as_string(hide_password=False), with_database=database is not None)
+    return open_connection(to, autocommit=True)
+
+
+def servers() -> dict[str, str]:
+    """Where the benchmarks run (passwords masked), for their report."""
+    return {"database": redact(database_url("")), "amqp": redact(amqp_url())}
+
+
 FAR_FUTURE_MS = 86_400_000  # "never due during the run": a day ahead
 
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p99.9", 0.999))
@@ -142,7 +170,7 @@ class Place:
     settings: Settings
 
     def rows(self) -> int:
-        db = pymysql.connect(host="127.0.0.1", user="root", database=self.name, autocommit=True)
+        db = admin_connection(self.name)
         try:
             with db.cursor() as cur:
                 cur.execute("SELECT COUNT(*) FROM th_tasks")
@@ -163,7 +191,8 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
         name,
         replace(
             base,
-            database_url=f"{server_url()}/{name}",
+            database_url=database_url(name),
+            amqp_url=amqp_url(),
             exchange=name,
             instance_id="bench",
             dead_letter_queue=f"{name}.dead",
@@ -177,7 +206,7 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
         # A fresh connection: one held through a long scenario would have missed
         # its heartbeats.
         _amqp(lambda ch: _undeclare(ch, name))
-        db = pymysql.connect(host="127.0.0.1", user="root")
+        db = admin_connection()
         try:
             db.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
         finally:
@@ -185,7 +214,7 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
 
 
 def _amqp(work: Callable[[Any], None]) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         work(conn.channel())
     finally:
@@ -280,7 +309,7 @@ def _consume(queue: str, expected: int, out: Connection, until_s: float | None =
     """Child process: receive ``expected`` events (auto-ack: the cheapest
     delivery), or stop at ``until_s`` (epoch) with what came by then, then send
     back their (due, fired, received) rows."""
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     channel = conn.channel()
     rows: list[Event] = []
     append = rows.append
@@ -459,7 +488,7 @@ class RowWrites:
         self.changed: dict[str, int] = {}
 
     def _read(self) -> dict[str, int]:
-        db = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
+        db = admin_connection()
         try:
             with db.cursor() as cur:
                 cur.execute("SET GLOBAL userstat = 1")

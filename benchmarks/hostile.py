@@ -31,9 +31,9 @@ import pika
 import uvloop
 
 from benchmarks.common import (
-    AMQP_URL,
     CpuMeter,
     Recorder,
+    amqp_url,
     consuming,
     daemon_processes,
     isolated,
@@ -78,7 +78,7 @@ def run(rec: Recorder, seconds: int, probes_per_s: int, quick: bool) -> None:
 
 def _route_only_probes(name: str) -> None:
     """The place's queue takes ``probe.#`` only: everything else is unroutable."""
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         channel = conn.channel()
         channel.queue_unbind(name, name, "#")
@@ -89,7 +89,7 @@ def _route_only_probes(name: str) -> None:
 
 def _dead_letters(queue: str, expected: int, timeout_s: float) -> int:
     """How many dead letters arrived in ``queue`` (waiting up to ``timeout_s`` for all)."""
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     deadline = time.monotonic() + timeout_s
     try:
         channel = conn.channel()
@@ -177,7 +177,7 @@ async def _slow_clients(url: str, end_s: float, count: int, seen: Counter[str]) 
 
 def _huge_commands(queue: str, end_s: float, seen: Counter[str]) -> None:
     """AMQP create commands with a 300,000-digit time (they need no token here)."""
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         channel = conn.channel()
         body = json.dumps({"at": "9" * HUGE_DIGITS, "routing_key": "probe.x"}).encode()

@@ -78,6 +78,7 @@ def spawn(
     port = free_port()
     env.update(
         TRIGGERHOOK_DATABASE_URL=settings.database_url,
+        TRIGGERHOOK_AMQP_URL=settings.amqp_url,
         TRIGGERHOOK_EXCHANGE=settings.exchange,
         TRIGGERHOOK_INSTANCE_ID="bench-http",
         TRIGGERHOOK_HTTP_PORT=str(port),
@@ -136,9 +137,9 @@ def _ready(url: str) -> bool:
 def delete_command_queues(exchange: str) -> None:
     import pika
 
-    from benchmarks.common import AMQP_URL
+    from benchmarks.common import amqp_url
 
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         channel = conn.channel()
         channel.queue_delete(f"{exchange}.commands")

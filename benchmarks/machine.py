@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pika
-import pymysql
 
-from benchmarks.common import AMQP_URL
+from benchmarks.common import admin_connection, amqp_url
 
 _PACKAGES = ("triggerhook", "PyMySQL", "mysqlclient", "pika", "aiohttp", "uvloop", "matplotlib")
 
@@ -47,7 +46,7 @@ def machine() -> dict[str, Any]:
 
 
 def _mariadb_version() -> str:
-    db = pymysql.connect(host="127.0.0.1", user="root")
+    db = admin_connection()
     try:
         with db.cursor() as cur:
             cur.execute("SELECT VERSION()")
@@ -57,8 +56,20 @@ def _mariadb_version() -> str:
         db.close()
 
 
+def buffer_pool_mib() -> int:
+    """InnoDB's buffer pool: whether a million rows' indexes stay in memory."""
+    db = admin_connection()
+    try:
+        with db.cursor() as cur:
+            cur.execute("SELECT @@innodb_buffer_pool_size")
+            row = cur.fetchone()
+            return int(row[0]) // 1_048_576 if row else 0
+    finally:
+        db.close()
+
+
 def _rabbitmq_version() -> str:
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         props = conn._impl.server_properties  # what the broker announced on connect
         version = props.get("version", b"unknown")

@@ -228,6 +228,16 @@ def _details(rows: Sequence[Row]) -> list[str]:
     ]
 
 
+def _servers(meta: dict[str, Any]) -> str:
+    servers = meta.get("servers")  # absent from runs before the benchmarks took URLs
+    if not servers:
+        return "- Servers: the local MariaDB and RabbitMQ."
+    return (
+        f"- Servers: database `{servers['database']}` (InnoDB buffer pool "
+        f"{servers['innodb_buffer_pool_mib']:,} MiB), RabbitMQ `{servers['amqp']}`."
+    )
+
+
 def _header(meta: dict[str, Any]) -> list[str]:
     machine, config = meta["machine"], meta["config"]
     versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
@@ -240,8 +250,8 @@ def _header(meta: dict[str, Any]) -> list[str]:
         "edited by hand or estimated.",
         "",
         f"- Machine: {machine['cpu']}, {machine['cpus']} CPUs, {machine['memory_gib']} GiB "
-        f"RAM, {machine['platform']}; MariaDB, RabbitMQ, the engine (or daemon) and the "
-        "load generator all on it.",
+        f"RAM, {machine['platform']}; the engine (or daemon) and the load generator on it.",
+        _servers(meta),
         f"- Versions: {versions}; commit {meta['commit']}.",
         f"- Sizes: {config['tasks']:,} tasks per scenario; precision {config['precision_s']} s "
         f"at {config['fires_per_s']:,} fires/s; {config['clients']} HTTP clients; "

@@ -29,7 +29,7 @@ from typing import Any
 import pika
 import uvloop
 
-from benchmarks.common import AMQP_URL, Recorder, consuming, isolated, wait_until
+from benchmarks.common import Recorder, amqp_url, consuming, isolated, wait_until
 from benchmarks.http import delete_command_queues, post_batches, spawn, stop
 from triggerhook import Settings
 from triggerhook.domain.arming import shard_of
@@ -44,7 +44,7 @@ Receipt = tuple[str, int, float]
 def _consume_unique(queue: str, expected: int, out: Connection) -> None:
     """Child process: receive events until ``expected`` distinct ids came, then
     send back every receipt (duplicates included)."""
-    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     channel = conn.channel()
     rows: list[Receipt] = []
     seen: set[str] = set()

@@ -6,12 +6,14 @@ Markdown and PNG files are written. No threshold is judged in quick mode."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.tcpproxy import proxied
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = {
@@ -52,11 +54,14 @@ CAPACITY_MEASURES = (
 )
 
 
-def _run_quick(out: Path, publish: Path) -> subprocess.CompletedProcess[str]:
+def _run_quick(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)]
+    # The servers come from the arguments, not from whatever the caller had set.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERHOOK_")}
     return subprocess.run(
-        [*command, "--publish", str(publish)],
+        [*command, *args],
         cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         timeout=900,
@@ -102,7 +107,7 @@ def _check_capacity(scenario: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_quick_mode_reports_every_scenario_and_writes_its_outputs(tmp_path: Path) -> None:
     out, publish = tmp_path / "results", tmp_path / "docs"
-    done = _run_quick(out, publish)
+    done = _run_quick(out, "--publish", str(publish))
     assert done.returncode in (0, 1), done.stderr[-5000:]
 
     report = json.loads((out / "results.json").read_text())
@@ -133,3 +138,34 @@ def test_quick_mode_reports_every_scenario_and_writes_its_outputs(tmp_path: Path
         for folder in (out, publish):
             assert (folder / name).read_bytes().startswith(PNG_SIGNATURE), folder / name
         assert f"({name})" in markdown, name
+
+
+def test_the_servers_are_the_ones_given_and_the_report_names_them(
+    tmp_path: Path, mysql_url: str, amqp_url: str
+) -> None:
+    # Through proxies on ports of their own: what went through them was sent
+    # to the servers the flags named, and nowhere else could have served it.
+    with (
+        proxied(f"{mysql_url}/ignored") as (database_proxy, database_url),
+        proxied(amqp_url) as (broker_proxy, broker_url),
+    ):
+        done = _run_quick(
+            tmp_path,
+            "--only",
+            "ceilings",
+            "--database-url",
+            database_url,
+            "--amqp-url",
+            broker_url,
+        )
+        used = database_proxy.accepted, broker_proxy.accepted
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert all(used), used
+    servers = json.loads((tmp_path / "results.json").read_text())["servers"]
+    assert servers["database"].startswith(f"mysql://root:@127.0.0.1:{database_proxy.port}/")
+    assert "ignored" not in servers["database"]  # each scenario makes its own database
+    assert servers["amqp"] == f"amqp://guest:***@127.0.0.1:{broker_proxy.port}/%2F"
+    assert servers["innodb_buffer_pool_mib"] > 0
+    markdown = (tmp_path / "results.md").read_text()
+    assert f"database `{servers['database']}`" in markdown
+    assert f"RabbitMQ `{servers['amqp']}`" in markdown

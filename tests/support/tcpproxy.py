@@ -213,6 +213,11 @@ class TcpProxy:
         with self._links_lock:
             return len(self._links)
 
+    @property
+    def accepted(self) -> int:
+        """Connections forwarded since start."""
+        return self._counter
+
     def upstream_ports(self) -> set[int]:
         """Local ports of the proxy's open connections to the upstream server
         (a MariaDB session's ``host`` is ``127.0.0.1:<one of these>``)."""
