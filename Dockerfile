@@ -31,11 +31,15 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev \
     && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml constraints.txt README.md ./
+COPY client ./client
 COPY triggerhook ./triggerhook
-# Runtime dependencies only (no dev extras), at the versions CI tests.
-RUN pip wheel --wheel-dir "$WHEELS" -c constraints.txt '.[mysqlclient]'
+# Runtime dependencies only (no dev extras), at the versions CI tests. The
+# client distribution (./client, a dependency of the project) is given by
+# path: it is on no index.
+RUN pip wheel --wheel-dir "$WHEELS" -c constraints.txt ./client '.[mysqlclient]'
 # The venv gets no pip or setuptools: this stage's pip installs into it, from
-# the wheels above only (--no-index), so nothing unpinned can slip in.
+# the wheels above only (--no-index), so nothing unpinned can slip in; the
+# project's wheel brings its dependencies, triggerhook_client-*.whl among them.
 RUN python -m venv --without-pip "$VIRTUAL_ENV" \
     && pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links "$WHEELS" \
         "$WHEELS"/triggerhook-*.whl "$WHEELS"/mysqlclient-*.whl \
@@ -43,6 +47,15 @@ RUN python -m venv --without-pip "$VIRTUAL_ENV" \
 
 # -- runtime: the venv and the default configuration, run as an unprivileged user
 FROM ${PYTHON_IMAGE} AS runtime
+# OCI annotations (docker inspect, registries). Keep VERSION with pyproject.toml
+# (a test checks); a release build passes REVISION=$(git rev-parse HEAD).
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="triggerhook" \
+      org.opencontainers.image.description="High-precision trigger engine: MySQL-backed tasks fired as RabbitMQ events at their due time" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 # The client library mysqlclient was built against (see the build stage).
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -64,7 +77,8 @@ ENV VIRTUAL_ENV=/opt/triggerhook/venv \
 USER 10001:10001
 EXPOSE 8080
 # SIGTERM: fire what is armed, wait for the broker's confirms, release the
-# rest. Give it time: docker stop -t 60 (compose: stop_grace_period).
+# rest: at most shutdown_timeout_s + 20 s (35 s at the defaults). Give it
+# shutdown_timeout_s + 30 s: docker stop -t 60 (compose: stop_grace_period).
 STOPSIGNAL SIGTERM
 # Slim images have no curl. The port: TRIGGERHOOK_HTTP_PORT, default 8080.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \

@@ -2,7 +2,10 @@
 # Sourced by scripts/test and scripts/run (not executable on its own).
 #
 # ensure_services: make sure MariaDB and RabbitMQ answer, starting local ones
-# if they are down. A service on another host is only probed, never started.
+# if they are down, and installing Debian's mariadb-server or rabbitmq-server
+# first when missing (as root with apt-get; elsewhere it names the packages).
+# A fresh MariaDB gets what the tests and the defaults expect: root over TCP
+# with no password. A service on another host is only probed, never started.
 # ensure_influxdb (scripts/test only): the same for InfluxDB 1.x, which the
 # metrics tests write to; installs Debian's influxdb package when missing.
 # ensure_spin (scripts/test only): installs Debian's spin (and gcc) when missing.
@@ -10,6 +13,8 @@
 # its library is missing (the clock-skew test runs a daemon under it).
 # ensure_chromium (scripts/test only): installs Debian's chromium when
 # /usr/bin/chromium is missing (the web view's tests drive it with Playwright).
+# ensure_prometheus (scripts/test only): installs Debian's prometheus when
+# missing and checks that a test instance of it starts.
 #
 #   TRIGGERHOOK_MYSQL_HOST  / TRIGGERHOOK_MYSQL_PORT  default 127.0.0.1 / 3306
 #   TRIGGERHOOK_AMQP_HOST   / TRIGGERHOOK_AMQP_PORT   default 127.0.0.1 / 5672
@@ -90,9 +95,18 @@ ensure_mariadb() {
         _svc_log "error: MariaDB is not reachable at $MYSQL_HOST:$MYSQL_PORT (not local, not starting it)"
         return 1
     fi
-    if [[ ! -x "$MARIADBD" ]] || ! command -v start-stop-daemon >/dev/null 2>&1; then
+    local fresh=0
+    if [[ ! -x "$MARIADBD" ]]; then
+        _apt_install mariadb-server "$MARIADBD" || {
+            _svc_log "(or start MariaDB 10.11+ yourself, root without a password on" \
+                "$MYSQL_HOST:$MYSQL_PORT, or point TRIGGERHOOK_MYSQL_HOST/PORT at one)"
+            return 1
+        }
+        fresh=1
+    fi
+    if ! command -v start-stop-daemon >/dev/null 2>&1; then
         _svc_log "error: MariaDB is not reachable at $MYSQL_HOST:$MYSQL_PORT and cannot be" \
-            "started here ($MARIADBD or start-stop-daemon missing); start it yourself"
+            "started here (start-stop-daemon missing); start it yourself"
         return 1
     fi
 
@@ -117,6 +131,7 @@ ensure_mariadb() {
         case $rc in
             0)
                 _svc_log "MariaDB is up"
+                if ((fresh)); then _mariadb_open_root || return 1; fi
                 return 0
                 ;;
             2) return 1 ;;
@@ -127,6 +142,18 @@ ensure_mariadb() {
         "${SERVICE_START_TIMEOUT}s; see its error log (journal or" \
         "/var/log/mysql) and try: mariadb-admin ping -h$MYSQL_HOST -uroot"
     return 1
+}
+
+# A MariaDB this script just installed: Debian's root logs in by its Unix
+# socket only; the project's defaults and tests use root over TCP with no
+# password, as on the project's machines. Never done to an existing server.
+_mariadb_open_root() {
+    _svc_log "letting root log in over TCP without a password (a fresh, local server)"
+    mariadb -uroot -e "ALTER USER root@localhost IDENTIFIED VIA unix_socket OR \
+        mysql_native_password USING PASSWORD('')" || {
+        _svc_log "error: could not set up root on the new MariaDB"
+        return 1
+    }
 }
 
 _rabbitmq_ready() { # quick: port open and (where we can ask) the app has booted
@@ -156,9 +183,16 @@ ensure_rabbitmq() {
         return 1
     fi
     if ! command -v rabbitmq-server >/dev/null 2>&1; then
-        _svc_log "error: RabbitMQ is not reachable at $AMQP_HOST:$AMQP_PORT and" \
-            "rabbitmq-server is not installed; start a broker yourself"
-        return 1
+        _apt_install rabbitmq-server /usr/sbin/rabbitmq-server || {
+            _svc_log "(or start RabbitMQ 3.10+ yourself, guest/guest on" \
+                "$AMQP_HOST:$AMQP_PORT, or point TRIGGERHOOK_AMQP_HOST/PORT at one)"
+            return 1
+        }
+        # Debian's package may have started the broker already.
+        if _rabbitmq_ready; then
+            _svc_log "RabbitMQ is up (started by the package)"
+            return 0
+        fi
     fi
 
     local log="${TMPDIR:-/tmp}/triggerhook-rabbitmq-start.log"
@@ -265,6 +299,62 @@ CHROMIUM=/usr/bin/chromium
 
 ensure_chromium() {
     [[ -x "$CHROMIUM" ]] || _apt_install chromium "$CHROMIUM" || return 1
+}
+
+# ensure_prometheus (scripts/test only): Debian's prometheus, which
+# tests/integration/test_prometheus_grafana.py runs (a server of its own per
+# test, scraping that test's daemon). Installed when missing; then a test
+# instance (its own config and data directory under /tmp, a free port) must
+# answer GET /-/ready and is stopped again, so that a broken install fails
+# here rather than in the middle of pytest.
+PROMETHEUS=/usr/bin/prometheus
+
+# 0: GET http://127.0.0.1:$1$2 answers 200. Plain bash, no curl.
+_http_200() {
+    # shellcheck disable=SC2016 # $1/$2 expand in the child bash, on purpose
+    timeout 3 bash -c '
+        exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+        printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$2" >&3
+        read -r _ code _ <&3
+        [[ "$code" == 200 ]]' _ "$1" "$2" 2>/dev/null
+}
+
+_free_port() { # a port the kernel just handed out and took back
+    local py="${VENV_BIN:-.venv/bin}/python"
+    [[ -x "$py" ]] || py=python3
+    "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+ensure_prometheus() {
+    [[ -x "$PROMETHEUS" ]] || _apt_install prometheus "$PROMETHEUS" || return 1
+    local dir port pid ready=0
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/triggerhook-prometheus.XXXXXX")"
+    port="$(_free_port)" || return 1
+    printf '%s\n' "global: {scrape_interval: 1s}" "scrape_configs:" \
+        "  - {job_name: self, static_configs: [{targets: ['127.0.0.1:$port']}]}" \
+        >"$dir/prometheus.yml"
+    "$PROMETHEUS" --config.file="$dir/prometheus.yml" --storage.tsdb.path="$dir/data" \
+        --web.listen-address="127.0.0.1:$port" </dev/null >"$dir/log" 2>&1 &
+    pid=$!
+    local deadline=$((SECONDS + SERVICE_START_TIMEOUT))
+    while ((SECONDS < deadline)) && kill -0 "$pid" 2>/dev/null; do
+        if _http_200 "$port" /-/ready; then
+            ready=1
+            break
+        fi
+        sleep 0.5
+    done
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    if ((!ready)); then
+        _svc_log "error: $PROMETHEUS did not answer GET /-/ready on 127.0.0.1:$port within" \
+            "${SERVICE_START_TIMEOUT}s; its log:"
+        tail -n 20 "$dir/log" >&2
+        rm -rf "$dir"
+        return 1
+    fi
+    _svc_log "Prometheus works ($("$PROMETHEUS" --version 2>&1 | head -n 1))"
+    rm -rf "$dir"
 }
 
 # Start influxd the way Debian's init script does (user influxdb, its pid

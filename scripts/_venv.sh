@@ -2,9 +2,12 @@
 # Sourced by scripts/test and scripts/run (not executable on its own).
 #
 # Creates .venv with `python3 -m venv` if it is missing and installs the project
-# in editable mode with its dev extras, pinned by constraints.txt. The install is
-# skipped while the stamp file .venv/.installed is newer than both pyproject.toml
-# and constraints.txt, so repeated runs cost nothing.
+# in editable mode with its dev extras, pinned by constraints.txt: first the
+# client distribution (./client, triggerhook-client), which the daemon depends
+# on and which is on no index — installed, it satisfies that dependency, so pip
+# never looks it up. The install is skipped while the stamp file
+# .venv/.installed is newer than pyproject.toml, client/pyproject.toml and
+# constraints.txt, so repeated runs cost nothing.
 #
 # Expects the current directory to be the repository root. Honours $PYTHON
 # (default python3) for creating the venv. Sets VENV and VENV_BIN.
@@ -45,13 +48,18 @@ ensure_venv() {
         }
     fi
 
-    if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt constraints.txt ]]; then
+    if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt client/pyproject.toml \
+        && "$stamp" -nt constraints.txt ]]; then
         return 0
     fi
 
     _ensure_mysqlclient_build || return 1
-    _venv_log "installing triggerhook[dev] into $VENV (pinned by constraints.txt)"
+    _venv_log "installing triggerhook-client and triggerhook[dev] into $VENV (pinned by constraints.txt)"
     rm -f "$stamp"
+    "$VENV_BIN/pip" install -q -c constraints.txt -e ./client || {
+        _venv_log "error: pip install of the client (./client) failed"
+        return 1
+    }
     "$VENV_BIN/pip" install -q -c constraints.txt -e '.[dev]' || {
         _venv_log "error: pip install failed"
         return 1

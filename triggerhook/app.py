@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from triggerhook.clock import ClockSync
@@ -34,7 +34,7 @@ from triggerhook.engine.groupcommit import Done, Ticket
 from triggerhook.errors import ConflictError, TransientError, TriggerHookError
 from triggerhook.interfaces import Clock, InsertOutcome, Moved, TaskStore
 from triggerhook.metrics.reporter import MetricsReporter
-from triggerhook.runtime.counters import RequestStats
+from triggerhook.runtime.counters import HistogramSnapshot, RequestStats
 from triggerhook.runtime.points import Field
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class Figures:
     running: bool
     totals: dict[str, int]  # since start
     latest: dict[str, dict[str, Field]]  # measurement -> the last period's fields
+    # name -> counts since start (lateness, HTTP latency), as of the last period
+    histograms: dict[str, HistogramSnapshot] = field(default_factory=dict)
 
 
 def _conflicting(tasks: Sequence[Task], task_id: str) -> int:
@@ -294,8 +296,11 @@ class TriggerHook:
         return self._engine.responsive(max_silence_s)
 
     def figures(self) -> Figures:
-        latest = self.metrics.collector.latest if self.metrics is not None else {}
-        return Figures(self.instance_id, self._engine.running, self._engine.counters(), latest)
+        collector = self.metrics.collector if self.metrics is not None else None
+        latest = collector.latest if collector is not None else {}
+        histograms = collector.histograms if collector is not None else {}
+        counters = self._engine.counters()
+        return Figures(self.instance_id, self._engine.running, counters, latest, histograms)
 
     def observe_http(self, stats: RequestStats) -> None:
         """Report the HTTP API's answers with the metrics (call after :meth:`start`)."""

@@ -7,9 +7,27 @@ API never see driver types. Only :class:`TransientError` subclasses are retried.
 
 from __future__ import annotations
 
+# The base class is the client distribution's (its ApiError is one too), so
+# that one ``except TriggerHookError`` catches the library's and the client's.
+from triggerhook_client.errors import TriggerHookError
 
-class TriggerHookError(Exception):
-    """Base class of every error raised by triggerhook."""
+__all__ = [
+    "BrokerUnavailable",
+    "ConfigError",
+    "ConflictError",
+    "EngineFailure",
+    "InstanceNameInUse",
+    "MetricsRejected",
+    "MetricsUnavailable",
+    "NotRunningError",
+    "Overloaded",
+    "SchemaError",
+    "StoreError",
+    "StoreUnavailable",
+    "TransientError",
+    "TriggerHookError",
+    "ValidationError",
+]
 
 
 class ValidationError(TriggerHookError, ValueError):

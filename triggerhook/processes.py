@@ -69,8 +69,9 @@ _KILL_WAIT_S = 5.0
 _SEND_TIMEOUT = struct.pack("ll", 1, 0)  # struct timeval: 1 s
 
 
-def api_command(channel_fd: int, index: int) -> list[str]:
-    """The command line of an API process (``triggerhook api-process``)."""
+def api_command(channel_fd: int, index: int, log_format: str = "text") -> list[str]:
+    """The command line of an API process (``triggerhook api-process``); it
+    logs in ``log_format`` from its start, before the settings reach it."""
     return [
         sys.executable,
         "-m",
@@ -80,6 +81,8 @@ def api_command(channel_fd: int, index: int) -> list[str]:
         str(channel_fd),
         "--index",
         str(index),
+        "--log-format",
+        log_format,
     ]
 
 
@@ -171,7 +174,9 @@ class ApiProcesses:
         env = {k: v for k, v in os.environ.items() if k not in _PARENT_ONLY_ENV}
         with theirs:
             proc = subprocess.Popen(
-                api_command(theirs.fileno(), index), pass_fds=[theirs.fileno()], env=env
+                api_command(theirs.fileno(), index, self._settings.log_format),
+                pass_fds=[theirs.fileno()],
+                env=env,
             )
         conn = Connection(ours.detach())
         conn.send(("settings", self._settings))

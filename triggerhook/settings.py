@@ -24,6 +24,12 @@ from triggerhook.errors import ConfigError
 
 ENV_PREFIX = "TRIGGERHOOK_"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LOG_FORMATS = ("text", "json")
+# Settings that may hold a credential, by a rule on their names (so a new one
+# is covered): each may be read from a file (TRIGGERHOOK_<KEY>_FILE, as the
+# official database and Grafana images do) and `config show` masks it.
+SECRET_SUFFIXES = ("_url", "_token", "_password")
+FILE_SUFFIX = "_FILE"
 _INSTANCE_ID = ID_PATTERN
 _ROUTING_KEY = ROUTING_KEY_PATTERN
 # More would only share the same cores; each holds its own database connections.
@@ -184,6 +190,12 @@ class Settings:
         15, "Graceful stop waits this long for due tasks to be published and confirmed.", 0
     )
     log_level: str = _setting("INFO", "Logging level: DEBUG, INFO, WARNING or ERROR.")
+    log_format: str = _setting(
+        "text",
+        "Log lines on stderr, times in UTC: `text` (`2026-12-04T12:00:00.123Z INFO logger: "
+        "message key=value ...`) or `json` (one object per line: time, level, logger, "
+        "message, the context keys, traceback).",
+    )
     api_processes: int = _setting(
         1,
         "Processes `triggerhook run` serves the HTTP API and the AMQP command queue "
@@ -226,6 +238,11 @@ class Settings:
     http_max_batch_tasks: int = _setting(10000, "Most tasks in one POST /v1/tasks/batch.", 1)
     metrics_require_token: bool = _setting(
         False, "GET /metrics requires api_token too (it is open by default, like /healthz)."
+    )
+    metrics_scrape_token: str = _setting(
+        "",
+        "Bearer token GET /metrics requires (Prometheus's `authorization` credentials); "
+        "empty = none (unless metrics_require_token). It grants nothing else.",
     )
     web_view: bool = _setting(
         True,
@@ -287,8 +304,9 @@ class Settings:
     metrics_timeout_ms: int = _setting(2000, "Timeout of one write to InfluxDB.", 1)
     metrics_recount_s: int = _setting(
         60,
-        "The tasks-in-database figure is an exact COUNT(*) this often; in between, "
-        "this instance's own inserts and deletes are added to it.",
+        "The tasks-in-database figure is an exact COUNT(*) this often (less often when "
+        "a count is slow: at most 1% of the time); in between, this instance's own "
+        "inserts and deletes are added to it.",
         1,
     )
     database_pool_recycle_s: int = _setting(
@@ -311,6 +329,8 @@ class Settings:
             _check(name, getattr(self, name), source=name)
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ConfigError(f"log_level: must be one of {', '.join(_LOG_LEVELS)}")
+        if self.log_format not in _LOG_FORMATS:
+            raise ConfigError(f"log_format: must be one of {', '.join(_LOG_FORMATS)}")
         if self.shard_count > _MAX_SHARDS:
             raise ConfigError(f"shard_count: must be at most {_MAX_SHARDS}")
         if self.arm_interval_ms >= self.arm_ahead_ms:
@@ -393,27 +413,80 @@ def env_var(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
+def is_secret(name: str) -> bool:
+    """Whether setting ``name`` may hold a credential: a string named by
+    SECRET_SUFFIXES (not a switch such as metrics_require_token)."""
+    return name.endswith(SECRET_SUFFIXES) and FIELDS[name].type in ("str", str)
+
+
 def load_settings(
     config_path: Path | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> Settings:
-    """Merge the TOML file, then ``TRIGGERHOOK_*`` variables, then ``overrides``."""
+    """Merge the TOML file, then ``TRIGGERHOOK_*`` variables (or, for a
+    secret, ``TRIGGERHOOK_<KEY>_FILE``), then ``overrides``."""
+    return load_with_sources(config_path, environ, overrides)[0]
+
+
+def load_with_sources(
+    config_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> tuple[Settings, dict[str, str]]:
+    """:func:`load_settings`, and where each value came from: ``default``,
+    ``file PATH``, ``env VAR``, ``env file VAR_FILE=PATH`` or ``flag --x``."""
     values: dict[str, object] = {}
+    sources = dict.fromkeys(FIELDS, "default")
     if config_path is not None:
         values.update(_read_toml(config_path))
+        sources.update(dict.fromkeys(values, f"file {config_path}"))
     env = os.environ if environ is None else environ
     old = [name for name in RENAMED if env_var(name) in env]
     if old:  # a v2 environment file would otherwise lose these without a word
         names = ", ".join(env_var(name) for name in old)
         raise ConfigError(f"{names}: unknown setting{_renamed(old)}")
     for name in FIELDS:
-        if env_var(name) in env:
-            values[name] = _coerce(name, env[env_var(name)], source=env_var(name))
+        found = _from_env(name, env)
+        if found is not None:
+            values[name], sources[name] = found
     for name, value in (overrides or {}).items():
         if value is not None:
-            values[name] = _check(name, value, source=f"--{name.replace('_', '-')}")
-    return Settings(**values)  # type: ignore[arg-type]
+            flag = f"--{name.replace('_', '-')}"
+            values[name], sources[name] = _check(name, value, source=flag), f"flag {flag}"
+    return Settings(**values), sources  # type: ignore[arg-type]
+
+
+def _from_env(name: str, env: Mapping[str, str]) -> tuple[object, str] | None:
+    """Setting ``name`` from ``TRIGGERHOOK_<KEY>`` or (a secret) from the file
+    ``TRIGGERHOOK_<KEY>_FILE`` names, with its source; None if neither is set."""
+    variable = env_var(name)
+    file_variable = variable + FILE_SUFFIX
+    if file_variable not in env:
+        if variable not in env:
+            return None
+        return _coerce(name, env[variable], source=variable), f"env {variable}"
+    if not is_secret(name):
+        raise ConfigError(
+            f"{file_variable}: only secret settings (strings named *_url, *_token or "
+            f"*_password) are read from a file; set {variable}"
+        )
+    if variable in env:
+        raise ConfigError(f"{variable} and {file_variable}: both set; give one of them")
+    path = env[file_variable]
+    value = _coerce(name, _read_secret(file_variable, path), source=file_variable)
+    return value, f"env file {file_variable}={path}"
+
+
+def _read_secret(variable: str, path: str) -> str:
+    """The file's text without its trailing newline(s), as a shell's ``$(< file)``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{variable}: cannot read {path!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{variable}: {path!r} is not UTF-8 text") from None
+    return text.rstrip("\r\n")
 
 
 def _read_toml(path: Path) -> dict[str, object]:
@@ -480,51 +553,3 @@ def _check(name: str, value: object, source: str) -> object:
     elif not isinstance(value, str):
         raise ConfigError(f"{source}: expected a string, got {value!r}")
     return value
-
-
-def render_toml() -> str:
-    """The documented default config file (``config/triggerhook.toml``), from the fields."""
-    lines = [
-        "# triggerhook configuration. Every key is optional; shown are the defaults.",
-        "# Precedence: this file < TRIGGERHOOK_<KEY> environment variables < command-line flags.",
-        "# Unknown keys are rejected. Generated by `triggerhook config`.",
-    ]
-    for name, spec in FIELDS.items():
-        rendered = _toml_value(spec.default)
-        lines += ["", f"# {spec.metadata['help']} (env {env_var(name)})", f"{name} = {rendered}"]
-    return "\n".join(lines) + "\n"
-
-
-def render_reference() -> str:
-    """docs/configuration.md: every setting, its TOML key, variable, flag,
-    default and meaning, generated from the fields (a test keeps it in sync)."""
-    lines = [
-        "# Configuration reference",
-        "",
-        "Generated from `triggerhook/settings.py` by `triggerhook config --format markdown`;",
-        "a test fails when this file is stale. Every setting can be given in the TOML",
-        "file (`--config PATH` or `TRIGGERHOOK_CONFIG`), as an environment variable, or",
-        "as a command-line flag; later sources win: file < environment < flags. Unknown",
-        "keys and wrong types are rejected at start with a message naming them.",
-        "",
-        "| TOML key | environment | flag | type | default | meaning |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, spec in FIELDS.items():
-        kind = str(spec.type)
-        flag = f"--{name.replace('_', '-')}"
-        meaning = str(spec.metadata["help"]).replace("|", "\\|")
-        minimum = spec.metadata["minimum"]
-        if minimum is not None:
-            meaning += f" Minimum {minimum}."
-        lines.append(
-            f"| `{name}` | `{env_var(name)}` | `{flag}` | {kind} | `{_toml_value(spec.default)}` "
-            f"| {meaning} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value) if isinstance(value, int) else f'"{value}"'

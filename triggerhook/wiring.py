@@ -122,6 +122,7 @@ def http_config(settings: Settings) -> HttpConfig:
         max_payload_bytes=settings.max_payload_bytes,
         web_view=settings.web_view,
         web_allow_cancel=settings.web_allow_cancel,
+        metrics_scrape_token=settings.metrics_scrape_token,
     )
 
 

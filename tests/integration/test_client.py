@@ -1,4 +1,4 @@
-"""The Python client (``triggerhook.client``) against a real ``triggerhook run``
+"""The Python client (``triggerhook_client``) against a real ``triggerhook run``
 daemon (real MariaDB and RabbitMQ), which requires a bearer token.
 
 Every scenario runs twice: with :class:`Client`, and with :class:`AsyncClient`
@@ -28,8 +28,7 @@ from support.hook import collect_until, header_int
 from support.http import ROUTED, Api, api_daemon
 from support.tcpproxy import TcpProxy
 from support.waiting import now_ms, wait_for
-
-from triggerhook.client import (
+from triggerhook_client import (
     ApiError,
     AsyncClient,
     BulkCancelled,
@@ -50,7 +49,8 @@ from triggerhook.client import (
     Unauthorized,
     Unavailable,
 )
-from triggerhook.client import At as AtType
+from triggerhook_client import At as AtType
+
 from triggerhook.domain.task import TaskState
 
 TOKEN = "client-test-" + secrets.token_hex(8)

@@ -86,8 +86,11 @@ def test_prometheus_endpoint(api: Api) -> None:
     assert answer.headers["content-type"].startswith("text/plain")
     lines = answer.text.splitlines()
     assert "# TYPE triggerhook_fired_total counter" in lines
-    assert any(line.startswith('triggerhook_heap{instance="api"} ') for line in lines)
-    assert any(line.startswith('triggerhook_requests_2xx_total{instance="api"} ') for line in lines)
+    assert any(
+        line.startswith('triggerhook_heap_tasks{triggerhook_instance="api"} ') for line in lines
+    )
+    ok = 'triggerhook_http_requests_total{status_class="2xx",triggerhook_instance="api"} '
+    assert any(line.startswith(ok) for line in lines)
 
 
 def test_status_command(api: Api) -> None:

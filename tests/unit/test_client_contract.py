@@ -1,11 +1,11 @@
-"""The Python client (``triggerhook.client``, which imports none of the daemon's
+"""The Python client (``triggerhook_client``, which imports none of the daemon's
 modules) reads every answer of the HTTP API as the daemon means it.
 
 The daemon's side is its table of outcomes, ``triggerhook.api.http.HTTP_RENDERING``
 (status, error code and headers per :class:`~triggerhook.domain.outcomes.Outcome`),
 and the bodies it builds from them; the client's side is
-``triggerhook.client.errors`` (status and code -> exception class,
-``RETRIED_STATUSES``) and ``triggerhook.client.calls`` (which statuses each
+``triggerhook_client.errors`` (status and code -> exception class,
+``RETRIED_STATUSES``) and ``triggerhook_client.calls`` (which statuses each
 call reads as its result, and the retry decision). The answers fed to the
 client are the daemon's own (its ``ApiError.response()`` and body builders), not
 hand-written copies.
@@ -16,7 +16,7 @@ in :data:`ERROR_READING` or :data:`SUCCESS_CALLS` below.
 
 The metadata, listing, counting, timeline and bulk-cancel calls answer outside
 that table (their handlers, ``triggerhook.api.listing``, build the bodies), so
-the last section runs the real :class:`~triggerhook.client.AsyncClient`
+the last section runs the real :class:`~triggerhook_client.AsyncClient`
 against the daemon's own HTTP application (``HttpApi`` over the in-memory
 store, served in-process by aiohttp's ``TestServer``): the query strings and
 bodies the client builds are parsed by the daemon's parsers, and its answers
@@ -40,14 +40,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
-
-from triggerhook.api.bodies import RESERVED_IDS as DAEMON_RESERVED_IDS
-from triggerhook.api.http import HTTP_RENDERING, HttpApi, HttpRendering
-from triggerhook.api.http import ApiError as DaemonError
-from triggerhook.api.render import at_s as _at
-from triggerhook.api.render import task_json as _info
-from triggerhook.app import TriggerHook
-from triggerhook.client import (
+from triggerhook_client import (
     ApiError,
     AsyncClient,
     BulkCancelled,
@@ -65,8 +58,15 @@ from triggerhook.client import (
     Unavailable,
     calls,
 )
-from triggerhook.client.calls import RESERVED_IDS, BaseClient, Call, Retry, _Attempts
-from triggerhook.client.errors import RETRIED_STATUSES, error_from
+from triggerhook_client.calls import RESERVED_IDS, BaseClient, Call, Retry, _Attempts
+from triggerhook_client.errors import RETRIED_STATUSES, error_from
+
+from triggerhook.api.bodies import RESERVED_IDS as DAEMON_RESERVED_IDS
+from triggerhook.api.http import HTTP_RENDERING, HttpApi, HttpRendering
+from triggerhook.api.http import ApiError as DaemonError
+from triggerhook.api.render import at_s as _at
+from triggerhook.api.render import task_json as _info
+from triggerhook.app import TriggerHook
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.domain.recurrence import Recurrence, parse_every

@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import pytest
-
-from triggerhook.client import (
+from triggerhook_client import (
     ApiError,
     AsyncClient,
     BulkCancelled,
@@ -28,6 +27,7 @@ from triggerhook.client import (
     Scheduled,
     TaskPage,
     TaskRequest,
+    TaskState,
     TaskStatus,
     TaskSummary,
     Timeline,
@@ -35,8 +35,7 @@ from triggerhook.client import (
     Unauthorized,
     Unavailable,
 )
-from triggerhook.client.calls import DEFAULT_BULK_TIMEOUT_S, DEFAULT_PAGE_SIZE, DEFAULT_TIMEOUT_S
-from triggerhook.domain.task import TaskState
+from triggerhook_client.calls import DEFAULT_BULK_TIMEOUT_S, DEFAULT_PAGE_SIZE, DEFAULT_TIMEOUT_S
 
 URL = "http://daemon.test"
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -6,6 +6,8 @@ sandbox. tests/integration/test_deploy.py runs the real tools on them."""
 from __future__ import annotations
 
 import re
+import shlex
+import tomllib
 from typing import Any
 
 import pytest
@@ -99,6 +101,19 @@ def test_image_settings_entrypoint_healthcheck_and_stop_signal() -> None:
     options, command = dockerfile.healthcheck()
     assert command[:2] == ["python", "-c"] and "/healthz" in command[2]
     assert {"interval", "timeout", "start-period", "retries"} <= set(options)
+
+
+def test_image_carries_the_oci_labels_of_this_release() -> None:
+    final = read_dockerfile().final
+    labels = dict(word.split("=", 1) for word in shlex.split(final.one("LABEL").text))
+    args = dict(arg.text.split("=", 1) for arg in final.all("ARG"))
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    oci = "org.opencontainers.image."
+    assert labels[oci + "title"] == project["name"]
+    assert labels[oci + "licenses"] == project["license"]["text"]
+    assert labels[oci + "version"] == "${VERSION}" and args["VERSION"] == project["version"]
+    assert labels[oci + "revision"] == "${REVISION}" and "REVISION" in args
+    assert labels[oci + "description"]
 
 
 def test_dockerfile_carries_no_secret() -> None:

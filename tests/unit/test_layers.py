@@ -8,7 +8,7 @@
                                small leaves the core, the adapters and the daemon use
     3  engine/                 the core: threads and bounded stages
        store/, amqp/, metrics/ the adapters (MySQL, RabbitMQ, metrics thread and sinks)
-       client/                 the HTTP client, a separate package (its own rule, below)
+       client/                 the HTTP client: a re-export of triggerhook_client (below)
     4  app                     the library API: the façade over the engine and metrics
     5  api/                    HTTP and AMQP commands, over the app
        processes               the daemon's firing and API processes, and their channel
@@ -34,7 +34,11 @@ The rules, checked over every ``import`` and ``from ... import`` of
   imports store, amqp or metrics, and they never import the engine; what they
   share (Worker, counters, points, EngineStats, the FiredSource port) lives in
   runtime/ or interfaces.py. There are no documented exceptions.
-* Layers 0-2 import nothing but the standard library besides ``triggerhook``.
+* Layers 0-2 import nothing but the standard library besides ``triggerhook``,
+  and what the daemon shares with its client distribution (client/,
+  ``triggerhook_client``: the base error class, task states, the id and
+  due-time rules, the back-off), which imports nothing of ``triggerhook``
+  (tests/unit/test_client_package.py).
 * Only amqp/ imports the broker client (``pika``): the publisher, the command
   consumer's broker side and their one connection loop live there.
 * client/ imports only ``triggerhook.errors``, ``triggerhook.retry`` and
@@ -87,6 +91,9 @@ BROKER_CLIENT_USERS = frozenset({"amqp"})
 # Third-party libraries of pure computation that the lowest layers may use:
 # cronsim evaluates a series' cron expression (domain/recurrence.py).
 PURE_LIBRARIES = frozenset({"cronsim"})
+SHARED_WITH_CLIENT = frozenset(
+    {"triggerhook_client.errors", "triggerhook_client.rules", "triggerhook_client.backoff"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +144,11 @@ def _internal(target: str) -> bool:
 
 def _third_party(target: str) -> bool:
     top = target.split(".", maxsplit=1)[0]
-    return not _internal(target) and top not in sys.stdlib_module_names | PURE_LIBRARIES
+    return (
+        not _internal(target)
+        and top not in sys.stdlib_module_names | PURE_LIBRARIES
+        and target not in SHARED_WITH_CLIENT
+    )
 
 
 def violations(sources: Mapping[str, str], packages: frozenset[str] = frozenset()) -> list[str]:

@@ -16,7 +16,6 @@ from support.fakes import FakeClock, FakeStore
 from triggerhook.domain.task import Task
 from triggerhook.errors import MetricsRejected, MetricsUnavailable, StoreUnavailable
 from triggerhook.interfaces import EngineStats
-from triggerhook.metrics import prometheus
 from triggerhook.metrics.collector import Collector
 from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.runtime import points
@@ -151,6 +150,51 @@ def test_tasks_in_db_is_recounted_rarely_and_follows_own_changes_between() -> No
     assert store.count_calls == 2
 
 
+class SlowCountStore(FakeStore):
+    """A store whose COUNT(*) takes ``count_s`` on ``clock`` (seconds)."""
+
+    def __init__(self, clock: list[float], count_s: float) -> None:
+        super().__init__()
+        self._seconds, self.count_s = clock, count_s
+
+    def count_tasks(self) -> int:
+        self._seconds[0] += self.count_s
+        return super().count_tasks()
+
+
+def test_a_slow_recount_waits_a_hundred_times_its_duration() -> None:
+    clock = [0.0]
+    engine, store = FakeEngine(), SlowCountStore(clock, count_s=3.0)
+    col = Collector(engine, store, TAGS, 10_000, NOW, clock_s=lambda: clock[0])
+    col.collect(NOW + 1000)
+    assert store.count_calls == 1
+    col.collect(NOW + 1000 + 299_000)  # a 3 s count: the next one 300 s after it
+    assert store.count_calls == 1
+    store.count_s = 0.001  # quick again: back to every recount_ms
+    col.collect(NOW + 1000 + 300_000)
+    col.collect(NOW + 1000 + 309_000)
+    assert store.count_calls == 2
+    col.collect(NOW + 1000 + 310_000)
+    assert store.count_calls == 3
+
+
+def test_a_failed_recount_doubles_the_wait() -> None:
+    engine, store = FakeEngine(), FakeStore()
+    col = collector(engine, store, recount_ms=10_000)
+    assert col.collect(NOW)[0].fields["tasks_db"] == 0
+    store.fail_next("count_tasks", StoreUnavailable("max_statement_time exceeded"))
+    (point,) = col.collect(NOW + 10_000)  # failed: no figure; the next try in 20 s
+    assert "tasks_db" not in point.fields and col.probe_errors == 1
+    col.collect(NOW + 29_000)
+    assert store.count_calls == 1  # the failed call is not recorded
+    store.fail_next("count_tasks", StoreUnavailable("max_statement_time exceeded"))
+    col.collect(NOW + 30_000)  # failed again: the next try in 40 s
+    col.collect(NOW + 69_000)
+    assert store.count_calls == 1
+    assert col.collect(NOW + 70_000)[0].fields["tasks_db"] == 0
+    assert store.count_calls == 2
+
+
 def test_database_figures_are_left_out_when_the_database_is_down() -> None:
     engine, store = FakeEngine(), FakeStore()
     col = collector(engine, store)
@@ -272,22 +316,6 @@ def test_without_a_sink_figures_are_still_collected() -> None:
 
 
 # -- renderings --------------------------------------------------------------------------------
-
-
-def test_prometheus_text_has_totals_as_counters_and_figures_as_gauges() -> None:
-    text = prometheus.render(
-        {"instance": 'a"b'},
-        {"fired": 5},
-        {points.ENGINE: {"fired": 2, "heap": 3, "period_ms": 1000, "lateness_p99_ms": 1.5}},
-    )
-    lines = text.splitlines()
-    assert "# TYPE triggerhook_fired_total counter" in lines
-    assert 'triggerhook_fired_total{instance="a\\"b"} 5' in lines
-    assert 'triggerhook_heap{instance="a\\"b"} 3' in lines
-    assert 'triggerhook_lateness_p99_ms{instance="a\\"b"} 1.5' in lines
-    assert not any(
-        line.startswith(("triggerhook_fired{", "triggerhook_period_ms")) for line in lines
-    )
 
 
 def test_status_text_names_the_figures_an_operator_needs() -> None:

@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from triggerhook.cli.config_text import render_effective, render_reference, render_toml, shown
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy
 from triggerhook.domain.task import ID_PATTERN
 from triggerhook.errors import ConfigError
 from triggerhook.settings import (
     FIELDS,
+    FILE_SUFFIX,
     Settings,
     env_var,
+    is_secret,
     load_settings,
-    render_reference,
-    render_toml,
+    load_with_sources,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,10 +58,11 @@ def test_configuration_reference_is_generated_and_current() -> None:
     reference = REPO / "docs" / "configuration.md"
     assert reference.read_text(encoding="utf-8") == render_reference()
     for name in FIELDS:
-        assert (
-            f"| `{name}` | `{env_var(name)}` | `--{name.replace('_', '-')}` |"
-            in reference.read_text(encoding="utf-8")
+        env = f"`{env_var(name)}`" + (f", `{env_var(name)}_FILE`" if is_secret(name) else "")
+        assert f"| `{name}` | {env} | `--{name.replace('_', '-')}` |" in reference.read_text(
+            encoding="utf-8"
         )
+    assert "TRIGGERHOOK_<KEY>_FILE" in render_reference()
 
 
 def test_repo_config_file_loads_to_the_defaults() -> None:
@@ -72,7 +75,9 @@ def test_repo_config_file_loads_to_the_defaults() -> None:
 def test_render_toml_names_each_env_var() -> None:
     text = render_toml()
     for name in FIELDS:
-        assert f"(env TRIGGERHOOK_{name.upper()})" in text
+        variable = f"TRIGGERHOOK_{name.upper()}"
+        env = f"{variable} or {variable}_FILE" if is_secret(name) else variable
+        assert f"(env {env})" in text
 
 
 def test_no_sources_gives_defaults() -> None:
@@ -362,6 +367,18 @@ def test_bad_log_level_is_rejected(level: str) -> None:
         Settings(log_level=level)
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_log_formats(log_format: str) -> None:
+    assert Settings().log_format == "text"
+    assert load_settings(environ={"TRIGGERHOOK_LOG_FORMAT": log_format}).log_format == log_format
+
+
+@pytest.mark.parametrize("log_format", ["", "JSON", "logfmt", "Text "])
+def test_bad_log_format_is_rejected(log_format: str) -> None:
+    with pytest.raises(ConfigError, match="log_format: must be one of text, json"):
+        Settings(log_format=log_format)
+
+
 @pytest.mark.parametrize("instance_id", ["has space", "x" * 65, "slash/no", "ü"])
 def test_bad_instance_id_is_rejected(instance_id: str) -> None:
     with pytest.raises(ConfigError, match="instance_id"):
@@ -529,3 +546,139 @@ def test_late_policy_must_be_a_string(tmp_path: Path) -> None:
         load_settings(write_toml(tmp_path, "late_policy = 250\n"), environ={})
     with pytest.raises(ConfigError, match="--late-policy"):
         load_settings(environ={}, overrides={"late_policy": 250})
+
+
+# -- secrets from files: TRIGGERHOOK_<KEY>_FILE ------------------------------------------------
+
+SECRET_FIELDS = [name for name in FIELDS if is_secret(name)]
+
+
+def test_the_secret_rule_covers_every_credential_setting() -> None:
+    """By name, so that a setting added later is covered without a list to edit."""
+    assert {"database_url", "amqp_url", "metrics_url", "api_token", "metrics_password"} <= set(
+        SECRET_FIELDS
+    )
+    assert {"metrics_token", "metrics_scrape_token"} <= set(SECRET_FIELDS)
+    assert not is_secret("exchange") and not is_secret("metrics_username")
+    assert not is_secret("metrics_require_token")  # a switch, not a credential
+    for name in FIELDS:
+        text = FIELDS[name].type in ("str", str)
+        assert is_secret(name) == (text and name.endswith(("_url", "_token", "_password"))), name
+        # A setting named <secret>_file would have the same variable as the secret's file.
+        assert not (name.endswith("_file") and is_secret(name[: -len("_file")])), name
+
+
+def secret_value(name: str) -> str:
+    return "mysql://app:s3cret@db:3306/th" if name == "database_url" else f"{name}://u:s3cret@h/"
+
+
+@pytest.mark.parametrize("name", SECRET_FIELDS)
+def test_every_secret_reads_from_its_file(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "secret"
+    value = secret_value(name) if name.endswith("_url") else "s3cret token"
+    path.write_text(value + "\n", encoding="utf-8")  # as `echo` writes it: stripped
+    variable = f"{env_var(name)}{FILE_SUFFIX}"
+    settings, sources = load_with_sources(environ={variable: str(path)})
+    assert getattr(settings, name) == value
+    assert sources[name] == f"env file {variable}={path}"
+
+
+def test_a_secret_file_keeps_inner_newlines_and_drops_only_trailing_ones(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_bytes(b"a b\nc\r\n\n")
+    env = {"TRIGGERHOOK_API_TOKEN_FILE": str(path)}
+    assert load_settings(environ=env).api_token == "a b\nc"
+
+
+def test_a_flag_beats_a_secret_file_and_a_file_beats_the_toml(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("from-file", encoding="utf-8")
+    toml = write_toml(tmp_path, 'api_token = "from-toml"\n')
+    env = {"TRIGGERHOOK_API_TOKEN_FILE": str(secret)}
+    assert load_settings(toml, environ=env).api_token == "from-file"
+    assert load_settings(toml, environ=env, overrides={"api_token": "flag"}).api_token == "flag"
+
+
+def test_a_secret_and_its_file_both_set_is_an_error_naming_both(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("x", encoding="utf-8")
+    env = {"TRIGGERHOOK_API_TOKEN": "y", "TRIGGERHOOK_API_TOKEN_FILE": str(path)}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(environ=env)
+    assert "TRIGGERHOOK_API_TOKEN and TRIGGERHOOK_API_TOKEN_FILE" in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-utf8", "unreadable"])
+def test_an_unreadable_secret_file_names_the_variable_and_path(tmp_path: Path, kind: str) -> None:
+    path = {"missing": tmp_path / "nope", "directory": tmp_path}.get(kind, tmp_path / "f")
+    if kind == "not-utf8":
+        path.write_bytes(b"caf\xe9")
+    if kind == "unreadable":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        path.write_text("x", encoding="utf-8")
+        path.chmod(0)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(environ={"TRIGGERHOOK_AMQP_URL_FILE": str(path)})
+    assert "TRIGGERHOOK_AMQP_URL_FILE" in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+def test_a_file_variable_of_a_setting_that_is_no_secret_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "exchange"
+    path.write_text("x", encoding="utf-8")
+    with pytest.raises(ConfigError, match="TRIGGERHOOK_EXCHANGE_FILE: only secret settings"):
+        load_settings(environ={"TRIGGERHOOK_EXCHANGE_FILE": str(path)})
+
+
+def test_a_secret_file_value_is_checked_like_the_variable(tmp_path: Path) -> None:
+    """Its value goes through the same rules, named by the file variable."""
+    path = tmp_path / "url"
+    path.write_text("amqp://g:g@h:notaport/%2F\n", encoding="utf-8")
+    settings = load_settings(environ={"TRIGGERHOOK_AMQP_URL_FILE": str(path)})
+    assert settings.amqp_url == "amqp://g:g@h:notaport/%2F"  # checked where it is parsed
+
+
+# -- where each value came from: `config show` -------------------------------------------------
+
+
+def test_sources_name_default_file_env_and_flag(tmp_path: Path) -> None:
+    toml = write_toml(tmp_path, 'exchange = "from.file"\narm_batch_size = 7\n')
+    env = {"TRIGGERHOOK_ARM_BATCH_SIZE": "8", "TRIGGERHOOK_LOG_LEVEL": "DEBUG"}
+    settings, sources = load_with_sources(toml, env, {"log_level": "ERROR", "http_port": None})
+    assert set(sources) == set(FIELDS)
+    assert sources["exchange"] == f"file {toml}"
+    assert sources["arm_batch_size"] == "env TRIGGERHOOK_ARM_BATCH_SIZE"
+    assert sources["log_level"] == "flag --log-level"
+    assert sources["http_port"] == "default"
+    assert (settings.exchange, settings.arm_batch_size, settings.log_level) == (
+        "from.file",
+        8,
+        "ERROR",
+    )
+
+
+def test_render_effective_is_toml_with_secrets_masked_and_sources(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("tok-s3cret\n", encoding="utf-8")
+    env = {
+        "TRIGGERHOOK_API_TOKEN_FILE": str(secret),
+        "TRIGGERHOOK_AMQP_URL": "amqp://app:url-s3cret@mq:5672/%2F",
+        "TRIGGERHOOK_METRICS_PASSWORD": "pw-s3cret",
+        "TRIGGERHOOK_METRICS_ORG": 'odd"\\org\t\x7fü',
+    }
+    settings, sources = load_with_sources(environ=env, overrides={"http_port": 9000})
+    text = render_effective(settings, sources)
+    assert "s3cret" not in text
+    data = tomllib.loads(text)
+    assert set(data) == set(FIELDS)
+    assert data["api_token"] == "***" and data["metrics_password"] == "***"
+    assert data["amqp_url"] == "amqp://app:***@mq:5672/%2F"  # where it points still shows
+    assert data["metrics_token"] == ""  # an empty secret shows that it is empty
+    assert data["metrics_org"] == 'odd"\\org\t\x7fü'  # escaped, read back as it was
+    for name in FIELDS:
+        assert data[name] == shown(name, getattr(settings, name)), name
+    lines = {line.split(" = ")[0]: line for line in text.splitlines() if " = " in line}
+    assert lines["api_token"].endswith(f"# env file TRIGGERHOOK_API_TOKEN_FILE={secret}")
+    assert lines["http_port"].endswith("# flag --http-port")
+    assert lines["exchange"].endswith("# default")

@@ -25,6 +25,7 @@ class HttpConfig:
     reuse_port: bool = False  # several API processes share the port (SO_REUSEPORT)
     web_view: bool = True  # the pages under /ui
     web_allow_cancel: bool = False  # their cancel buttons (else read-only: 403)
+    metrics_scrape_token: str = ""  # empty: /metrics needs none (unless metrics_require_token)
 
 
 @dataclass(frozen=True, slots=True)

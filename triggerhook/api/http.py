@@ -18,6 +18,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -274,7 +275,7 @@ class HttpApi:
         self._readiness = readiness
         self._executor = executor
         self._token = f"Bearer {config.api_token}".encode() if config.api_token else None
-        self._metrics_protected = self._token is not None and config.metrics_require_token
+        self._metrics_tokens = _metrics_tokens(config)  # none: /metrics is open
         self._runner: web.AppRunner | None = None
         # Keyword arguments of every connection's aiohttp RequestHandler.
         self._handler_args: dict[str, Any] = {
@@ -296,6 +297,10 @@ class HttpApi:
         self.stats = RequestStats()  # read by the metrics thread
         self._openapi = openapi.document(config.max_payload_bytes, config.max_batch_tasks)
         self._web = WebView(hook, config, executor, self._figures) if config.web_view else None
+        # The engine runs in our parent process when its figures come from afar
+        # (triggerhook.processes): /metrics reports that process too.
+        firing_pid = os.getppid() if figures is not None else None
+        self._registry = prometheus.build_registry(self._figures, firing_pid)
         self.app = self._build()
 
     def _build(self) -> web.Application:
@@ -405,9 +410,7 @@ class HttpApi:
         return await handler(request)
 
     def _protected(self, path: str) -> bool:
-        if self._token is None:
-            return False
-        return path.startswith("/v1/") or (self._metrics_protected and path == "/metrics")
+        return self._token is not None and path.startswith("/v1/")  # /metrics: its handler
 
     def _authorized(self, request: web.Request) -> bool:
         try:
@@ -533,10 +536,13 @@ class HttpApi:
             },
         )
 
-    async def prometheus(self, _request: web.Request) -> web.Response:
-        figures = self._figures()
-        text = prometheus.render({"instance": figures.instance}, figures.totals, figures.latest)
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+    async def prometheus(self, request: web.Request) -> web.Response:
+        """The figures, read now, for Prometheus (see triggerhook.metrics.prometheus)."""
+        if self._metrics_tokens and not _carries(request, self._metrics_tokens):
+            raise ApiError(Outcome.UNAUTHORIZED)
+        accept = request.headers.get("Accept", "")
+        body, content_type = prometheus.exposition(self._registry, accept)
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     def _figures(self) -> Figures:
         if self._remote_figures is not None:
@@ -547,6 +553,24 @@ class HttpApi:
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)
+
+
+def _metrics_tokens(config: HttpConfig) -> tuple[bytes, ...]:
+    """The ``Authorization`` values ``/metrics`` accepts: Bearer
+    ``metrics_scrape_token``, and ``api_token`` with ``metrics_require_token``."""
+    tokens = [config.metrics_scrape_token] if config.metrics_scrape_token else []
+    if config.api_token and config.metrics_require_token:
+        tokens.append(config.api_token)
+    return tuple(f"Bearer {token}".encode() for token in tokens)
+
+
+def _carries(request: web.Request, accepted: tuple[bytes, ...]) -> bool:
+    try:
+        given = request.headers.get("Authorization", "").encode()
+    except UnicodeEncodeError:  # bytes that are not UTF-8: never a token
+        return False
+    # Every one compared (constant time each), not just up to the first match.
+    return any([hmac.compare_digest(given, token) for token in accepted])
 
 
 def _settle(future: asyncio.Future[T], result: T | None, error: TriggerHookError | None) -> None:

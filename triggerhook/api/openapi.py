@@ -932,11 +932,14 @@ def _figure_paths() -> Schema:
         "/metrics": {
             "get": {
                 "summary": "The same figures in the Prometheus text format",
-                "description": "Open unless metrics_require_token (and api_token) is set.",
+                "description": (
+                    "Open unless metrics_scrape_token, or metrics_require_token (and "
+                    "api_token), is set; then Bearer <metrics_scrape_token> (or api_token)."
+                ),
                 "security": _SECURITY,
                 "responses": {
                     "200": {
-                        "description": "Prometheus exposition format 0.0.4.",
+                        "description": "Prometheus text format 0.0.4 (OpenMetrics on request).",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
                     "401": _COMMON["401"],

@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from triggerhook import logs
 from triggerhook.cli.backends import (
@@ -36,6 +36,8 @@ from triggerhook.cli.backends import (
     Metadata,
     Where,
 )
+from triggerhook.cli.config_cmd import add_config_parser, run_config
+from triggerhook.cli.flags import accept_after_commands, add_global_flags, overrides
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.meta import Meta
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
@@ -44,15 +46,7 @@ from triggerhook.domain.task import TaskState
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
 from triggerhook.processes import EngineLink
-from triggerhook.settings import (
-    FIELDS,
-    Settings,
-    env_var,
-    load_settings,
-    parse_bool,
-    render_reference,
-    render_toml,
-)
+from triggerhook.settings import Settings, load_settings
 from triggerhook.status import render as status_text
 from triggerhook.store.schema import init_schema, schema_status, upgrade_schema
 from triggerhook.wiring import build, build_api_process, build_daemon
@@ -98,53 +92,9 @@ CLI_RENDERING: dict[Outcome, CliRendering] = {
 }
 
 
-def _flag_bool(text: str) -> bool:
-    try:
-        return parse_bool(text, "flag")
-    except ConfigError:
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}") from None
-
-
-# Settings' annotations (strings, see `from __future__ import annotations`) ->
-# the flag's converter and metavar.
-_FLAG_TYPES: dict[str, tuple[Callable[[str], object], str]] = {
-    "int": (int, "N"),
-    "bool": (_flag_bool, "true|false"),
-    "str": (str, "VALUE"),
-}
-
-
-def _literal(text: str) -> str:
-    """``text`` as an argparse help string: argparse %-formats help (for
-    ``%(default)s``), so a literal ``%`` (the ``%2F`` vhost of the default
-    amqp_url) must be doubled or ``--help`` crashes."""
-    return text.replace("%", "%%")
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triggerhook", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=os.environ.get("TRIGGERHOOK_CONFIG"),
-        help="TOML config file (env TRIGGERHOOK_CONFIG); settings: file < env < flags",
-    )
-    parser.add_argument(
-        "--url",
-        default=os.environ.get("TRIGGERHOOK_URL") or None,
-        help="a running daemon's HTTP API (env TRIGGERHOOK_URL), e.g. http://127.0.0.1:8080: "
-        "schedule, reschedule, cancel, get, list and count go through it instead of the database",
-    )
-    group = parser.add_argument_group("settings (each also TRIGGERHOOK_<NAME> in the environment)")
-    for name, spec in FIELDS.items():
-        convert, metavar = _FLAG_TYPES[str(spec.type)]
-        group.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=f"setting_{name}",
-            type=convert,
-            metavar=metavar,
-            help=_literal(f"{spec.metadata['help']} [{env_var(name)}, default {spec.default!r}]"),
-        )
+    add_global_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     _db_commands(
         sub.add_parser(
@@ -154,13 +104,7 @@ def _parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
     )
-    config = sub.add_parser("config", help="print the documented default config file (TOML)")
-    config.add_argument(
-        "--format",
-        choices=("toml", "markdown"),
-        default="toml",
-        help="toml: the config file; markdown: the reference (docs/configuration.md)",
-    )
+    add_config_parser(sub)
     run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
     run.add_argument(
         "--init-db",
@@ -170,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     api = sub.add_parser("api-process", help="(started by `run`: one of its api_processes)")
     api.add_argument("--channel-fd", type=int, required=True, help="its socket to `run`")
     api.add_argument("--index", type=int, required=True, help="which of the api_processes")
+    api.add_argument("--log-format", choices=("text", "json"), default="text", help="as `run`'s")
     _schedule_arguments(sub.add_parser("schedule", help="schedule one task"))
     move = sub.add_parser("reschedule", help="move a task not yet firing to a new due time")
     move.add_argument("id")
@@ -202,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "status", help="a running daemon's live figures (from --url, default its http_port)"
     )
     status.add_argument("--json", action="store_true", help="print the raw JSON")
+    accept_after_commands(parser, skip=("api-process",))  # its settings come from `run`
     return parser
 
 
@@ -309,17 +255,18 @@ def _due_time_arguments(parser: argparse.ArgumentParser, required: bool = True) 
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = {name: getattr(args, f"setting_{name}") for name in FIELDS}
-    return load_settings(args.config, os.environ, overrides)
+    return load_settings(args.config, os.environ, overrides(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "api-process":  # its settings come from `run`, not from here
-        return _api_process(args.channel_fd, args.index)
+        return _api_process(args.channel_fd, args.index, args.log_format)
     try:
+        if args.command == "config":  # prints; logs nothing, starts nothing
+            return run_config(args, overrides(args))
         settings = _settings(args)
-        logs.configure(settings.log_level)
+        logs.configure(settings.log_level, log_format=settings.log_format)
         return _dispatch(args, settings)
     except (ConfigError, SchemaError, InstanceNameInUse) as exc:  # set-up, not a call's outcome
         _error(str(exc))
@@ -342,10 +289,14 @@ def _reader_gone() -> int:
     return EXIT_FAILURE
 
 
-def _api_process(channel_fd: int, index: int) -> int:
+def _api_process(channel_fd: int, index: int, log_format: str) -> int:
+    context: dict[str, object] = {"api_process": index}
+    # `run`'s format from the command line already, for anything logged
+    # before the settings arrive over the link.
+    logs.configure("INFO", context, log_format)
     link = EngineLink.from_fd(channel_fd)
     settings = link.settings()
-    logs.configure(settings.log_level, {"api_process": index})
+    logs.configure(settings.log_level, context, settings.log_format)
     try:
         return build_api_process(settings, link).run()
     except (ConfigError, SchemaError) as exc:
@@ -354,14 +305,16 @@ def _api_process(channel_fd: int, index: int) -> int:
 
 
 def _error(message: str) -> None:
-    """The one error line; a URL in it (a setting's, a server's) without its password."""
+    """The one error line; a URL in it (a setting's, a server's) without its password.
+    With json logs (a daemon's failure to start, say) it is a log record, so
+    that every line on stderr is JSON."""
+    if logs.json_configured():
+        logging.getLogger("triggerhook").error("triggerhook: error: %s", message)
+        return
     print(f"triggerhook: error: {logs.redact(message)}", file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    if args.command == "config":
-        print(render_toml() if args.format == "toml" else render_reference(), end="")
-        return EXIT_OK
     if args.command == "db":
         return DB_COMMANDS[args.db_command](settings)
     if args.command == "run":

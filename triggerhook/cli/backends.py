@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
-from triggerhook.app import TaskSpec, TriggerHook
-from triggerhook.client import (
+from triggerhook_client import (
     ApiError,
     Client,
     Conflict,
@@ -32,6 +31,8 @@ from triggerhook.client import (
     Unauthorized,
     Unavailable,
 )
+
+from triggerhook.app import TaskSpec, TriggerHook
 from triggerhook.domain.listing import BulkCancelled, TaskFilter, make_filter
 from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import (

@@ -1,92 +1,22 @@
-"""The exceptions of :mod:`triggerhook.client`, one per kind of API error answer.
+"""Deprecated: import these from :mod:`triggerhook_client` (see
+:mod:`triggerhook.client`)."""
 
-The daemon answers errors as ``{"error": {"code", "message", "field"?}}``;
-:func:`error_from` turns such an answer (or any other non-success answer, such
-as a proxy's HTML page) into the matching :class:`ApiError` subclass.
-"""
+from triggerhook_client.errors import (
+    ApiError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    TooLate,
+    Unauthorized,
+    Unavailable,
+)
 
-from __future__ import annotations
-
-from collections.abc import Mapping
-
-import httpx
-
-from triggerhook.errors import TriggerHookError
-
-# Answers that mean "not now": the client retries them (see triggerhook.client).
-RETRIED_STATUSES = frozenset({502, 503, 504})
-
-
-class ApiError(TriggerHookError):
-    """An error answer of the API (or a failure to get one).
-
-    ``status``: the HTTP status, None when there was no answer (or the client
-    refused the input itself); ``code``: the API's error code (``invalid``,
-    ``conflict``, ``too_late``, ``not_found``, ``unauthorized``, ``unavailable``,
-    ...); ``field``: the offending field, when the API named one. Other
-    unexpected answers (500, 405, a proxy's HTML page) raise this base class.
-    """
-
-    def __init__(self, status: int | None, code: str, message: str, field: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.field = field
-
-
-class InvalidRequest(ApiError):
-    """Bad input (400 malformed JSON, 408 body not sent in time, 413 too large,
-    415 media type, 422 invalid): ``field`` names it, as the caller passed it
-    (``delay_s``, ``tasks[3].id``). Nothing was written."""
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
-
-
-class Unauthorized(ApiError):
-    """401: missing or wrong bearer token (the daemon's ``api_token``)."""
-
-
-class NotFound(ApiError):
-    """404: the task is unknown, or it fired and was deleted."""
-
-
-class Conflict(ApiError):
-    """409 ``conflict``: a task with this id exists with different content."""
-
-
-class TooLate(ApiError):
-    """409 ``too_late``: the task is being published at its old time; it can no
-    longer be cancelled or moved."""
-
-
-class Unavailable(ApiError):
-    """The daemon could not do it now — 503 (database unavailable, daemon
-    stopping), 502/504 from a proxy, or no answer at all (``status`` None) —
-    after the retries. Writes are safe to retry later."""
-
-
-def error_from(response: httpx.Response, rename: Mapping[str, str]) -> ApiError:
-    """The error an answer means; ``rename`` maps API field names to the caller's."""
-    status = response.status_code
-    code, message, name = f"http_{status}", f"{status} {response.reason_phrase}", None
-    try:
-        error = response.json()["error"]
-        code, message = str(error["code"]), str(error["message"])
-        name = error.get("field")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        pass  # not the API's error shape (a proxy's page): keep the status line
-    if not isinstance(name, str):
-        name = None
-    return _error_class(status, code)(status, code, message, name and rename.get(name, name))
-
-
-def _error_class(status: int, code: str) -> type[ApiError]:
-    if status in (400, 408, 413, 415, 422):
-        return InvalidRequest
-    if status == 409:
-        return TooLate if code == "too_late" else Conflict
-    return {401: Unauthorized, 404: NotFound}.get(
-        status, Unavailable if status in RETRIED_STATUSES else ApiError
-    )
+__all__ = [
+    "ApiError",
+    "Conflict",
+    "InvalidRequest",
+    "NotFound",
+    "TooLate",
+    "Unauthorized",
+    "Unavailable",
+]

@@ -1,4 +1,7 @@
-"""The range of due times, in epoch milliseconds (UTC): below every domain module."""
+"""The range of due times, in epoch milliseconds (UTC): below every domain
+module. Stated once, in :mod:`triggerhook_client.rules` (the client checks
+them before sending)."""
 
-MIN_DUE_MS = 0  # 1970-01-01T00:00:00Z
-MAX_DUE_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+from triggerhook_client.rules import MAX_DUE_MS, MIN_DUE_MS
+
+__all__ = ["MAX_DUE_MS", "MIN_DUE_MS"]

@@ -11,17 +11,20 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
+from triggerhook_client.rules import DUE_RULE, ID_PATTERN, ID_RULE, TaskState
+
 from triggerhook.domain.bounds import MAX_DUE_MS, MIN_DUE_MS
 from triggerhook.domain.meta import NO_META, Meta
 from triggerhook.errors import ValidationError
 
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 # AMQP topic routing keys: dot-separated words; we allow the same alphabet as
 # ids plus '/', and cap the length well under AMQP's 255-byte short string.
 ROUTING_KEY_PATTERN = re.compile(r"[A-Za-z0-9._:/-]{1,255}")
 
 
-__all__ = [  # the due-time bounds are re-exported from domain/bounds.py
+# The id rule, the due-time bounds and TaskState are the client's too
+# (triggerhook_client.rules): re-exported here.
+__all__ = [
     "ID_PATTERN",
     "MAX_DUE_MS",
     "MIN_DUE_MS",
@@ -38,13 +41,6 @@ __all__ = [  # the due-time bounds are re-exported from domain/bounds.py
     "validate_payload",
     "validate_routing_key",
 ]
-
-
-class TaskState(enum.Enum):
-    """Where a stored task stands."""
-
-    SCHEDULED = "scheduled"  # may still be cancelled
-    FIRING = "firing"  # committed to publishing; cancel is too late
 
 
 class CancelResult(enum.Enum):
@@ -109,7 +105,7 @@ class TaskInfo:
 
 def validate_id(task_id: object) -> str:
     if not isinstance(task_id, str) or not ID_PATTERN.fullmatch(task_id):
-        raise ValidationError("id", "must be 1-64 characters from [A-Za-z0-9._:-]")
+        raise ValidationError("id", ID_RULE)
     return task_id
 
 
@@ -139,7 +135,7 @@ def validate_payload(payload: object, max_payload_bytes: int) -> bytes:
 
 def validate_due_ms(due_ms: int) -> int:
     if not MIN_DUE_MS <= due_ms <= MAX_DUE_MS:
-        raise ValidationError("due", "must be between 1970-01-01 and 9999-12-31 (UTC)")
+        raise ValidationError("due", DUE_RULE)
     return due_ms
 
 

@@ -8,12 +8,17 @@ metrics thread. Pure: no I/O.
   instant of the swap may land in the list just taken, after it was read: one
   lost sample at worst, never a crash or a blocked writer.
 * :func:`summary`: p50/p99/max of a period's samples.
+* :class:`Histogram`: cumulative bucket counts of values since start (what
+  Prometheus aggregates), fed by the metrics thread with each period's
+  samples; :class:`HistogramSnapshot`, its immutable copy for readers.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 
 class Tally:
@@ -69,6 +74,47 @@ def summary(values: list[float], prefix: str) -> dict[str, float]:
         f"{prefix}_p99_ms": float(quantile(ordered, 0.99)),
         f"{prefix}_max_ms": float(ordered[-1]),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """A histogram's counts at one moment: ``cumulative[i]`` values were at
+    most ``bounds_ms[i]``; the last entry counts every value (``+Inf``)."""
+
+    bounds_ms: tuple[float, ...]
+    cumulative: tuple[int, ...]  # len(bounds_ms) + 1, non-decreasing
+    sum_ms: float
+
+    @property
+    def count(self) -> int:
+        return self.cumulative[-1]
+
+
+class Histogram:
+    """Counts of values per bucket since start. One writer (the metrics
+    thread); readers take :meth:`snapshot`. O(1) per value: a bisect into the
+    few bounds and an increment."""
+
+    def __init__(self, bounds_ms: Sequence[float]) -> None:
+        self._bounds_ms = tuple(sorted(bounds_ms))
+        self._counts = [0] * (len(self._bounds_ms) + 1)  # the last: above every bound
+        self._sum_ms = 0.0
+
+    def observe_all(self, values_ms: Iterable[float]) -> None:
+        bounds, counts = self._bounds_ms, self._counts
+        total = 0.0
+        for value in values_ms:
+            counts[bisect_left(bounds, value)] += 1  # the first bound >= value
+            total += value
+        self._sum_ms += total
+
+    def snapshot(self) -> HistogramSnapshot:
+        cumulative: list[int] = []
+        running = 0
+        for count in self._counts:
+            running += count
+            cumulative.append(running)
+        return HistogramSnapshot(self._bounds_ms, tuple(cumulative), self._sum_ms)
 
 
 class RequestStats:

@@ -1,7 +1,7 @@
 """What the clients send and how they read the answers: every request built
-and every answer parsed, in one place for :class:`~triggerhook.client.Client`
-and :class:`~triggerhook.client.AsyncClient` (which differ only in how they
-send and wait). See the package docstring for the retry policy.
+and every answer parsed, in one place for :class:`~triggerhook_client.Client`
+and :class:`~triggerhook_client.AsyncClient` (which differ only in how they
+send and wait: no I/O here). See the package docstring for the retry policy.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
@@ -20,18 +21,25 @@ from typing import Any, Generic, Literal, TypeGuard, TypeVar
 
 import httpx
 
-from triggerhook.client.errors import (
+from triggerhook_client.backoff import Backoff
+from triggerhook_client.errors import (
     RETRIED_STATUSES,
     ApiError,
     InvalidRequest,
     Unavailable,
     error_from,
 )
-from triggerhook.domain.task import TaskState, new_task_id, validate_due_ms, validate_id
-from triggerhook.errors import ValidationError
-from triggerhook.retry import Backoff
+from triggerhook_client.rules import (
+    DUE_RULE,
+    ID_PATTERN,
+    ID_RULE,
+    MAX_DUE_MS,
+    MIN_DUE_MS,
+    TaskState,
+)
 
-log = logging.getLogger(__name__)
+# The name it had inside the daemon's distribution: logging set up for it applies.
+log = logging.getLogger("triggerhook.client")
 
 T = TypeVar("T")
 At = datetime | float | str  # a datetime (naive = UTC), epoch seconds, or RFC 3339 text
@@ -39,6 +47,7 @@ HeaderValue = str | int | bool
 # A late-fire policy, as the API writes it: "fire", {"skip_after_ms": N} or
 # {"deadline": At} (the daemon shows a deadline as epoch seconds).
 Late = Literal["fire"] | Mapping[str, int | At]
+State = TaskState | str  # a listing's state filter: scheduled or firing
 
 DEFAULT_TIMEOUT_S = 30.0
 # A bulk cancel blocks until every matching task is cancelled: minutes for a
@@ -483,10 +492,9 @@ def _now_ms() -> Decimal:
 
 
 def _due_ms(at_ms: int, name: str) -> int:
-    try:
-        return validate_due_ms(at_ms)
-    except ValidationError as exc:
-        raise _invalid(name, exc.message) from None
+    if not MIN_DUE_MS <= at_ms <= MAX_DUE_MS:
+        raise _invalid(name, DUE_RULE)
+    return at_ms
 
 
 def _delay_at_ms(delay_s: object, name: str) -> int:
@@ -496,8 +504,8 @@ def _delay_at_ms(delay_s: object, name: str) -> int:
     return _due_ms(math.ceil(_now_ms() + Decimal(str(delay_s)) * 1000), name)
 
 
-# An ISO 8601 duration as the daemon takes it (domain/recurrence.py's parse_every,
-# which the client may not import; tests/unit/test_client_contract.py holds them
+# An ISO 8601 duration as the daemon takes it (triggerhook/domain/recurrence.py's
+# parse_every, which the client may not import; tests/unit/test_client_contract.py holds them
 # to the same answers): weeks, days, hours, minutes, seconds to the millisecond.
 _DURATION = re.compile(
     r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
@@ -520,10 +528,9 @@ def _every_ms(every: object, name: str) -> int:
     ms += int((fraction or "0").ljust(3, "0"))
     if ms < _MIN_EVERY_MS:
         raise _invalid(name, "must be at least 1 s (PT1S)")
-    try:
-        return validate_due_ms(ms)  # at most 1970 to 9999
-    except ValidationError:
-        raise _invalid(name, "is too long (more than 8,000 years)") from None
+    if ms > MAX_DUE_MS:  # at most 1970 to 9999
+        raise _invalid(name, "is too long (more than 8,000 years)")
+    return ms
 
 
 def _moment(value: object, name: str) -> object:
@@ -580,7 +587,7 @@ def _task_when(task: TaskRequest, prefix: str) -> tuple[dict[str, object], dict[
 
 def _task_body(task: TaskRequest, prefix: str = "") -> tuple[dict[str, object], dict[str, str]]:
     # A missing id is chosen here, not by the daemon: a retry must name the same task.
-    body: dict[str, object] = {"id": new_task_id() if task.id is None else task.id}
+    body: dict[str, object] = {"id": str(uuid.uuid4()) if task.id is None else task.id}
     when, rename = _task_when(task, prefix)
     body.update(when)
     if task.routing_key is not None:
@@ -672,10 +679,8 @@ def _encode(body: Mapping[str, object]) -> bytes:
 
 
 def _task_path(task_id: str) -> str:
-    try:
-        validate_id(task_id)
-    except ValidationError as exc:
-        raise _invalid(exc.field, exc.message) from None
+    if not isinstance(task_id, str) or not ID_PATTERN.fullmatch(task_id):
+        raise _invalid("id", ID_RULE)
     if task_id in RESERVED_IDS:
         # /v1/tasks/count is the count, not a task: never ask for it as one.
         raise _invalid("id", f"{task_id!r} is reserved (a path of the API), never a task id")

@@ -1,0 +1,128 @@
+"""Python clients of the triggerhook daemon's HTTP API: :class:`Client`
+(blocking) and :class:`AsyncClient` (asyncio), with the same methods.
+
+A distribution of its own, ``triggerhook-client``, that needs only httpx: a
+service that schedules tasks installs neither the daemon nor its drivers.
+
+::
+
+    with Client("http://127.0.0.1:8080", token="s3cret") as hook:
+        hook.schedule(
+            "invoice-42",
+            delay_s=30,
+            routing_key="billing.charge",
+            payload=b"{}",
+            tags=["tenant:7", "invoices"],
+            content_type="application/json",
+            headers={"tenant": "7", "attempt": 1},
+            late={"skip_after_ms": 60_000},  # over a minute late: dead-letter it instead
+        )
+        hook.reschedule("invoice-42", at="2026-12-01T09:00:00Z")
+        hook.get("invoice-42")  # TaskStatus(..., tags=("invoices", "tenant:7"), ...) or None
+        for task in hook.list(tag="tenant:7", due_before="2027-01-01T00:00:00Z"):
+            print(task.id, task.at_ms, task.state)
+        hook.count(tag="tenant:7")  # 1
+        hook.cancel("invoice-42")  # raises NotFound / TooLate
+        hook.cancel_where(tag="tenant:7")  # BulkCancelled(cancelled=..., too_late=...)
+        hook.schedule("digest-7", cron="0 9 * * 1-5", timezone="Europe/Berlin")  # a series
+        hook.get("digest-7")  # TaskStatus(..., cron="0 9 * * 1-5", occurrence=1, ...)
+
+Both keep connections alive between calls (one httpx connection pool per
+client object: ``httpx.Client`` and ``httpx.AsyncClient``; share the object,
+it is safe across threads / tasks). They build every request and read every
+answer with the same code (:mod:`triggerhook_client.calls`, no I/O there):
+they differ only in how they send and wait.
+
+Retries. Every write is made safe to send twice before the first attempt:
+``delay_s`` becomes an absolute ``at`` (epoch seconds, rounded *up* to the
+millisecond) and a missing task id becomes a new UUIDv4, both on the client,
+so a retry carries byte-identical content and the daemon answers it as a safe
+repeat (``created=False``) rather than a conflict. A call is retried only
+after a transient failure: no connection, a timeout, a dropped connection, or
+a 502/503/504 answer — up to ``retries`` times (default 3), waiting a capped
+(2 s), jittered exponential back-off starting at ``backoff_s`` (default 0.1 s),
+or the answer's ``Retry-After`` (capped at 5 s) when that is longer. Any other
+answer, and every 4xx, is final. After a retry, the answer may reflect an
+earlier attempt that did reach the daemon: ``schedule`` then says
+``created=False``, ``cancel`` may raise :class:`NotFound` for a task that
+the lost attempt cancelled, and ``cancel_where`` counts only what the last
+attempt cancelled. Reads (``get``, ``list``, ``count``, ``timeline``) change
+nothing and are retried the same way.
+
+A series (``every`` or ``cron``) given neither ``at`` nor ``delay_s`` is sent
+with an ``at`` as well: the instant the daemon would choose for it on
+arrival — one ``every`` from now (rounded up to the millisecond), or for
+``cron`` now itself, which the daemon moves to the first matching minute at
+or after it, exactly as it does for an untimed series. A retry then names the
+same first occurrence, where an untimed retry would make the daemon choose a
+later one and answer a conflict. "Now" is this machine's clock, as for
+``delay_s``. One case remains a conflict: a retry that arrives after the
+first occurrence (created by the attempt whose answer was lost) has fired
+finds the series at its next occurrence and raises :class:`Conflict`,
+although the series is the caller's; ``get`` then shows the same schedule
+with ``occurrence`` above 1. This needs the first occurrence to fall before
+the retry (a short ``every``, a cron minute seconds away, or attempts that
+time out); where it matters, give the series an ``at`` later than the retries
+can take (each attempt up to ``timeout_s``, each wait up to 5 s).
+
+Errors mirror the API's answers (``{"error": {"code", "message", "field"?}}``):
+see :class:`ApiError` and its subclasses. Input the client can check itself
+(both or neither of ``at``/``delay_s``, a malformed or reserved task id in a
+path, a value of the wrong type, an ``every`` that is no ISO 8601 duration
+of at least 1 s, a bulk cancel naming no tasks) raises
+:class:`InvalidRequest` with ``status=None`` without asking the daemon; the
+rules of the values themselves (the tag characters, the headers' limits, a
+page size over 1000) are the daemon's, and its error names the argument.
+"""
+
+from triggerhook_client.aio import AsyncClient
+from triggerhook_client.calls import (
+    At,
+    BulkCancelled,
+    HeaderValue,
+    Health,
+    Late,
+    Scheduled,
+    TaskPage,
+    TaskRequest,
+    TaskStatus,
+    TaskSummary,
+    Timeline,
+)
+from triggerhook_client.errors import (
+    ApiError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    TooLate,
+    TriggerHookError,
+    Unauthorized,
+    Unavailable,
+)
+from triggerhook_client.rules import TaskState
+from triggerhook_client.sync import Client
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "At",
+    "BulkCancelled",
+    "Client",
+    "Conflict",
+    "HeaderValue",
+    "Health",
+    "InvalidRequest",
+    "Late",
+    "NotFound",
+    "Scheduled",
+    "TaskPage",
+    "TaskRequest",
+    "TaskState",
+    "TaskStatus",
+    "TaskSummary",
+    "Timeline",
+    "TooLate",
+    "TriggerHookError",
+    "Unauthorized",
+    "Unavailable",
+]

@@ -1,0 +1,175 @@
+"""The client distribution (client/, ``triggerhook-client``) on its own: pip
+installs it into a fresh virtualenv — no system site-packages, so the daemon
+and its drivers are not there — and that venv's Python schedules, reads and
+cancels tasks on a real daemon, with :class:`Client` and with :class:`AsyncClient`.
+
+pip builds the wheel from client/ and fetches httpx and its dependencies
+(setuptools for the build too) from the index or its cache, at the versions of
+constraints.txt: what a service that only schedules tasks does. About 10 s
+here (not marked slow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.http import ROUTED, Api, api_daemon
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "install-test-" + secrets.token_hex(8)
+FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the test
+# What the daemon's distribution brings and the client's must not.
+DAEMON_ONLY = ("triggerhook", "pymysql", "pika", "aiohttp", "uvloop", "influxdb_client", "msgspec")
+
+# Run by the fresh venv's Python: the calls of both clients, as JSON lines.
+SCENARIO = """
+import asyncio, json, sys
+from triggerhook_client import AsyncClient, Client, NotFound, TaskState
+
+url, token, prefix, far_s, routed = sys.argv[1:6]
+far_s = int(far_s)
+
+
+def shown(status):
+    return None if status is None else {
+        "id": status.id, "at_ms": status.at_ms, "routing_key": status.routing_key,
+        "payload": status.payload.decode(), "state": status.state.value,
+        "tags": list(status.tags), "is_state": status.state is TaskState.SCHEDULED,
+    }
+
+
+def report(step, value):
+    print(json.dumps({"step": step, "value": value}), flush=True)
+
+
+with Client(url, token=token) as hook:
+    done = hook.schedule(prefix + "-sync", at=far_s, routing_key=routed, payload="s", tags=["t:1"])
+    report("sync.schedule", [done.id, done.at_ms, done.created])
+    report("sync.get", shown(hook.get(prefix + "-sync")))
+    hook.cancel(prefix + "-sync")
+    report("sync.after_cancel", shown(hook.get(prefix + "-sync")))
+    try:
+        hook.cancel(prefix + "-sync")
+    except NotFound as exc:
+        report("sync.cancel_again", [exc.status, exc.code])
+    kept = hook.schedule(prefix + "-kept", at=far_s + 1, routing_key=routed, payload="k")
+    report("sync.kept", [kept.id, kept.created])
+
+
+async def main():
+    async with AsyncClient(url, token=token) as hook:
+        done = await hook.schedule(prefix + "-async", at=far_s, routing_key=routed, payload="a")
+        report("async.schedule", [done.id, done.at_ms, done.created])
+        report("async.get", shown(await hook.get(prefix + "-async")))
+        await hook.cancel(prefix + "-async")
+        report("async.after_cancel", shown(await hook.get(prefix + "-async")))
+        report("async.count", await hook.count(prefix=prefix))
+
+
+asyncio.run(main())
+"""
+
+# Run by the fresh venv's Python: where the client comes from, what else imports.
+IMPORTS = """
+import importlib, importlib.metadata as m, json, sys
+import triggerhook_client
+from pathlib import Path
+
+failed = []
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        failed.append(name)
+package = Path(triggerhook_client.__file__).parent
+print(json.dumps({
+    "file": str(package), "typed": (package / "py.typed").is_file(),
+    "requires": m.requires("triggerhook-client"), "failed": failed,
+    "installed": sorted(d.metadata["Name"].lower() for d in m.distributions()),
+}))
+"""
+
+
+def _run(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def _fresh_python(venv: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by the venv's Python in isolated mode (-I: no PYTHONPATH,
+    no user site, not the current directory), from the venv's directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return _run([str(venv / "bin" / "python"), "-I", "-c", code, *args], venv, env)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (pip only) with ``pip install client/`` done."""
+    venv = tmp_path_factory.mktemp("client") / "venv"
+    made = _run([sys.executable, "-m", "venv", str(venv)], REPO)
+    assert made.returncode == 0, made.stderr
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    installed = _run([*pip, "install", "-q", "-c", "constraints.txt", "./client"], REPO)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return venv
+
+
+@pytest.fixture(scope="module")
+def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
+    with api_daemon(mysql_url, amqp_url, api_token=TOKEN, default_routing_key=ROUTED) as served:
+        yield served
+        assert served.daemon.terminate() == 0, served.daemon.tail()
+
+
+def test_the_fresh_venv_holds_the_client_and_httpx_only(venv: Path) -> None:
+    done = _fresh_python(venv, IMPORTS, *DAEMON_ONLY, "httpx")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    # Installed into the venv (a wheel built from client/), not found in the checkout.
+    assert Path(found["file"]).is_relative_to(venv), found["file"]
+    assert found["typed"] is True
+    assert found["requires"] == ["httpx>=0.27"]
+    assert found["failed"] == list(DAEMON_ONLY)  # httpx imports; none of the daemon's
+    assert "triggerhook-client" in found["installed"]
+    assert not {"triggerhook", "aiohttp", "pika", "pymysql"} & set(found["installed"])
+
+
+def test_the_installed_client_schedules_gets_and_cancels(venv: Path, api: Api) -> None:
+    prefix = "installed-" + secrets.token_hex(4)
+    done = _fresh_python(venv, SCENARIO, api.url, TOKEN, prefix, str(FAR_S), ROUTED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = {line["step"]: line["value"] for line in map(json.loads, done.stdout.splitlines())}
+    far_ms = FAR_S * 1000
+    for kind, payload, tags in (("sync", "s", ["t:1"]), ("async", "a", [])):
+        task_id = f"{prefix}-{kind}"
+        assert steps[f"{kind}.schedule"] == [task_id, far_ms, True]
+        assert steps[f"{kind}.get"] == {
+            "id": task_id,
+            "at_ms": far_ms,
+            "routing_key": ROUTED,
+            "payload": payload,
+            "state": "scheduled",
+            "tags": tags,
+            "is_state": True,
+        }
+        assert steps[f"{kind}.after_cancel"] is None
+    assert steps["sync.cancel_again"] == [404, "not_found"]
+    assert steps["sync.kept"] == [f"{prefix}-kept", True]
+    assert steps["async.count"] == 1  # the kept task only
+    # The daemon, asked directly: the kept task is stored as sent, the others are gone.
+    with api.client() as http:
+        kept = http.get(f"/v1/tasks/{prefix}-kept")
+        assert kept.status_code == 200, kept.text
+        assert kept.json()["at"] == FAR_S + 1 and kept.json()["payload"] == "k"
+        for kind in ("sync", "async"):
+            assert http.get(f"/v1/tasks/{prefix}-{kind}").status_code == 404
