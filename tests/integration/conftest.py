@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-from support.amqp import AmqpNames
+from support.amqp import AmqpNames, EventConsumer
 from support.commands import CommandClient, Consumers, delete_queues
 from support.daemon import DaemonGroup, TaskTable
 from support.hook import HookFactory, RowReader
@@ -71,3 +71,14 @@ def client(amqp_url: str, command_queue: str) -> Iterator[CommandClient]:
     """A command client without a token (a test adds its own headers)."""
     with CommandClient(amqp_url, command_queue) as commands:
         yield commands
+
+
+@pytest.fixture
+def event_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[EventConsumer]:
+    """Keeps only ``fire.#`` events: any other routing key is unroutable."""
+    consumer = EventConsumer(amqp_url, amqp_names, binding="fire.#")
+    consumer.declare()
+    try:
+        yield consumer
+    finally:
+        consumer.close()

@@ -12,14 +12,12 @@ docs/metrics.md, the contract the engine writes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
-import pytest
 from support import grafana, influx
 from support.amqp import AmqpNames, EventConsumer
-from support.daemon import DaemonGroup, collect_ids, daemon_env, missing_ids, schedule_tasks
+from support.daemon import DaemonGroup, daemon_env, schedule_tasks
 from support.influx import Series
 from support.names import unique_name
 from support.waiting import now_ms, wait_for
@@ -288,35 +286,6 @@ def test_alert_rules_watch_overdue_publish_failures_and_silence() -> None:
 # -- every query returns data after a real run -------------------------------------------
 
 
-@pytest.fixture
-def event_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[EventConsumer]:
-    """Keeps only ``fire.#`` events: any other routing key is unroutable."""
-    consumer = EventConsumer(amqp_url, amqp_names, binding="fire.#")
-    consumer.declare()
-    try:
-        yield consumer
-    finally:
-        consumer.close()
-
-
-def _drive_the_daemon(http_url: str, consumer: EventConsumer) -> None:
-    """Tasks that fire (over the HTTP API), a 404, a cancel, a reschedule, and one
-    unroutable event that the daemon keeps retrying (returned, publish retries)."""
-    routed = [f"gr-{n}" for n in range(30)]
-    with httpx.Client(base_url=http_url, timeout=30.0) as client:
-        for n, task_id in enumerate(routed):
-            body = {"id": task_id, "delay": 0.3 + n * 0.05, "routing_key": "fire.grafana"}
-            assert client.post("/v1/tasks", json=body).status_code == 201
-        assert client.post("/v1/tasks", json={"id": "gr-far", "delay": 3600}).status_code == 201
-        assert client.patch("/v1/tasks/gr-far", json={"delay": 7200}).status_code == 200
-        assert client.delete("/v1/tasks/gr-far").status_code == 204
-        assert client.get("/v1/tasks/gr-unknown").status_code == 404
-        stuck = {"id": "gr-stuck", "delay": 0, "routing_key": "unbound.grafana"}
-        assert client.post("/v1/tasks", json=stuck).status_code == 201
-    received = collect_ids(consumer, routed, timeout_s=30)
-    assert not missing_ids(routed, received)
-
-
 def _total(influx_url: str, database: str, instance: str, measurement: str, field: str) -> float:
     statement = f'SELECT sum("{field}") FROM "{measurement}" WHERE "instance" = \'{instance}\''
     series = influx.query(influx_url, database, statement)
@@ -359,7 +328,8 @@ def test_every_panel_and_alert_query_returns_data(
     daemon = daemons.start(env, "grafana", "--init-db")
     daemon.wait_ready()
     daemon.wait_for_line("metrics: writing", 10)
-    _drive_the_daemon(f"http://127.0.0.1:{env['TRIGGERHOOK_HTTP_PORT']}", event_queue)
+    http_url = f"http://127.0.0.1:{env['TRIGGERHOOK_HTTP_PORT']}"
+    grafana.drive_the_daemon(http_url, event_queue, "grafana")
 
     def written(field: str, at_least: float, measurement: str = "triggerhook") -> bool:
         total = _total(influx_url, influx_database, instance, measurement, field)

@@ -14,14 +14,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
-import pytest
 from support import grafana
 from support.amqp import AmqpNames, EventConsumer
-from support.daemon import DaemonGroup, collect_ids, daemon_env, missing_ids
+from support.daemon import DaemonGroup, daemon_env
 from support.names import unique_name
 from support.prometheus import (
     ALL,
@@ -237,34 +235,6 @@ def test_alert_rules_are_in_grafanas_provisioning_format() -> None:
 # -- every query returns data from a real Prometheus scraping a real daemon ----------------
 
 
-@pytest.fixture
-def event_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[EventConsumer]:
-    """Keeps only ``fire.#`` events: any other routing key is unroutable."""
-    consumer = EventConsumer(amqp_url, amqp_names, binding="fire.#")
-    consumer.declare()
-    try:
-        yield consumer
-    finally:
-        consumer.close()
-
-
-def _drive_the_daemon(http_url: str, consumer: EventConsumer) -> None:
-    """Tasks that fire (over the HTTP API), a 404, a cancel, a reschedule, and one
-    unroutable event that the daemon keeps retrying (returned, publish retries)."""
-    routed = [f"pr-{n}" for n in range(30)]
-    with httpx.Client(base_url=http_url, timeout=30.0) as client:
-        for n, task_id in enumerate(routed):
-            body = {"id": task_id, "delay": 0.3 + n * 0.05, "routing_key": "fire.prom"}
-            assert client.post("/v1/tasks", json=body).status_code == 201
-        assert client.post("/v1/tasks", json={"id": "pr-far", "delay": 3600}).status_code == 201
-        assert client.patch("/v1/tasks/pr-far", json={"delay": 7200}).status_code == 200
-        assert client.delete("/v1/tasks/pr-far").status_code == 204
-        assert client.get("/v1/tasks/pr-unknown").status_code == 404
-        stuck = {"id": "pr-stuck", "delay": 0, "routing_key": "unbound.prom"}
-        assert client.post("/v1/tasks", json=stuck).status_code == 201
-    assert not missing_ids(routed, collect_ids(consumer, routed, timeout_s=30))
-
-
 def _problems(series: list[Series]) -> list[str]:
     """Why a query's answer would leave its panel (or a line of it) empty."""
     if not series:
@@ -295,7 +265,7 @@ def test_every_panel_and_alert_query_returns_data_from_prometheus(
     with PrometheusServer([target]) as prom:
         started_s = time.time()
         wait_for(prom.targets_up, 20, lambda: f"target not up\n{prom.log()}")
-        _drive_the_daemon(daemon.http_url, event_queue)
+        grafana.drive_the_daemon(daemon.http_url, event_queue, "prom")
 
         mine = f'{{triggerhook_instance="{instance}"}}'
         wait_for(lambda: prom.value(f"triggerhook_confirmed_total{mine}") >= 30, 20)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from support.amqp import AmqpNames, EventConsumer, Received, delete_topology
-from support.daemon import DaemonGroup, daemon_env
+from support.daemon import DaemonGroup, daemon_env, settings_env
 from support.hook import collect_until, header_int
 from support.http import ROUTED, Api, api_daemon
 from support.mysql import temporary_database
@@ -158,7 +158,10 @@ def test_a_daemon_killed_mid_series_skips_and_loses_no_occurrence(
             seen: list[Received] = []
             wait_for(lambda: len(gather(events, seen, task_id)) >= 2, 20, "no 2nd occurrence")
             first.kill9()
-            second = group.start(env, "second")
+            # Its successor under another name: the dead one's stays taken until
+            # its heartbeat runs out (R1), and a restart at once may be refused.
+            # It takes the shards over after the lease.
+            second = group.start({**env, **settings_env(instance_id="two")}, "second")
             second.wait_ready()
             wait_for(
                 lambda: max((n for n, _, _ in gather(events, seen, task_id)), default=0) >= 6,

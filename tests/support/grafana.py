@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
+
+from support.amqp import EventConsumer
+from support.daemon import collect_ids, missing_ids
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "grafana"
@@ -197,3 +201,23 @@ def quoted_identifiers(query: str) -> set[str]:
     """The double-quoted identifiers of an InfluxQL query (measurements, fields,
     tags, aliases)."""
     return set(re.findall(r'"([^"]+)"', query))
+
+
+def drive_the_daemon(http_url: str, consumer: EventConsumer, name: str) -> None:
+    """What a dashboard's queries need to find data: tasks that fire (over the
+    HTTP API, routing key ``fire.<name>``, for a consumer bound to ``fire.#``),
+    a 404, a cancel, a reschedule, and one unroutable event that the daemon
+    keeps retrying (returned, publish retries). Ids start with ``name``."""
+    routed = [f"{name}-{n}" for n in range(30)]
+    with httpx.Client(base_url=http_url, timeout=30.0) as client:
+        for n, task_id in enumerate(routed):
+            body = {"id": task_id, "delay": 0.3 + n * 0.05, "routing_key": f"fire.{name}"}
+            assert client.post("/v1/tasks", json=body).status_code == 201
+        far = f"{name}-far"
+        assert client.post("/v1/tasks", json={"id": far, "delay": 3600}).status_code == 201
+        assert client.patch(f"/v1/tasks/{far}", json={"delay": 7200}).status_code == 200
+        assert client.delete(f"/v1/tasks/{far}").status_code == 204
+        assert client.get(f"/v1/tasks/{name}-unknown").status_code == 404
+        stuck = {"id": f"{name}-stuck", "delay": 0, "routing_key": f"unbound.{name}"}
+        assert client.post("/v1/tasks", json=stuck).status_code == 201
+    assert not missing_ids(routed, collect_ids(consumer, routed, timeout_s=30))
