@@ -173,13 +173,32 @@ def mdwe_supported() -> bool:
 # -- compose.yaml ------------------------------------------------------------------------
 
 
+COMPOSE_ENV = REPO / "scripts" / "compose-env"
+
+
 def _filled_env_file(directory: Path) -> tuple[Path, dict[str, str]]:
-    """.env.example with a fresh secret for every empty value."""
-    values = read_env_file(ENV_EXAMPLE)
-    filled = {k: v or secrets.token_hex(12) for k, v in values.items()}
+    """.env.example with a fresh secret for every empty value, as the quick
+    start makes it (scripts/compose-env)."""
     path = directory / "filled.env"
-    path.write_text("".join(f"{k}={v}\n" for k, v in filled.items()))
+    done = run([str(COMPOSE_ENV), str(path)])
+    assert done.returncode == 0, done.stderr
+    example, filled = read_env_file(ENV_EXAMPLE), read_env_file(path)
+    assert filled.keys() == example.keys()
+    for key, value in example.items():  # set values kept; every empty one a new secret
+        assert filled[key] == value or (not value and re.fullmatch("[0-9a-f]{48}", filled[key]))
+    assert len({v for k, v in filled.items() if not example[k]}) == sum(
+        not v for v in example.values()
+    )
+    assert path.stat().st_mode & 0o777 == 0o600
     return path, filled
+
+
+def test_compose_env_never_overwrites_an_env_file(tmp_path: Path) -> None:
+    existing = tmp_path / ".env"
+    existing.write_text("MYSQL_PASSWORD=kept\n")
+    done = run([str(COMPOSE_ENV), str(existing)])
+    assert done.returncode == 1 and "exists" in done.stderr
+    assert existing.read_text() == "MYSQL_PASSWORD=kept\n"
 
 
 def test_compose_file_validates_with_secrets_and_not_without(tmp_path: Path) -> None:

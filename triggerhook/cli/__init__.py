@@ -37,7 +37,13 @@ from triggerhook.cli.backends import (
     Where,
 )
 from triggerhook.cli.config_cmd import add_config_parser, run_config
-from triggerhook.cli.flags import accept_after_commands, add_global_flags, overrides
+from triggerhook.cli.flags import (
+    accept_after_commands,
+    add_global_flags,
+    overrides,
+    positive_int,
+)
+from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.meta import Meta
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
@@ -105,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
     add_config_parser(sub)
+    add_tail_parser(sub)
     run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
     run.add_argument(
         "--init-db",
@@ -136,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     _filter_arguments(listing, state=True)
     many = listing.add_mutually_exclusive_group()
     many.add_argument(
-        "--limit", type=_positive, default=100, metavar="N", help="print at most N (default 100)"
+        "--limit", type=positive_int, default=100, metavar="N", help="print at most N (default 100)"
     )
     many.add_argument("--all", action="store_true", help="print every matching task")
     _filter_arguments(
@@ -241,13 +248,6 @@ def _filter_arguments(parser: argparse.ArgumentParser, *, state: bool) -> None:
         )
 
 
-def _positive(text: str) -> int:
-    # Digits checked (and counted) before int(): no sign, space or 5,000 digits.
-    if not (text.isascii() and text.isdecimal() and len(text) <= 18) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text[:40]!r}")
-    return int(text)
-
-
 def _due_time_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     when = parser.add_mutually_exclusive_group(required=required)
     when.add_argument("--at", help="due time: ISO-8601 (e.g. 2026-01-01T12:00:00.250Z) or epoch s")
@@ -321,6 +321,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         if args.init_db:
             init_schema(settings.database_url, settings.shard_count)
         return build_daemon(settings).run()
+    if args.command == "tail":
+        return run_tail(args, settings)
     if args.command == "status":
         with HttpBackend(args.url or _local_url(settings), settings) as remote:
             figures = remote.status()

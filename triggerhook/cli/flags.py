@@ -49,6 +49,14 @@ def _literal(text: str) -> str:
     return text.replace("%", "%%")
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    # Digits checked (and counted) before int(): no sign, space or 5,000 digits.
+    if not (text.isascii() and text.isdecimal() and len(text) <= 18) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text[:40]!r}")
+    return int(text)
+
+
 def version() -> str:
     try:
         return importlib.metadata.version("triggerhook")

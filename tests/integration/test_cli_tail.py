@@ -1,0 +1,89 @@
+"""``triggerhook tail`` against the real RabbitMQ and a real daemon: a fired
+event is printed as one JSON line; the count, the timeout and an unreachable
+broker give the documented exit codes, with no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+from support.amqp import AmqpNames
+from support.daemon import (
+    DaemonGroup,
+    base_env,
+    closed_port,
+    daemon_env,
+    run_cli,
+    settings_env,
+    triggerhook_command,
+)
+
+EXIT_OK, EXIT_FAILURE = 0, 1
+BOUND = "tailing exchange"
+
+
+def test_tail_prints_the_event_a_task_fires(
+    database_url: str, amqp_url: str, amqp_names: AmqpNames, daemons: DaemonGroup
+) -> None:
+    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "tailed")
+    daemons.start(env, "daemon", "--init-db").wait_ready()
+    command = triggerhook_command("tail", "--routing-key", "tail.*", "--count", "1")
+    tail = subprocess.Popen(
+        [*command, "--timeout-s", "60"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tail.stderr is not None
+        assert BOUND in tail.stderr.readline()  # bound: what fires from now on is seen
+        task = {
+            "id": "tail-1",
+            "delay": 0.1,
+            "routing_key": "tail.test",
+            "payload": "hello",
+            "content_type": "text/plain",
+            "headers": {"tenant": "acme"},
+        }
+        ignored = {"id": "other-1", "delay": 0, "routing_key": "other.test"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{env['TRIGGERHOOK_HTTP_PORT']}") as http:
+            assert http.post("/v1/tasks", json=ignored).status_code == 201  # not tail.*
+            assert http.post("/v1/tasks", json=task).status_code == 201
+        out, errors = tail.communicate(timeout=60)
+    finally:
+        tail.kill()
+    assert tail.returncode == EXIT_OK, errors
+    (line,) = out.splitlines()
+    event = json.loads(line)
+    assert {k: event[k] for k in ("id", "routing_key", "payload", "content_type", "headers")} == {
+        "id": "tail-1",
+        "routing_key": "tail.test",
+        "payload": "hello",
+        "content_type": "text/plain",
+        "headers": {"tenant": "acme"},
+    }
+    assert event["fired_ms"] >= event["due_ms"] and event["rev"] >= 1
+    assert "Traceback" not in errors
+
+
+def test_tail_exits_1_when_the_count_does_not_come_in_time(
+    amqp_url: str, amqp_names: AmqpNames
+) -> None:
+    env = {**base_env(), **settings_env(amqp_url=amqp_url, exchange=amqp_names.exchange)}
+    result = run_cli(["tail", "--count", "1", "--timeout-s", "1"], env)
+    assert result.returncode == EXIT_FAILURE, result.stderr
+    assert result.stdout == ""
+    assert BOUND in result.stderr and "Traceback" not in result.stderr
+
+
+def test_tail_says_when_the_broker_is_unreachable(amqp_names: AmqpNames) -> None:
+    url = f"amqp://guest:guest@127.0.0.1:{closed_port()}/%2F"
+    env = {**base_env(), **settings_env(amqp_url=url, exchange=amqp_names.exchange)}
+    result = run_cli(["tail", "--timeout-s", "5"], env)
+    assert result.returncode == EXIT_FAILURE, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("triggerhook: error: ") and "message broker" in line
+    assert result.stdout == ""
