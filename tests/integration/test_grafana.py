@@ -39,7 +39,6 @@ REQUIRED_FIELDS = {
 }  # fmt: skip
 NO_DATA_STATES = {"Alerting", "NoData", "OK", "KeepLast"}
 EXEC_ERR_STATES = {"Alerting", "Error", "OK", "KeepLast"}
-EXPRESSION_TYPES = {"math", "reduce", "threshold", "resample", "classic_conditions"}
 DURATION = re.compile(r"^(\d+[smhd])+$")
 
 # The keys Grafana's provisioning reads (apiVersion 1); any other is silently
@@ -53,13 +52,6 @@ PROVIDER_KEYS = {
     "name", "orgId", "folder", "folderUid", "type", "disableDeletion", "allowUiUpdates",
     "updateIntervalSeconds", "options",
 }  # fmt: skip
-GROUP_KEYS = {"orgId", "name", "folder", "interval", "rules"}
-RULE_KEYS = {
-    "uid", "title", "condition", "data", "dashboardUid", "panelId", "noDataState",
-    "execErrState", "for", "keepFiringFor", "annotations", "labels", "isPaused",
-    "notification_settings",
-}  # fmt: skip
-NODE_KEYS = {"refId", "queryType", "relativeTimeRange", "datasourceUid", "model"}
 
 SINCE = "5m"  # the dashboard's time range in the data test: now-5m .. now
 INTERVAL_MS = 1000  # $__interval: the data source's minimum (timeInterval 1s)
@@ -94,11 +86,6 @@ def field_references(query: str) -> tuple[str, set[str]]:
     return measurement.group(1), names - TAGS - {measurement.group(1)}
 
 
-def _only_known_keys(entry: Mapping[str, Any], known: set[str], what: str) -> None:
-    unknown = set(entry) - known
-    assert not unknown, f"{what}: keys Grafana does not read: {sorted(unknown)}"
-
-
 # -- provisioning -----------------------------------------------------------------------
 
 
@@ -106,7 +93,7 @@ def test_datasource_is_provisioned_from_environment_variables() -> None:
     config = grafana.load_yaml(grafana.DATASOURCES)
     assert config["apiVersion"] == 1
     (source,) = config["datasources"]
-    _only_known_keys(source, DATASOURCE_KEYS, "data source")
+    grafana.only_known_keys(source, DATASOURCE_KEYS, "data source")
     assert source["uid"] == DATASOURCE_UID
     assert source["type"] == "influxdb" and source["access"] == "proxy"
     assert source["url"] == "${INFLUXDB_URL}"
@@ -122,7 +109,7 @@ def test_dashboard_provider_loads_the_mounted_dashboards() -> None:
     config = grafana.load_yaml(grafana.DASHBOARD_PROVIDERS)
     assert config["apiVersion"] == 1
     (provider,) = config["providers"]
-    _only_known_keys(provider, PROVIDER_KEYS, "dashboard provider")
+    grafana.only_known_keys(provider, PROVIDER_KEYS, "dashboard provider")
     assert provider["type"] == "file" and provider["name"] and provider["folder"]
     assert provider["options"]["path"] == DASHBOARD_PATH_IN_GRAFANA
     assert grafana.DASHBOARD.parent == grafana.GRAFANA / "dashboards"
@@ -195,12 +182,12 @@ def _rules_by_uid() -> dict[str, dict[str, Any]]:
 
 def _check_node(rule_uid: str, node: Mapping[str, Any], ref_ids: set[str]) -> None:
     where = f"rule {rule_uid} node {node['refId']}"
-    _only_known_keys(node, NODE_KEYS, where)
+    grafana.only_known_keys(node, grafana.ALERT_NODE_KEYS, where)
     model = node["model"]
     assert model["refId"] == node["refId"], where
     if node["datasourceUid"] == grafana.EXPRESSION_UID:
         assert model["datasource"]["uid"] == grafana.EXPRESSION_UID, where
-        assert model["type"] in EXPRESSION_TYPES, where
+        assert model["type"] in grafana.EXPRESSION_TYPES, where
         if model["type"] == "math":
             inputs = set(re.findall(r"\$\{?(\w+)", model["expression"]))
         else:
@@ -227,11 +214,11 @@ def test_alert_rules_are_in_grafanas_provisioning_format() -> None:
     documented = documented_fields()
     uids: list[str] = []
     for group in config["groups"]:
-        _only_known_keys(group, GROUP_KEYS, "rule group")
+        grafana.only_known_keys(group, grafana.ALERT_GROUP_KEYS, "rule group")
         assert group["name"] and group["folder"] and group["orgId"] == 1
         assert DURATION.match(group["interval"]), group["interval"]
         for rule in group["rules"]:
-            _only_known_keys(rule, RULE_KEYS, f"rule {rule['uid']}")
+            grafana.only_known_keys(rule, grafana.ALERT_RULE_KEYS, f"rule {rule['uid']}")
             uids.append(rule["uid"])
             assert rule["title"] and DURATION.match(rule["for"]), rule["uid"]
             assert rule["noDataState"] in NO_DATA_STATES, rule["uid"]

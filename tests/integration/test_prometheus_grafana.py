@@ -56,14 +56,6 @@ DATASOURCE_KEYS = {
     "basicAuthUser", "withCredentials", "isDefault", "jsonData", "secureJsonData", "version",
     "editable",
 }  # fmt: skip
-GROUP_KEYS = {"orgId", "name", "folder", "interval", "rules"}
-RULE_KEYS = {
-    "uid", "title", "condition", "data", "dashboardUid", "panelId", "noDataState",
-    "execErrState", "for", "keepFiringFor", "annotations", "labels", "isPaused",
-    "notification_settings",
-}  # fmt: skip
-NODE_KEYS = {"refId", "queryType", "relativeTimeRange", "datasourceUid", "model"}
-EXPRESSION_TYPES = {"math", "reduce", "threshold", "resample", "classic_conditions"}
 DURATION = re.compile(r"^(\d+[smhd])+$")
 # Metric names in PromQL: our families, the process collectors' and the GC's.
 _FAMILY = re.compile(r"\b((?:triggerhook|process|python_gc)_\w+)")
@@ -112,11 +104,6 @@ def _documented(name: str, documented: set[str]) -> bool:
     return name in documented or name.replace("triggerhook_firing_", "") in documented
 
 
-def _only_known_keys(entry: Mapping[str, Any], known: set[str], what: str) -> None:
-    unknown = set(entry) - known
-    assert not unknown, f"{what}: keys Grafana does not read: {sorted(unknown)}"
-
-
 # -- provisioning ------------------------------------------------------------------------
 
 
@@ -124,7 +111,7 @@ def test_datasource_is_provisioned_from_the_environment() -> None:
     config = grafana.load_yaml(DATASOURCES)
     assert config["apiVersion"] == 1
     (source,) = config["datasources"]
-    _only_known_keys(source, DATASOURCE_KEYS, "data source")
+    grafana.only_known_keys(source, DATASOURCE_KEYS, "data source")
     assert source["uid"] == DATASOURCE_UID and source["type"] == "prometheus"
     assert source["access"] == "proxy" and source["url"] == "${PROMETHEUS_URL}"
     assert DURATION.match(source["jsonData"]["timeInterval"])
@@ -193,11 +180,11 @@ def test_alert_rules_are_in_grafanas_provisioning_format() -> None:
     taken_uids = {rule["uid"] for rule in grafana.rules(influx)}
     uids: list[str] = []
     for group in config["groups"]:
-        _only_known_keys(group, GROUP_KEYS, "rule group")
+        grafana.only_known_keys(group, grafana.ALERT_GROUP_KEYS, "rule group")
         assert (group["folder"], group["name"]) not in taken, "one group name per folder"
         assert group["orgId"] == 1 and DURATION.match(group["interval"])
         for rule in group["rules"]:
-            _only_known_keys(rule, RULE_KEYS, f"rule {rule['uid']}")
+            grafana.only_known_keys(rule, grafana.ALERT_RULE_KEYS, f"rule {rule['uid']}")
             uids.append(rule["uid"])
             assert rule["title"] and DURATION.match(rule["for"]), rule["uid"]
             assert rule["labels"]["service"] == "triggerhook", rule["uid"]
@@ -207,11 +194,12 @@ def test_alert_rules_are_in_grafanas_provisioning_format() -> None:
             ref_ids = {node["refId"] for node in rule["data"]}
             assert rule["condition"] in ref_ids and len(ref_ids) == len(rule["data"])
             for node in rule["data"]:
-                _only_known_keys(node, NODE_KEYS, f"rule {rule['uid']} {node['refId']}")
+                where = f"rule {rule['uid']} {node['refId']}"
+                grafana.only_known_keys(node, grafana.ALERT_NODE_KEYS, where)
                 model = node["model"]
                 assert model["refId"] == node["refId"]
                 if node["datasourceUid"] == grafana.EXPRESSION_UID:
-                    assert model["type"] in EXPRESSION_TYPES
+                    assert model["type"] in grafana.EXPRESSION_TYPES
                     continue
                 assert node["datasourceUid"] == DATASOURCE_UID and model["datasource"] == DATASOURCE
                 assert model["instant"] is True and model["expr"], rule["uid"]

@@ -203,6 +203,23 @@ def quoted_identifiers(query: str) -> set[str]:
     return set(re.findall(r'"([^"]+)"', query))
 
 
+# -- Grafana's provisioning schema (apiVersion 1), for both dashboards' tests --------------
+# Grafana silently ignores a key it does not read, so a misspelt one would go unnoticed.
+ALERT_GROUP_KEYS = {"orgId", "name", "folder", "interval", "rules"}
+ALERT_RULE_KEYS = {
+    "uid", "title", "condition", "data", "dashboardUid", "panelId", "noDataState",
+    "execErrState", "for", "keepFiringFor", "annotations", "labels", "isPaused",
+    "notification_settings",
+}  # fmt: skip
+ALERT_NODE_KEYS = {"refId", "queryType", "relativeTimeRange", "datasourceUid", "model"}
+EXPRESSION_TYPES = {"math", "reduce", "threshold", "resample", "classic_conditions"}
+
+
+def only_known_keys(entry: Mapping[str, Any], known: set[str], what: str) -> None:
+    unknown = set(entry) - known
+    assert not unknown, f"{what}: keys Grafana does not read: {sorted(unknown)}"
+
+
 def drive_the_daemon(http_url: str, consumer: EventConsumer, name: str) -> None:
     """What a dashboard's queries need to find data: tasks that fire (over the
     HTTP API, routing key ``fire.<name>``, for a consumer bound to ``fire.#``),
