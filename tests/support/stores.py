@@ -3,27 +3,31 @@
 * ``memory``: :class:`triggerhook.store.memory.MemoryStore` on this process's
   wall clock (the clock the local test database has too);
 * ``mysql``: :class:`triggerhook.store.mysql.MySQLStore` on a database with
-  the schema applied.
+  the schema applied;
+* ``sqlite``: :class:`triggerhook.store.sqlite.SQLiteStore` on a new file.
 
-Both have :data:`SHARD_COUNT` shards and resolve a NULL (empty) routing key
+Each has :data:`SHARD_COUNT` shards and resolves a NULL (empty) routing key
 to :data:`DEFAULT_ROUTING_KEY`.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from support.mysql import connect, with_driver
 from triggerhook.domain.arming import shard_of
 from triggerhook.interfaces import TaskStore
 from triggerhook.store.memory import MemoryStore
 from triggerhook.store.mysql import MySQLStore, init_schema
+from triggerhook.store.sqlite import SQLiteStore
 
 DEFAULT_ROUTING_KEY = "default.rk"
 # "mysql" speaks the default driver (mysqlclient; tests/conftest.py's URL says
 # mysql://), "mysql-pymysql" the portable one, which must keep working.
-STORES = ["memory", "mysql", "mysql-pymysql"]
+STORES = ["memory", "mysql", "mysql-pymysql", "sqlite"]
 # Few, so that tests can find ids of one shard and lease every shard cheaply.
 SHARD_COUNT = 4
 
@@ -78,3 +82,19 @@ def pymysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backen
     """:func:`mysql_backend` through PyMySQL (``mysql+pymysql://``)."""
     made = mysql_backend(with_driver(database_url, "pymysql"), shard_count)
     return replace(made, name="mysql-pymysql")
+
+
+def sqlite_backend(path: Path, shard_count: int = SHARD_COUNT) -> Backend:
+    """An SQLite store on a new file ``path`` (its directory exists; the
+    store creates the file with the schema)."""
+    store = SQLiteStore(str(path), DEFAULT_ROUTING_KEY, shard_count)
+
+    def null_routing_key(task_id: str) -> None:
+        conn = sqlite3.connect(path)
+        try:
+            with conn:  # commits
+                conn.execute("UPDATE th_tasks SET routing_key = NULL WHERE id = ?", (task_id,))
+        finally:
+            conn.close()
+
+    return Backend("sqlite", store, null_routing_key)

@@ -1,1 +1,3 @@
-"""MySQL/MariaDB adapter: the only package that imports the database driver."""
+"""The task stores (:class:`triggerhook.interfaces.TaskStore`): MySQL/MariaDB
+(``mysql.py``; only ``drivers.py`` imports its drivers), embedded SQLite for
+``triggerhook dev`` (``sqlite.py``) and in memory for tests (``memory.py``)."""
