@@ -72,12 +72,13 @@ _DETAIL_LOG_EVERY_S = 60.0
 
 # Readiness reasons name the dependency and the kind of failure only: the raw
 # error (host names, ports, server messages) goes to the log, not to /readyz.
+# ``{store}``: the store's name (``mysql``; ``sqlite`` in dev mode).
 _STORE_REASONS: tuple[tuple[type[Exception], str], ...] = (
-    (StoreUnavailable, "mysql: unreachable"),
-    (SchemaError, "mysql: schema missing or not current (`triggerhook db status` says which)"),
-    (StoreError, "mysql: query failed"),
+    (StoreUnavailable, "{store}: unreachable"),
+    (SchemaError, "{store}: schema missing or not current (`triggerhook db status` says which)"),
+    (StoreError, "{store}: query failed"),
 )
-_STORE_REASON_OTHER = "mysql: check failed"
+_STORE_REASON_OTHER = "{store}: check failed"
 
 
 def _left(deadline_s: float) -> float:
@@ -110,11 +111,11 @@ class Watchdog:
             log.error("engine unresponsive: systemd watchdog not pinged")
 
 
-def _store_reason(exc: Exception) -> str:
+def _store_reason(exc: Exception, store: str) -> str:
     for kind, reason in _STORE_REASONS:
         if isinstance(exc, kind):
-            return reason
-    return _STORE_REASON_OTHER
+            return reason.format(store=store)
+    return _STORE_REASON_OTHER.format(store=store)
 
 
 class Service:
@@ -126,11 +127,17 @@ class Service:
     """
 
     def __init__(
-        self, hook: TriggerHook, shutdown_timeout_s: float, processes: ApiProcesses | None = None
+        self,
+        hook: TriggerHook,
+        shutdown_timeout_s: float,
+        processes: ApiProcesses | None = None,
+        store_name: str = "mysql",
     ) -> None:
         """``processes``: the API processes to start and supervise (None: the
-        interfaces, if any, are :meth:`attach`-ed to this process)."""
+        interfaces, if any, are :meth:`attach`-ed to this process);
+        ``store_name``: the database's name in readiness reasons."""
         self.hook = hook
+        self._store_name = store_name
         self.processes = processes
         self._shutdown_timeout_s = shutdown_timeout_s
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="th-pool")
@@ -201,7 +208,7 @@ class Service:
         try:
             self.hook.check_store()
         except Exception as exc:  # a probe answers, whatever the store raised
-            reason = _store_reason(exc)
+            reason = _store_reason(exc, self._store_name)
             detail = redact(str(exc) or type(exc).__name__)
             self._details.warning(reason, "readiness: %s: %s", reason, detail)
             reasons.append(reason)

@@ -6,15 +6,17 @@ publisher, system clock, InfluxDB sink when ``metrics_url`` is set) around the
 engine and the façade; :func:`assemble` does the same around whatever store,
 clock and publisher it is given (unit tests pass the memory store and fakes).
 :func:`build_daemon` adds the daemon's interfaces (HTTP API, AMQP commands) and
-the :class:`~triggerhook.service.Service` that runs them all.
+the :class:`~triggerhook.service.Service` that runs them all; :func:`build_dev`
+the same for ``triggerhook dev``, over SQLite and the local publisher.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from triggerhook.amqp.connection import AmqpParameters, amqp_parameters
@@ -28,6 +30,8 @@ from triggerhook.engine.engine import Engine, EngineConfig, PublisherFactory
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.errors import ConfigError
 from triggerhook.interfaces import Clock, ConfirmSink, MetricsSink, RetryHandler, TaskStore
+from triggerhook.local.publisher import LocalConfig, LocalPublisher
+from triggerhook.local.sinks import EventSink, StdoutSink, WebhookSink
 from triggerhook.logs import redact
 from triggerhook.metrics.collector import Collector
 from triggerhook.metrics.influx import InfluxV1Sink, InfluxV2Sink, check_url
@@ -73,6 +77,35 @@ def build_daemon(settings: Settings) -> Service:
     return service
 
 
+@dataclass(frozen=True, slots=True)
+class DevOptions:
+    """``triggerhook dev``'s own options (docs/dev.md): the SQLite file
+    (``:memory:``: none), and where events go."""
+
+    db_path: str
+    webhook_url: str = ""  # empty: no webhook
+    webhook_timeout_s: float = 10.0
+    stdout: bool = True
+
+
+def build_dev(settings: Settings, dev: DevOptions) -> Service:
+    """``triggerhook dev``: one instance over an SQLite file, its events to
+    stdout and/or a webhook, the HTTP API (and web view); no broker, so no
+    AMQP commands, and no API processes or InfluxDB either."""
+    from triggerhook.service import Service  # noqa: PLC0415
+    from triggerhook.store.sqlite import SQLiteStore  # noqa: PLC0415
+
+    settings = replace(settings, commands_enabled=False, api_processes=0, metrics_url="")
+    store = SQLiteStore(dev.db_path, settings.default_routing_key, settings.shard_count)
+    clock, sync = _database_clock(settings, store)
+    publisher = local_publisher_factory(settings, dev, clock)
+    database = f"SQLite at {dev.db_path} through {store.driver}"
+    hook = assemble(settings, store, clock, publisher, None, sync, database)
+    service = Service(hook, settings.shutdown_timeout_s, store_name="sqlite")
+    _attach_interfaces(service, settings, None)
+    return service
+
+
 def build_api_process(settings: Settings, link: EngineLink) -> ApiService:
     """An API process of ``triggerhook run``: the interfaces over an engine
     that only writes, with the firing process's ``settings`` (sent over ``link``)."""
@@ -89,7 +122,7 @@ def build_api_process(settings: Settings, link: EngineLink) -> ApiService:
 def _attach_interfaces(
     service: Service,
     settings: Settings,
-    params: AmqpParameters,
+    params: AmqpParameters | None,
     figures: Callable[[], Figures] | None = None,
     reuse_port: bool = False,
 ) -> None:
@@ -98,7 +131,7 @@ def _attach_interfaces(
 
     hook = service.hook
     commands = None
-    if settings.commands_enabled:
+    if settings.commands_enabled and params is not None:  # None: no broker (dev)
         commands = CommandConsumer(hook, command_config(settings), params, service.fail)
     http = None
     if settings.http_enabled:
@@ -149,13 +182,18 @@ def _build(
         pool_recycle_s=settings.database_pool_recycle_s,
         pool_ping_idle_s=settings.database_pool_ping_idle_s,
     )
-    clock = DatabaseClock(
-        store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
-    )
-    sync = ClockSync(clock, settings.clock_sync_interval_ms)
+    clock, sync = _database_clock(settings, store)
     publisher = publisher_factory(settings, params, clock)
     database = f"{redact(settings.database_url)} through {store.driver}"
     return assemble(settings, store, clock, publisher, sink, sync, database, wake_armer=wake_armer)
+
+
+def _database_clock(settings: Settings, store: TaskStore) -> tuple[DatabaseClock, ClockSync]:
+    """The clock the engine fires by (the store's), and the thread keeping it current."""
+    clock = DatabaseClock(
+        store.database_time_us, settings.clock_uncertainty_max_ms, settings.clock_drift_ppm
+    )
+    return clock, ClockSync(clock, settings.clock_sync_interval_ms)
 
 
 def assemble(
@@ -233,9 +271,7 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 def publisher_factory(settings: Settings, params: AmqpParameters, clock: Clock) -> PublisherFactory:
     """The AMQP publisher, built when the engine asks (it hands over its stages)."""
-    policy = DeliveryPolicy(
-        settings.publish_max_attempts, settings.publish_max_age_ms, settings.publish_retry_max_ms
-    )
+    policy = delivery_policy(settings)
 
     def publisher(
         buffer: SendBuffer, confirms: ConfirmSink, retry: RetryHandler, on_failure: FailureHandler
@@ -256,6 +292,33 @@ def publisher_factory(settings: Settings, params: AmqpParameters, clock: Clock) 
         )
 
     return publisher
+
+
+def local_publisher_factory(settings: Settings, dev: DevOptions, clock: Clock) -> PublisherFactory:
+    """``triggerhook dev``'s publisher: each event to the webhook, then stdout
+    (so that a line on stdout is an event delivered everywhere)."""
+    config = LocalConfig(
+        delivery_policy(settings), settings.dead_letter_routing_key, settings.default_late_policy()
+    )
+
+    def publisher(
+        buffer: SendBuffer, confirms: ConfirmSink, retry: RetryHandler, on_failure: FailureHandler
+    ) -> LocalPublisher:
+        sinks: list[EventSink] = []
+        if dev.webhook_url:
+            sinks.append(WebhookSink(dev.webhook_url, dev.webhook_timeout_s))
+        if dev.stdout:
+            sinks.append(StdoutSink(sys.stdout))
+        return LocalPublisher(buffer, confirms, retry, on_failure, sinks, config, clock)
+
+    return publisher
+
+
+def delivery_policy(settings: Settings) -> DeliveryPolicy:
+    """What becomes of an event not delivered (every publisher's)."""
+    return DeliveryPolicy(
+        settings.publish_max_attempts, settings.publish_max_age_ms, settings.publish_retry_max_ms
+    )
 
 
 def sink_from_settings(settings: Settings) -> MetricsSink | None:

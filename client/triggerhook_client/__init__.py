@@ -9,7 +9,7 @@ service that schedules tasks installs neither the daemon nor its drivers.
     with Client("http://127.0.0.1:8080", token="s3cret") as hook:
         hook.schedule(
             "invoice-42",
-            delay_s=30,
+            delay_ms=30_000,
             routing_key="billing.charge",
             payload=b"{}",
             tags=["tenant:7", "invoices"],
@@ -17,15 +17,23 @@ service that schedules tasks installs neither the daemon nor its drivers.
             headers={"tenant": "7", "attempt": 1},
             late={"skip_after_ms": 60_000},  # over a minute late: dead-letter it instead
         )
-        hook.reschedule("invoice-42", at="2026-12-01T09:00:00Z")
+        hook.reschedule("invoice-42", at="2026-12-01T09:00:00Z")  # or at_ms=1796115600000
         hook.get("invoice-42")  # TaskStatus(..., tags=("invoices", "tenant:7"), ...) or None
         for task in hook.list(tag="tenant:7", due_before="2027-01-01T00:00:00Z"):
-            print(task.id, task.at_ms, task.state)
+            print(task.id, task.due_ms, task.state)
         hook.count(tag="tenant:7")  # 1
         hook.cancel("invoice-42")  # raises NotFound / TooLate
         hook.cancel_where(tag="tenant:7")  # BulkCancelled(cancelled=..., too_late=...)
         hook.schedule("digest-7", cron="0 9 * * 1-5", timezone="Europe/Berlin")  # a series
         hook.get("digest-7")  # TaskStatus(..., cron="0 9 * * 1-5", occurrence=1, ...)
+
+Units: an instant is epoch milliseconds in an argument or field named
+``*_ms`` (``at_ms``, ``until_ms``, ``due_ms``, ``{"deadline_ms": N}``) or a
+datetime or RFC 3339 text in one without a suffix (``at``, ``until``,
+``due_after``); a datetime or text without an offset is UTC, not local time.
+A duration is milliseconds (``delay_ms``). Deprecated, still taken with a
+:class:`DeprecationWarning`: ``delay_s`` (seconds), a number where an instant
+is due (epoch seconds), and the results' ``at_ms`` (now ``due_ms``).
 
 Both keep connections alive between calls (one httpx connection pool per
 client object: ``httpx.Client`` and ``httpx.AsyncClient``; share the object,
@@ -34,8 +42,8 @@ answer with the same code (:mod:`triggerhook_client.calls`, no I/O there):
 they differ only in how they send and wait.
 
 Retries. Every write is made safe to send twice before the first attempt:
-``delay_s`` becomes an absolute ``at`` (epoch seconds, rounded *up* to the
-millisecond) and a missing task id becomes a new UUIDv4, both on the client,
+a delay becomes an absolute ``at_ms`` (rounded *up* to the millisecond) and
+a missing task id becomes a new UUIDv4, both on the client,
 so a retry carries byte-identical content and the daemon answers it as a safe
 repeat (``created=False``) rather than a conflict. A call is retried only
 after a transient failure: no connection, a timeout, a dropped connection, or
@@ -49,14 +57,14 @@ the lost attempt cancelled, and ``cancel_where`` counts only what the last
 attempt cancelled. Reads (``get``, ``list``, ``count``, ``timeline``) change
 nothing and are retried the same way.
 
-A series (``every`` or ``cron``) given neither ``at`` nor ``delay_s`` is sent
-with an ``at`` as well: the instant the daemon would choose for it on
+A series (``every`` or ``cron``) given no due time is sent with an
+``at_ms`` as well: the instant the daemon would choose for it on
 arrival — one ``every`` from now (rounded up to the millisecond), or for
 ``cron`` now itself, which the daemon moves to the first matching minute at
 or after it, exactly as it does for an untimed series. A retry then names the
 same first occurrence, where an untimed retry would make the daemon choose a
 later one and answer a conflict. "Now" is this machine's clock, as for
-``delay_s``. One case remains a conflict: a retry that arrives after the
+``delay_ms``. One case remains a conflict: a retry that arrives after the
 first occurrence (created by the attempt whose answer was lost) has fired
 finds the series at its next occurrence and raises :class:`Conflict`,
 although the series is the caller's; ``get`` then shows the same schedule
@@ -67,7 +75,7 @@ can take (each attempt up to ``timeout_s``, each wait up to 5 s).
 
 Errors mirror the API's answers (``{"error": {"code", "message", "field"?}}``):
 see :class:`ApiError` and its subclasses. Input the client can check itself
-(both or neither of ``at``/``delay_s``, a malformed or reserved task id in a
+(two due times or none, a malformed or reserved task id in a
 path, a value of the wrong type, an ``every`` that is no ISO 8601 duration
 of at least 1 s, a bulk cancel naming no tasks) raises
 :class:`InvalidRequest` with ``status=None`` without asking the daemon; the
@@ -76,7 +84,17 @@ page size over 1000) are the daemon's, and its error names the argument.
 """
 
 from triggerhook_client.aio import AsyncClient
-from triggerhook_client.calls import (
+from triggerhook_client.errors import (
+    ApiError,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    TooLate,
+    TriggerHookError,
+    Unauthorized,
+    Unavailable,
+)
+from triggerhook_client.results import (
     At,
     BulkCancelled,
     HeaderValue,
@@ -88,16 +106,6 @@ from triggerhook_client.calls import (
     TaskStatus,
     TaskSummary,
     Timeline,
-)
-from triggerhook_client.errors import (
-    ApiError,
-    Conflict,
-    InvalidRequest,
-    NotFound,
-    TooLate,
-    TriggerHookError,
-    Unauthorized,
-    Unavailable,
 )
 from triggerhook_client.rules import TaskState
 from triggerhook_client.sync import Client

@@ -98,7 +98,8 @@ class AsyncClient(BaseClient):
         id: str | None = None,
         *,
         at: At | None = None,
-        delay_s: float | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
         tags: Iterable[str] | None = None,
@@ -110,6 +111,8 @@ class AsyncClient(BaseClient):
         cron: str | None = None,
         timezone: str | None = None,
         until: At | None = None,
+        until_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled:
         """See :meth:`Client.schedule`."""
         request = TaskRequest(
@@ -118,6 +121,8 @@ class AsyncClient(BaseClient):
             delay_s,
             routing_key,
             payload,
+            at_ms=at_ms,
+            delay_ms=delay_ms,
             tags=tags,
             content_type=content_type,
             content_encoding=content_encoding,
@@ -127,6 +132,7 @@ class AsyncClient(BaseClient):
             cron=cron,
             timezone=timezone,
             until=until,
+            until_ms=until_ms,
         )
         return await self._run(self._schedule_call(request))
 
@@ -137,10 +143,16 @@ class AsyncClient(BaseClient):
         return await self._run(self._schedule_many_call(tasks))
 
     async def reschedule(
-        self, id: str, *, at: At | None = None, delay_s: float | None = None
+        self,
+        id: str,
+        *,
+        at: At | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled:
         """See :meth:`Client.reschedule`."""
-        return await self._run(self._reschedule_call(id, at, delay_s))
+        return await self._run(self._reschedule_call(id, at, at_ms, delay_ms, delay_s))
 
     async def cancel(self, id: str) -> None:
         """See :meth:`Client.cancel`."""

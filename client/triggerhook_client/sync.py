@@ -88,7 +88,8 @@ class Client(BaseClient):
         id: str | None = None,
         *,
         at: At | None = None,
-        delay_s: float | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
         tags: Iterable[str] | None = None,
@@ -100,9 +101,18 @@ class Client(BaseClient):
         cron: str | None = None,
         timezone: str | None = None,
         until: At | None = None,
+        until_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled:
-        """Store one task, due ``at`` or after ``delay_s`` seconds (exactly one),
-        or a series of them.
+        """Store one task, due ``at``, ``at_ms`` or after ``delay_ms``
+        (exactly one), or a series of them.
+
+        ``at``: a datetime or RFC 3339 text (``"2026-12-01T09:00:00Z"``); either
+        without an offset is UTC, not local time. ``at_ms``: epoch
+        milliseconds; ``delay_ms``: milliseconds from now, made absolute
+        before the first attempt (see the module docstring). Deprecated, still
+        taken with a :class:`DeprecationWarning`: ``delay_s`` (seconds) and a
+        number as ``at`` or ``until`` (epoch seconds).
 
         ``payload``: bytes, or text (sent as UTF-8). ``tags`` (at most 8) find
         it again (:meth:`list`, :meth:`count`, :meth:`cancel_where`);
@@ -110,15 +120,15 @@ class Client(BaseClient):
         starting with ``x-``) go out with its event; ``late``: what to do if
         it is found late when published — ``"fire"`` anyway,
         ``{"skip_after_ms": N}`` (dead-letter it if more than N ms late) or
-        ``{"deadline": at}`` (dead-letter it after that time); None: the
-        daemon's ``late_policy``.
+        ``{"deadline_ms": N}`` / ``{"deadline": time}`` (dead-letter it after
+        that time, given as ``at_ms`` / ``at``); None: the daemon's ``late_policy``.
 
         A series fires again and again with this id: ``every`` an ISO 8601
         duration (``PT15M``, ``P1D``: elapsed time, at least ``PT1S``) or
         ``cron`` 5 fields (``"0 9 * * 1-5"``) in ``timezone`` (IANA, default
-        UTC), until ``until`` (inclusive, a time like ``at``). ``at`` or
-        ``delay_s`` give its first occurrence (for cron: the first matching
-        minute at or after it); without either it is one ``every`` from now,
+        UTC), until ``until`` (inclusive, a time like ``at``) or ``until_ms``.
+        The due time gives its first occurrence (for cron: the first matching
+        minute at or after it); without one it is one ``every`` from now,
         or the next matching minute — fixed by the client before the first
         attempt, see the module docstring.
 
@@ -134,6 +144,8 @@ class Client(BaseClient):
             delay_s,
             routing_key,
             payload,
+            at_ms=at_ms,
+            delay_ms=delay_ms,
             tags=tags,
             content_type=content_type,
             content_encoding=content_encoding,
@@ -143,6 +155,7 @@ class Client(BaseClient):
             cron=cron,
             timezone=timezone,
             until=until,
+            until_ms=until_ms,
         )
         return self._run(self._schedule_call(request))
 
@@ -155,12 +168,19 @@ class Client(BaseClient):
         return self._run(self._schedule_many_call(tasks))
 
     def reschedule(
-        self, id: str, *, at: At | None = None, delay_s: float | None = None
+        self,
+        id: str,
+        *,
+        at: At | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled:
         """Move a task not yet firing to a new due time (exactly one of ``at``,
-        ``delay_s``): it then fires at that time only. Raises :class:`NotFound`,
-        :class:`TooLate` (being published at its old time)."""
-        return self._run(self._reschedule_call(id, at, delay_s))
+        ``at_ms`` and ``delay_ms``, as :meth:`schedule` takes them; ``delay_s``
+        is deprecated): it then fires at that time only. Raises
+        :class:`NotFound`, :class:`TooLate` (being published at its old time)."""
+        return self._run(self._reschedule_call(id, at, at_ms, delay_ms, delay_s))
 
     def cancel(self, id: str) -> None:
         """Cancel a task: when this returns, it will never fire. Raises
@@ -187,7 +207,8 @@ class Client(BaseClient):
         id), fetched ``page_size`` (1-1000) at a time as the iteration goes.
 
         ``prefix``: of the id; ``due_after`` inclusive, ``due_before``
-        exclusive (as ``at``: a datetime, epoch seconds or RFC 3339);
+        exclusive (as ``at``: a datetime or RFC 3339 text, without an offset
+        UTC; epoch seconds, deprecated);
         ``state``: ``scheduled`` or ``firing``. Pages follow each other by
         key, not by offset: a task is never seen twice, and tasks created or
         moved behind the walk meanwhile are not seen. Arguments are checked

@@ -34,7 +34,7 @@ PATHS = command_paths(_parser())
 
 def test_the_walk_finds_nested_commands() -> None:
     expected = {("db", "init"), ("config", "show"), ("config", "check"), ("config", "defaults")}
-    assert expected | {(), ("run",), ("schedule",), ("api-process",)} <= set(PATHS)
+    assert expected | {(), ("run",), ("dev",), ("schedule",), ("api-process",)} <= set(PATHS)
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "top-level")

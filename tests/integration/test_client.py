@@ -55,6 +55,7 @@ from triggerhook.domain.task import TaskState
 
 TOKEN = "client-test-" + secrets.token_hex(8)
 FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the tests
+FAR_MS = FAR_S * 1000
 DEAD = "fire.dead"  # the daemon's dead_letter_routing_key: the test consumer gets them
 
 
@@ -96,7 +97,8 @@ class Hook(Protocol):
         id: str | None = None,
         *,
         at: AtType | None = None,
-        delay_s: float | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
         tags: Iterable[str] | None = None,
@@ -108,6 +110,8 @@ class Hook(Protocol):
         cron: str | None = None,
         timezone: str | None = None,
         until: AtType | None = None,
+        until_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled: ...
 
     def list(
@@ -171,7 +175,13 @@ class Hook(Protocol):
     def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]: ...
 
     def reschedule(
-        self, id: str, *, at: AtType | None = None, delay_s: float | None = None
+        self,
+        id: str,
+        *,
+        at: AtType | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled: ...
 
     def cancel(self, id: str) -> None: ...
@@ -195,7 +205,8 @@ class Blocking:
         id: str | None = None,
         *,
         at: AtType | None = None,
-        delay_s: float | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
         routing_key: str | None = None,
         payload: str | bytes | None = None,
         tags: Iterable[str] | None = None,
@@ -207,10 +218,14 @@ class Blocking:
         cron: str | None = None,
         timezone: str | None = None,
         until: AtType | None = None,
+        until_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled:
         coro = self.client.schedule(
             id,
             at=at,
+            at_ms=at_ms,
+            delay_ms=delay_ms,
             delay_s=delay_s,
             routing_key=routing_key,
             payload=payload,
@@ -223,6 +238,7 @@ class Blocking:
             cron=cron,
             timezone=timezone,
             until=until,
+            until_ms=until_ms,
         )
         return self._run(coro)
 
@@ -251,9 +267,16 @@ class Blocking:
         return self._run(self.client.schedule_many(tasks))
 
     def reschedule(
-        self, id: str, *, at: AtType | None = None, delay_s: float | None = None
+        self,
+        id: str,
+        *,
+        at: AtType | None = None,
+        at_ms: int | None = None,
+        delay_ms: int | None = None,
+        delay_s: float | None = None,
     ) -> Scheduled:
-        return self._run(self.client.reschedule(id, at=at, delay_s=delay_s))
+        coro = self.client.reschedule(id, at=at, at_ms=at_ms, delay_ms=delay_ms, delay_s=delay_s)
+        return self._run(coro)
 
     def cancel(self, id: str) -> None:
         self._run(self.client.cancel(id))
@@ -376,22 +399,20 @@ def test_scheduled_tasks_fire_with_their_payloads_and_due_times(api: Api, hook: 
     text_id, bytes_id, dt_id, rfc_id = uid("text"), uid("bytes"), uid("dt"), uid("rfc")
     raw = b"\x00\xffbinary"
 
-    by_delay = hook.schedule(text_id, delay_s=0.3, payload="héllo")
+    by_delay = hook.schedule(text_id, delay_ms=300, payload="héllo")
     assert by_delay.created and by_delay.id == text_id
-    assert start + 300 <= by_delay.at_ms <= now_ms() + 300 + 1
-    by_epoch = hook.schedule(
-        bytes_id, at=(start + 400) / 1000, routing_key="fire.custom", payload=raw
-    )
+    assert start + 300 <= by_delay.due_ms <= now_ms() + 300 + 1
+    by_epoch = hook.schedule(bytes_id, at_ms=start + 400, routing_key="fire.custom", payload=raw)
     assert by_epoch == Scheduled(bytes_id, start + 400, True)
     naive = datetime.fromtimestamp((start + 450) / 1000, UTC).replace(tzinfo=None)
-    assert hook.schedule(dt_id, at=naive).at_ms == start + 450  # naive = UTC
+    assert hook.schedule(dt_id, at=naive).due_ms == start + 450  # naive = UTC
     rfc = datetime.fromtimestamp((start + 500) / 1000, UTC).isoformat()
-    assert hook.schedule(rfc_id, at=rfc).at_ms == start + 500
+    assert hook.schedule(rfc_id, at=rfc).due_ms == start + 500
 
     events = {e.message_id: e for e in collect_until(api.events, rfc_id, timeout_s=15)}
     assert events[text_id].body == "héllo".encode()
     assert events[text_id].routing_key == ROUTED
-    assert header_int(events[text_id], "x-due-ms") == by_delay.at_ms
+    assert header_int(events[text_id], "x-due-ms") == by_delay.due_ms
     assert events[bytes_id].body == raw
     assert events[bytes_id].routing_key == "fire.custom"
     assert header_int(events[bytes_id], "x-due-ms") == start + 400
@@ -403,39 +424,70 @@ def test_scheduled_tasks_fire_with_their_payloads_and_due_times(api: Api, hook: 
 
 def test_schedule_repeats_safely_and_conflicts_on_other_content(hook: Hook) -> None:
     task_id = uid("same")
-    first = hook.schedule(task_id, at=FAR_S + 0.25, payload="a")
+    first = hook.schedule(task_id, at_ms=FAR_MS + 250, payload="a")
     assert first == Scheduled(task_id, FAR_S * 1000 + 250, True)
-    assert hook.schedule(task_id, at=FAR_S + 0.25, payload="a") == Scheduled(
+    assert hook.schedule(task_id, at_ms=FAR_MS + 250, payload="a") == Scheduled(
         task_id, FAR_S * 1000 + 250, False
     )
     with pytest.raises(Conflict) as caught:
-        hook.schedule(task_id, at=FAR_S + 0.25, payload="b")
+        hook.schedule(task_id, at_ms=FAR_MS + 250, payload="b")
     assert (caught.value.status, caught.value.code, caught.value.field) == (409, "conflict", "id")
     assert task_id in str(caught.value)
 
 
 def test_schedule_without_id_gets_a_new_one_and_sub_ms_rounds_up(hook: Hook) -> None:
-    first = hook.schedule(at=FAR_S + 0.0001)
-    second = hook.schedule(at=FAR_S + 0.0001)
+    first = hook.schedule(at="2096-10-02T07:06:40.0001Z")
+    second = hook.schedule(at="2096-10-02T07:06:40.0001Z")
     assert first.id != second.id and len(first.id) == 36
-    assert first.at_ms == FAR_S * 1000 + 1
+    assert first.due_ms == FAR_S * 1000 + 1
+
+
+def test_the_deprecated_spellings_still_work(hook: Hook) -> None:
+    """delay_s (seconds), a number as at (epoch seconds) and the results'
+    at_ms: each warned of, each meaning what it did."""
+    with pytest.warns(DeprecationWarning, match="at as a number"):
+        made = hook.schedule(uid("secs"), at=FAR_S + 0.0001)  # sub-ms: rounded up
+    assert made.due_ms == FAR_S * 1000 + 1
+    with pytest.warns(DeprecationWarning, match="Scheduled.at_ms is deprecated"):
+        assert made.at_ms == made.due_ms
+    before = now_ms()
+    with pytest.warns(DeprecationWarning, match="delay_s is deprecated"):
+        delayed = hook.schedule(uid("delay-s"), delay_s=600.0005)
+    assert before + 600_001 <= delayed.due_ms <= now_ms() + 600_001
+    status = hook.get(delayed.id)
+    assert status is not None
+    with pytest.warns(DeprecationWarning, match="TaskStatus.at_ms is deprecated"):
+        assert status.at_ms == delayed.due_ms
+    with pytest.warns(DeprecationWarning, match="until as a number"):
+        series = hook.schedule(uid("until-s"), every="PT1H", until=FAR_S)
+    shown = hook.get(series.id)
+    assert shown is not None and shown.until_ms == FAR_MS
 
 
 @pytest.mark.parametrize(
     ("kwargs", "status", "field"),
     [
-        ({"at": FAR_S, "routing_key": "bad key"}, 422, "routing_key"),
-        ({"at": FAR_S, "payload": "x" * 1025}, 422, "payload"),
-        ({"at": FAR_S, "payload": b"x" * 1025}, 422, "payload"),
-        ({"at": FAR_S, "id": "bad id!"}, 422, "id"),
+        ({"at_ms": FAR_MS, "routing_key": "bad key"}, 422, "routing_key"),
+        ({"at_ms": FAR_MS, "payload": "x" * 1025}, 422, "payload"),
+        ({"at_ms": FAR_MS, "payload": b"x" * 1025}, 422, "payload"),
+        ({"at_ms": FAR_MS, "id": "bad id!"}, 422, "id"),
         ({"at": "yesterday"}, 422, "at"),
-        ({"at": 253_402_300_800}, 422, "at"),  # year 10000
-        ({"delay_s": 1e15}, None, "delay_s"),  # past 9999: refused by the client
-        ({"delay_s": -1}, None, "delay_s"),
-        ({"at": FAR_S, "delay_s": 5}, None, "at"),
+        ({"at": "10000-01-01T00:00:00Z"}, 422, "at"),
+        ({"at_ms": 253_402_300_800_000}, 422, "at_ms"),  # year 10000
+        ({"at_ms": 1.5}, None, "at_ms"),
+        ({"delay_ms": 10**18}, None, "delay_ms"),  # past 9999: refused by the client
+        ({"delay_ms": -1}, None, "delay_ms"),
+        ({"at_ms": FAR_MS, "delay_ms": 5}, None, "at_ms"),
+        ({"at": "2096-10-02T07:06:40Z", "at_ms": FAR_MS}, None, "at"),
         ({}, None, "at"),
+        # Deprecated spellings: a number as at (converted to at_ms by the client), delay_s.
+        ({"at": 253_402_300_800}, None, "at"),  # year 10000
+        ({"delay_s": 1e15}, None, "delay_s"),
+        ({"delay_s": -1}, None, "delay_s"),
+        ({"at_ms": FAR_MS, "delay_s": 5}, None, "at_ms"),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_invalid_schedules_raise_invalid_request_naming_the_field(
     hook: Hook, table: TaskTable, kwargs: dict[str, Any], status: int | None, field: str
 ) -> None:
@@ -452,15 +504,15 @@ def test_invalid_schedules_raise_invalid_request_naming_the_field(
 
 def test_schedule_many_stores_all_in_order(hook: Hook) -> None:
     prefix = uid("many")
-    tasks = [TaskRequest(f"{prefix}-{n}", at=FAR_S + n) for n in range(5)]
-    tasks.append(TaskRequest(delay_s=3600, payload=b"\x01"))
+    tasks = [TaskRequest(f"{prefix}-{n}", at_ms=(FAR_S + n) * 1000) for n in range(5)]
+    tasks.append(TaskRequest(delay_ms=3_600_000, payload=b"\x01"))
     ids = hook.schedule_many(tasks)
     assert ids[:5] == [f"{prefix}-{n}" for n in range(5)]
     assert len(ids) == 6 and ids[5] not in ids[:5]
     status = hook.get(f"{prefix}-3")
     assert status == TaskStatus(f"{prefix}-3", (FAR_S + 3) * 1000, ROUTED, TaskState.SCHEDULED)
     delayed = hook.get(ids[5])
-    assert delayed is not None and abs(delayed.at_ms - (now_ms() + 3_600_000)) < 60_000
+    assert delayed is not None and abs(delayed.due_ms - (now_ms() + 3_600_000)) < 60_000
     assert hook.schedule_many(tasks[:5]) == ids[:5]  # the same batch again: a safe repeat
     assert hook.schedule_many([]) == []
 
@@ -469,20 +521,20 @@ def test_schedule_many_names_the_task_of_an_error_and_writes_nothing(
     hook: Hook, table: TaskTable
 ) -> None:
     prefix = uid("bad")
-    hook.schedule(f"{prefix}-x", at=FAR_S)
+    hook.schedule(f"{prefix}-x", at_ms=FAR_MS)
     before = table.count()
-    good = [TaskRequest(f"{prefix}-{n}", at=FAR_S) for n in range(3)]
+    good = [TaskRequest(f"{prefix}-{n}", at_ms=FAR_MS) for n in range(3)]
     with pytest.raises(Conflict) as conflict:
-        hook.schedule_many([*good, TaskRequest(f"{prefix}-x", at=FAR_S + 1)])
+        hook.schedule_many([*good, TaskRequest(f"{prefix}-x", at_ms=(FAR_S + 1) * 1000)])
     assert conflict.value.field == "tasks[3].id"
     with pytest.raises(InvalidRequest) as invalid:
-        hook.schedule_many([*good, TaskRequest(at=FAR_S, routing_key="no way")])
+        hook.schedule_many([*good, TaskRequest(at_ms=FAR_MS, routing_key="no way")])
     assert (invalid.value.status, invalid.value.field) == (422, "tasks[3].routing_key")
     with pytest.raises(InvalidRequest) as too_late:
-        hook.schedule_many([*good, TaskRequest(delay_s=float("nan"))])
-    assert (too_late.value.status, too_late.value.field) == (None, "tasks[3].delay_s")
+        hook.schedule_many([*good, TaskRequest(delay_ms=-1)])
+    assert (too_late.value.status, too_late.value.field) == (None, "tasks[3].delay_ms")
     with pytest.raises(InvalidRequest) as too_many:
-        hook.schedule_many([TaskRequest(at=FAR_S)] * 51)
+        hook.schedule_many([TaskRequest(at_ms=FAR_MS)] * 51)
     assert too_many.value.field == "tasks"
     assert table.count() == before
 
@@ -493,11 +545,11 @@ def test_schedule_many_names_the_task_of_an_error_and_writes_nothing(
 def test_reschedule_moves_the_fire_time(api: Api, hook: Hook) -> None:
     start = now_ms()
     moved, sentinel = uid("mv"), uid("sentinel")
-    hook.schedule(moved, at=(start + 600_000) / 1000)
-    assert hook.reschedule(moved, at=(start + 500) / 1000) == Scheduled(moved, start + 500, False)
+    hook.schedule(moved, at_ms=start + 600_000)
+    assert hook.reschedule(moved, at_ms=start + 500) == Scheduled(moved, start + 500, False)
     status = hook.get(moved)
-    assert status is not None and status.at_ms == start + 500
-    hook.schedule(sentinel, at=(start + 900) / 1000)
+    assert status is not None and status.due_ms == start + 500
+    hook.schedule(sentinel, at_ms=start + 900)
 
     events = [e for e in collect_until(api.events, sentinel, 15) if e.message_id == moved]
     assert len(events) == 1
@@ -507,26 +559,32 @@ def test_reschedule_moves_the_fire_time(api: Api, hook: Hook) -> None:
 
 def test_reschedule_by_delay_and_its_errors(hook: Hook) -> None:
     task_id = uid("rd")
-    hook.schedule(task_id, at=FAR_S)
+    hook.schedule(task_id, at_ms=FAR_MS)
     before = now_ms()
-    moved = hook.reschedule(task_id, delay_s=60.0005)
-    assert before + 60_001 <= moved.at_ms <= now_ms() + 60_001
+    moved = hook.reschedule(task_id, delay_ms=60_001)
+    assert before + 60_001 <= moved.due_ms <= now_ms() + 60_001
     status = hook.get(task_id)
-    assert status is not None and status.at_ms == moved.at_ms
+    assert status is not None and status.due_ms == moved.due_ms
+    before = now_ms()
+    with pytest.warns(DeprecationWarning, match="delay_s is deprecated"):
+        moved = hook.reschedule(task_id, delay_s=60.0005)  # deprecated: seconds
+    assert before + 60_001 <= moved.due_ms <= now_ms() + 60_001
+    assert hook.reschedule(task_id, at="2096-10-02T07:06:40").due_ms == FAR_MS  # no offset: UTC
     with pytest.raises(InvalidRequest) as both:
-        hook.reschedule(task_id, at=FAR_S, delay_s=1)
-    assert (both.value.status, both.value.field) == (None, "at")
+        hook.reschedule(task_id, at_ms=FAR_MS, delay_ms=1000)
+    assert (both.value.status, both.value.field) == (None, "at_ms")
+    assert "give exactly one of at, at_ms and delay_ms (given: at_ms, delay_ms)" in str(both.value)
     with pytest.raises(InvalidRequest) as bad_at:
         hook.reschedule(task_id, at="soon")
     assert (bad_at.value.status, bad_at.value.field) == (422, "at")
     with pytest.raises(NotFound) as missing:
-        hook.reschedule(uid("unknown"), delay_s=5)
+        hook.reschedule(uid("unknown"), delay_ms=5000)
     assert (missing.value.status, missing.value.code) == (404, "not_found")
 
 
 def test_cancel_and_get(hook: Hook) -> None:
     task_id = uid("cx")
-    hook.schedule(task_id, at=FAR_S, routing_key="fire.cx")
+    hook.schedule(task_id, at_ms=FAR_MS, routing_key="fire.cx")
     assert hook.get(task_id) == TaskStatus(task_id, FAR_S * 1000, "fire.cx", TaskState.SCHEDULED)
     hook.cancel(task_id)
     assert hook.get(task_id) is None
@@ -540,11 +598,11 @@ def test_cancel_and_get(hook: Hook) -> None:
 
 @pytest.mark.parametrize("task_id", [".", "..", "a..b"])
 def test_ids_made_of_dots_are_not_path_segments(hook: Hook, task_id: str) -> None:
-    assert hook.schedule(task_id, at=FAR_S).created
+    assert hook.schedule(task_id, at_ms=FAR_MS).created
     try:
         status = hook.get(task_id)
         assert status is not None and status.id == task_id
-        assert hook.reschedule(task_id, at=FAR_S + 1).at_ms == (FAR_S + 1) * 1000
+        assert hook.reschedule(task_id, at_ms=(FAR_S + 1) * 1000).due_ms == (FAR_S + 1) * 1000
     finally:
         hook.cancel(task_id)
     assert hook.get(task_id) is None
@@ -552,7 +610,7 @@ def test_ids_made_of_dots_are_not_path_segments(hook: Hook, task_id: str) -> Non
 
 def test_a_task_being_published_is_too_late(hook: Hook, table: TaskTable) -> None:
     task_id = uid("stuck")
-    hook.schedule(task_id, at=FAR_S)
+    hook.schedule(task_id, at_ms=FAR_MS)
     table.mark_firing(task_id)  # armed by some instance: committed to firing
 
     status = hook.get(task_id)
@@ -561,7 +619,7 @@ def test_a_task_being_published_is_too_late(hook: Hook, table: TaskTable) -> Non
         hook.cancel(task_id)
     assert (cancel.value.status, cancel.value.code) == (409, "too_late")
     with pytest.raises(TooLate):
-        hook.reschedule(task_id, delay_s=60)
+        hook.reschedule(task_id, delay_ms=60_000)
 
 
 # -- auth, health, failures -----------------------------------------------------------------
@@ -574,9 +632,9 @@ def test_a_wrong_or_missing_token_is_unauthorized(
     intruder = connect(token=token)
     before = table.count()
     calls: list[Callable[[], object]] = [
-        lambda: intruder.schedule(at=FAR_S),
-        lambda: intruder.schedule_many([TaskRequest(at=FAR_S)]),
-        lambda: intruder.reschedule("x", delay_s=1),
+        lambda: intruder.schedule(at_ms=FAR_MS),
+        lambda: intruder.schedule_many([TaskRequest(at_ms=FAR_MS)]),
+        lambda: intruder.reschedule("x", delay_ms=1000),
         lambda: intruder.cancel("x"),
         lambda: intruder.get("x"),
         lambda: next(intruder.list()),
@@ -603,7 +661,7 @@ def test_nothing_listening_is_unavailable_after_the_retries(connect: Connect) ->
     url = f"http://127.0.0.1:{closed_port()}"
     client = connect(url=url, faults=faults, retries=2, backoff_s=0.05)
     with pytest.raises(Unavailable) as caught:
-        client.schedule(uid("nobody"), delay_s=1)
+        client.schedule(uid("nobody"), delay_ms=1000)
     assert (caught.value.status, caught.value.code) == (None, "unreachable")
     assert len(faults.sent) == 3  # the first attempt and two retries
     assert len({body for _, _, body in faults.sent}) == 1  # each the same request
@@ -620,18 +678,18 @@ def test_a_retried_delayed_schedule_is_a_safe_repeat(connect: Connect, table: Ta
     faults = Faults(lose=1)
     client = connect(faults=faults, backoff_s=0.05)
     task_id = uid("retry")
-    result = client.schedule(task_id, delay_s=600, payload="x")
+    result = client.schedule(task_id, delay_ms=600_000, payload="x")
     assert result.id == task_id and not result.created  # the lost attempt created it
     assert len(faults.sent) == 2 and faults.sent[0] == faults.sent[1]
     assert faults.sent_at[1] - faults.sent_at[0] >= 0.025  # long enough for "now" to move
     status = client.get(task_id)
-    assert status is not None and status.at_ms == result.at_ms
+    assert status is not None and status.due_ms == result.due_ms
 
     # Without an id: the client chose it, so the retry names the same task.
     faults = Faults(lose=1)
     client = connect(faults=faults, backoff_s=0.05)
     before = table.count()
-    anonymous = client.schedule(delay_s=600)
+    anonymous = client.schedule(delay_ms=600_000)
     assert not anonymous.created and faults.sent[0] == faults.sent[1]
     assert table.count() == before + 1
 
@@ -640,7 +698,7 @@ def test_a_refused_connection_is_retried(connect: Connect) -> None:
     faults = Faults(refuse=2)
     client = connect(faults=faults, backoff_s=0.01)
     task_id = uid("refused")
-    assert client.schedule(task_id, at=FAR_S).created
+    assert client.schedule(task_id, at_ms=FAR_MS).created
     assert len(faults.sent) == 3
     client.cancel(task_id)
 
@@ -649,9 +707,9 @@ def test_client_errors_are_never_retried(connect: Connect) -> None:
     faults = Faults()
     client = connect(faults=faults, backoff_s=0.01)
     task_id = uid("once")
-    client.schedule(task_id, at=FAR_S)
+    client.schedule(task_id, at_ms=FAR_MS)
     with pytest.raises(Conflict):
-        client.schedule(task_id, at=FAR_S + 1)
+        client.schedule(task_id, at_ms=(FAR_S + 1) * 1000)
     with pytest.raises(NotFound):
         client.cancel(uid("none"))
     with pytest.raises(InvalidRequest):
@@ -669,7 +727,7 @@ def test_connections_are_kept_alive_between_calls(api: Api, connect: Connect) ->
         client = connect(url=f"http://127.0.0.1:{proxy.port}")
         prefix = uid("ka")
         for n in range(10):
-            client.schedule(f"{prefix}-{n}", at=FAR_S)
+            client.schedule(f"{prefix}-{n}", at_ms=FAR_MS)
             assert client.get(f"{prefix}-{n}") is not None
         assert proxy.active_connections == 1
         # The daemon went away: Unavailable, not a hang or a driver error.
@@ -683,14 +741,14 @@ def test_the_async_client_serves_concurrent_calls(api: Api) -> None:
         async with AsyncClient(api.url, token=TOKEN) as client:
             prefix = uid("gather")
             made = await asyncio.gather(
-                *(client.schedule(f"{prefix}-{n}", at=FAR_S + n) for n in range(20))
+                *(client.schedule(f"{prefix}-{n}", at_ms=(FAR_S + n) * 1000) for n in range(20))
             )
             got = await asyncio.gather(*(client.get(s.id) for s in made))
             return list(made), list(got)
 
     made, got = asyncio.run(scenario())
     assert all(s.created for s in made)
-    assert [s.at_ms for s in made] == [(FAR_S + n) * 1000 for n in range(20)]
+    assert [s.due_ms for s in made] == [(FAR_S + n) * 1000 for n in range(20)]
     assert [g.id if g else None for g in got] == [s.id for s in made]
 
 
@@ -708,7 +766,7 @@ def test_metadata_goes_out_with_the_event(api: Api, hook: Hook) -> None:
     task_id = uid("meta")
     hook.schedule(
         task_id,
-        delay_s=0.3,
+        delay_ms=300,
         payload='{"n": 1}',
         tags=["tenant:7", "billing"],
         content_type="application/json",
@@ -734,16 +792,16 @@ def test_metadata_goes_out_with_the_event(api: Api, hook: Hook) -> None:
 def test_a_repeat_must_carry_the_same_metadata(hook: Hook) -> None:
     task_id = uid("again")
     late: Late = {"deadline": datetime.fromtimestamp(FAR_S + 60, UTC)}
-    assert hook.schedule(task_id, at=FAR_S, tags=["a", "b"], late=late).created
-    assert not hook.schedule(task_id, at=FAR_S, tags=["b", "a", "a"], late=late).created
+    assert hook.schedule(task_id, at_ms=FAR_MS, tags=["a", "b"], late=late).created
+    assert not hook.schedule(task_id, at_ms=FAR_MS, tags=["b", "a", "a"], late=late).created
     status = hook.get(task_id)
-    assert status is not None and status.late == {"deadline": FAR_S + 60}
+    assert status is not None and status.late == {"deadline_ms": (FAR_S + 60) * 1000}
     # What get shows, sent back, is the same task.
-    assert not hook.schedule(task_id, at=FAR_S, tags=status.tags, late=status.late).created
+    assert not hook.schedule(task_id, at_ms=FAR_MS, tags=status.tags, late=status.late).created
     with pytest.raises(Conflict):
-        hook.schedule(task_id, at=FAR_S, tags=["a", "b"], late="fire")
+        hook.schedule(task_id, at_ms=FAR_MS, tags=["a", "b"], late="fire")
     with pytest.raises(Conflict):
-        hook.schedule(task_id, at=FAR_S, tags=["a"], late=late)
+        hook.schedule(task_id, at_ms=FAR_MS, tags=["a"], late=late)
 
 
 @pytest.mark.parametrize(
@@ -765,7 +823,7 @@ def test_bad_metadata_raises_invalid_request_naming_the_field(
 ) -> None:
     before = table.count()
     with pytest.raises(InvalidRequest) as caught:
-        hook.schedule(uid("bad"), at=FAR_S, **kwargs)
+        hook.schedule(uid("bad"), at_ms=FAR_MS, **kwargs)
     assert (caught.value.status, caught.value.field) == (status, field)
     assert table.count() == before
 
@@ -776,7 +834,7 @@ def test_a_task_found_too_late_is_dead_lettered(api: Api, hook: Hook) -> None:
     hook.schedule_many(
         [
             TaskRequest(skipped, at=past, late={"skip_after_ms": 1000}, headers={"h": "v"}),
-            TaskRequest(expired, delay_s=0, late={"deadline": past}),
+            TaskRequest(expired, delay_ms=0, late={"deadline": past}),
             TaskRequest(fired, at=past, late="fire"),
         ]
     )
@@ -805,7 +863,7 @@ def schedule_tenant(hook: Hook, tenant: str, count: int = 12) -> list[str]:
     tasks = [
         TaskRequest(
             f"{tenant}:{i:02}",
-            at=FAR_S + i // 2,
+            at_ms=(FAR_S + i // 2) * 1000,
             routing_key=("fire.a", "fire.b")[i % 2],
             tags=[tenant, *(["vip"] if i < 3 else [])],
         )
@@ -852,7 +910,9 @@ def test_list_page_count_and_filters(hook: Hook) -> None:
     assert [t.id for t in ranged] == ids[4:8]
     assert hook.count(tag=tenant) == 12
     assert hook.count(tag="vip", prefix=tenant) == 3
-    assert hook.count(prefix=tenant, due_before=FAR_S + 1) == 2
+    assert hook.count(prefix=tenant, due_before="2096-10-02T07:06:41Z") == 2
+    with pytest.warns(DeprecationWarning, match="due_before as a number"):
+        assert hook.count(prefix=tenant, due_before=FAR_S + 1) == 2  # deprecated: seconds
     assert hook.count(prefix=tenant, state=TaskState.FIRING) == 0
     assert hook.count(prefix=tenant, state="scheduled") == 12
 
@@ -860,20 +920,22 @@ def test_list_page_count_and_filters(hook: Hook) -> None:
 def test_timeline_counts_per_routing_key(hook: Hook) -> None:
     tenant = uid("line")
     schedule_tenant(hook, tenant)
-    line = hook.timeline(prefix=tenant, bucket_s=2, buckets=3, start=FAR_S)
+    start = datetime.fromtimestamp(FAR_S, UTC)
+    line = hook.timeline(prefix=tenant, bucket_s=2, buckets=3, start=start)
     assert line == Timeline(FAR_S * 1000, 2000, 3, {"fire.a": (2, 2, 2), "fire.b": (2, 2, 2)})
     assert line.end_ms == (FAR_S + 6) * 1000
-    assert hook.timeline(prefix=uid("none"), start=FAR_S).counts == {}
+    assert hook.timeline(prefix=uid("none"), start="2096-10-02T07:06:40Z").counts == {}
 
 
 def test_cancel_where_cancels_what_the_filters_name(hook: Hook, table: TaskTable) -> None:
     tenant = uid("bulk")
     ids = schedule_tenant(hook, tenant)
     bystander = uid("bystander")
-    hook.schedule(bystander, at=FAR_S, routing_key="fire.a")
+    hook.schedule(bystander, at_ms=FAR_MS, routing_key="fire.a")
     assert hook.cancel_where(tag=tenant, routing_key="fire.a") == BulkCancelled(6, 0)
     assert hook.cancel_where(tag=tenant, routing_key="fire.a") == BulkCancelled(0, 0)
-    assert hook.cancel_where(prefix=tenant, due_after=FAR_S + 5) == BulkCancelled(1, 0)
+    due_after = "2096-10-02T07:06:45Z"  # FAR_S + 5
+    assert hook.cancel_where(prefix=tenant, due_after=due_after) == BulkCancelled(1, 0)
     assert [t.id for t in hook.list(prefix=tenant)] == ids[1:10:2]
     table.mark_firing(ids[1])  # armed by some instance: committed to firing
     assert hook.cancel_where(tag=tenant) == BulkCancelled(4, 1)
@@ -885,7 +947,7 @@ def test_cancel_where_cancels_what_the_filters_name(hook: Hook, table: TaskTable
 def test_cancel_where_names_some_tasks_or_sends_nothing(connect: Connect) -> None:
     faults = Faults()
     client = connect(faults=faults)
-    nothing_named: list[dict[str, Any]] = [{}, {"due_before": FAR_S}, {"due_after": 0}]
+    nothing_named: list[dict[str, Any]] = [{}, {"due_before": "2096-10-02T07:06:40Z"}]
     for filters in nothing_named:
         with pytest.raises(InvalidRequest) as caught:
             client.cancel_where(**filters)
@@ -933,7 +995,7 @@ def test_a_series_fires_each_occurrence_and_ends_at_until(api: Api, hook: Hook) 
     task_id = uid("series")
     first_ms = now_ms() + 300
     made = hook.schedule(
-        task_id, at=first_ms / 1000, every="PT1S", until=(first_ms + 1000) / 1000, payload="s"
+        task_id, at_ms=first_ms, every="PT1S", until_ms=first_ms + 1000, payload="s"
     )
     assert made == Scheduled(task_id, first_ms, True)
     status = hook.get(task_id)
@@ -948,7 +1010,7 @@ def test_a_series_fires_each_occurrence_and_ends_at_until(api: Api, hook: Hook) 
     [listed] = hook.list(prefix=task_id)
     assert (listed.every, listed.until_ms, listed.occurrence) == ("PT1S", first_ms + 1000, 1)
     wait_for(lambda: hook.get(task_id) is None, 15, "the series did not end at until")
-    sentinel = hook.schedule(uid("sentinel"), delay_s=0).id
+    sentinel = hook.schedule(uid("sentinel"), delay_ms=0).id
     fired = [e for e in collect_until(api.events, sentinel, 15) if e.message_id == task_id]
     assert sorted({(header_int(e, "x-occurrence"), header_int(e, "x-due-ms")) for e in fired}) == [
         (1, first_ms),
@@ -960,13 +1022,13 @@ def test_a_series_fires_each_occurrence_and_ends_at_until(api: Api, hook: Hook) 
 def test_an_untimed_series_starts_one_every_from_now_or_at_the_next_minute(hook: Hook) -> None:
     before = now_ms()
     every = hook.schedule(uid("every"), every="PT10M", tags=["series"])
-    assert before + 600_000 <= every.at_ms <= now_ms() + 600_000 + 1
-    cron = hook.schedule(uid("cron"), cron="*/5 * * * *", timezone="Europe/Berlin", until=FAR_S)
-    assert cron.at_ms % 300_000 == 0 and before <= cron.at_ms <= now_ms() + 300_000
+    assert before + 600_000 <= every.due_ms <= now_ms() + 600_000 + 1
+    cron = hook.schedule(uid("cron"), cron="*/5 * * * *", timezone="Europe/Berlin", until_ms=FAR_MS)
+    assert cron.due_ms % 300_000 == 0 and before <= cron.due_ms <= now_ms() + 300_000
     status = hook.get(cron.id)
     assert status is not None
-    assert (status.at_ms, status.every, status.cron, status.timezone) == (
-        cron.at_ms,
+    assert (status.due_ms, status.every, status.cron, status.timezone) == (
+        cron.due_ms,
         None,
         "*/5 * * * *",
         "Europe/Berlin",
@@ -997,7 +1059,7 @@ def test_a_retried_untimed_series_is_a_safe_repeat(
     assert faults.sent_at[1] - faults.sent_at[0] >= 0.025  # long enough for "now" to move
     assert table.count() == before + 1
     status = client.get(result.id)
-    assert status is not None and (status.at_ms, status.occurrence) == (result.at_ms, 1)
+    assert status is not None and (status.due_ms, status.occurrence) == (result.due_ms, 1)
     client.cancel(result.id)
 
 
@@ -1019,7 +1081,7 @@ def test_a_retry_after_the_first_occurrence_fired_is_a_conflict(api: Api, connec
     faults = Faults(lose=1, hold=until_it_fired)
     client = connect(faults=faults, backoff_s=0.01)
     with pytest.raises(Conflict):
-        client.schedule(task_id, every="PT1S", until=FAR_S)
+        client.schedule(task_id, every="PT1S", until_ms=FAR_MS)
     assert len(faults.sent) == 2 and faults.sent[0] == faults.sent[1]
     status = client.get(task_id)
     assert status is not None and status.every == "PT1S"
@@ -1034,15 +1096,18 @@ def test_a_retry_after_the_first_occurrence_fired_is_a_conflict(api: Api, connec
     [
         ({"every": "P1M"}, None, "every"),  # refused by the client
         ({"every": "PT0.5S"}, None, "every"),
-        ({"until": FAR_S}, None, "at"),  # not a series, and no time
+        ({"until": "2096-10-02T07:06:40Z"}, None, "at"),  # not a series, and no time
+        ({"until_ms": FAR_MS}, None, "at"),
         ({"every": "PT1S", "cron": "* * * * *"}, 422, "every"),
         ({"cron": "61 * * * *"}, 422, "cron"),
         ({"cron": "* * * *"}, 422, "cron"),
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, 422, "timezone"),
         ({"every": "PT1S", "timezone": "UTC"}, 422, "timezone"),
         ({"every": "PT1S", "until": "yesterday"}, 422, "until"),
-        ({"every": "PT1S", "at": FAR_S, "until": FAR_S - 1}, 422, "until"),
-        ({"at": FAR_S, "until": FAR_S + 1}, 422, "until"),
+        ({"every": "PT1S", "at_ms": FAR_MS, "until": "2096-10-02T07:06:39Z"}, 422, "until"),
+        ({"every": "PT1S", "at_ms": FAR_MS, "until_ms": FAR_MS - 1}, 422, "until_ms"),
+        ({"at_ms": FAR_MS, "until": "2096-10-02T07:06:41Z"}, 422, "until"),
+        ({"at_ms": FAR_MS, "until_ms": FAR_MS + 1}, 422, "until_ms"),
     ],
 )
 def test_bad_series_raise_invalid_request_naming_the_field(

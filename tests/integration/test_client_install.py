@@ -39,7 +39,7 @@ far_s = int(far_s)
 
 def shown(status):
     return None if status is None else {
-        "id": status.id, "at_ms": status.at_ms, "routing_key": status.routing_key,
+        "id": status.id, "due_ms": status.due_ms, "routing_key": status.routing_key,
         "payload": status.payload.decode(), "state": status.state.value,
         "tags": list(status.tags), "is_state": status.state is TaskState.SCHEDULED,
     }
@@ -50,8 +50,10 @@ def report(step, value):
 
 
 with Client(url, token=token) as hook:
-    done = hook.schedule(prefix + "-sync", at=far_s, routing_key=routed, payload="s", tags=["t:1"])
-    report("sync.schedule", [done.id, done.at_ms, done.created])
+    done = hook.schedule(
+        prefix + "-sync", at_ms=far_s * 1000, routing_key=routed, payload="s", tags=["t:1"]
+    )
+    report("sync.schedule", [done.id, done.due_ms, done.created])
     report("sync.get", shown(hook.get(prefix + "-sync")))
     hook.cancel(prefix + "-sync")
     report("sync.after_cancel", shown(hook.get(prefix + "-sync")))
@@ -59,15 +61,19 @@ with Client(url, token=token) as hook:
         hook.cancel(prefix + "-sync")
     except NotFound as exc:
         report("sync.cancel_again", [exc.status, exc.code])
+    # Deprecated: a number as at (epoch seconds); warned of on stderr, at this line.
     kept = hook.schedule(prefix + "-kept", at=far_s + 1, routing_key=routed, payload="k")
-    report("sync.kept", [kept.id, kept.created])
+    report("sync.kept", [kept.id, kept.created, kept.due_ms])
 
 
 async def main():
     async with AsyncClient(url, token=token) as hook:
-        done = await hook.schedule(prefix + "-async", at=far_s, routing_key=routed, payload="a")
-        report("async.schedule", [done.id, done.at_ms, done.created])
+        at = "2096-10-02T07:06:40"  # far_s as RFC 3339 text; no offset: UTC
+        done = await hook.schedule(prefix + "-async", at=at, routing_key=routed, payload="a")
+        report("async.schedule", [done.id, done.due_ms, done.created])
         report("async.get", shown(await hook.get(prefix + "-async")))
+        moved = await hook.reschedule(prefix + "-async", delay_ms=3_600_000)
+        report("async.reschedule", moved.due_ms - done.due_ms < 0)
         await hook.cancel(prefix + "-async")
         report("async.after_cancel", shown(await hook.get(prefix + "-async")))
         report("async.count", await hook.count(prefix=prefix))
@@ -155,7 +161,7 @@ def test_the_installed_client_schedules_gets_and_cancels(venv: Path, api: Api) -
         assert steps[f"{kind}.schedule"] == [task_id, far_ms, True]
         assert steps[f"{kind}.get"] == {
             "id": task_id,
-            "at_ms": far_ms,
+            "due_ms": far_ms,
             "routing_key": ROUTED,
             "payload": payload,
             "state": "scheduled",
@@ -164,12 +170,17 @@ def test_the_installed_client_schedules_gets_and_cancels(venv: Path, api: Api) -
         }
         assert steps[f"{kind}.after_cancel"] is None
     assert steps["sync.cancel_again"] == [404, "not_found"]
-    assert steps["sync.kept"] == [f"{prefix}-kept", True]
+    assert steps["sync.kept"] == [f"{prefix}-kept", True, far_ms + 1000]
+    assert steps["async.reschedule"] is True  # an hour from now: before 2096
+    # The deprecated spelling is warned of, at the caller's line (the scenario's).
+    assert "<string>:" in done.stderr and "DeprecationWarning: at as a number" in done.stderr
+    assert done.stderr.count("DeprecationWarning") == 1, done.stderr
     assert steps["async.count"] == 1  # the kept task only
     # The daemon, asked directly: the kept task is stored as sent, the others are gone.
     with api.client() as http:
         kept = http.get(f"/v1/tasks/{prefix}-kept")
         assert kept.status_code == 200, kept.text
-        assert kept.json()["at"] == FAR_S + 1 and kept.json()["payload"] == "k"
+        assert kept.json()["due_ms"] == (FAR_S + 1) * 1000 and kept.json()["payload"] == "k"
+        assert kept.json()["at"] == FAR_S + 1  # deprecated: epoch seconds
         for kind in ("sync", "async"):
             assert http.get(f"/v1/tasks/{prefix}-{kind}").status_code == 404

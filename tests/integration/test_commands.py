@@ -49,7 +49,7 @@ def test_create_replies_and_fires(
 ) -> None:
     consumer = consumers.start(hooks(), command_queue)
     due = now_ms() + 400
-    body = {"id": "cmd-a", "at": due / 1000, "routing_key": "orders.created", "payload": "hé"}
+    body = {"id": "cmd-a", "at_ms": due, "routing_key": "orders.created", "payload": "hé"}
 
     correlation_id = client.send("create", body, reply=True)
     assert correlation_id is not None
@@ -57,7 +57,13 @@ def test_create_replies_and_fires(
 
     assert reply.properties.correlation_id == correlation_id
     assert reply.properties.content_type == "application/json"
-    assert reply.json() == {"ok": True, "id": "cmd-a", "at": due / 1000, "created": True}
+    assert reply.json() == {
+        "ok": True,
+        "id": "cmd-a",
+        "due_ms": due,
+        "at": due / 1000,  # deprecated: epoch seconds
+        "created": True,
+    }
     event = collect_until(event_consumer, "cmd-a", 15)[-1]
     assert event.routing_key == "orders.created"
     assert event.body == "hé".encode()
@@ -205,10 +211,11 @@ def test_reschedule_moves_the_fire_time(
     hook.schedule(TaskSpec("moved-quietly", at_ms=start + 60_000))
     new_due = start + 500
 
+    # "at" as a number (epoch seconds): deprecated, still taken.
     reply = client.call("reschedule", {"id": "moved", "at": new_due / 1000})
-    client.send("reschedule", {"id": "moved-quietly", "delay": 0.6})
+    client.send("reschedule", {"id": "moved-quietly", "delay_ms": 600})
 
-    assert reply == {"ok": True, "id": "moved", "at": new_due / 1000}
+    assert reply == {"ok": True, "id": "moved", "due_ms": new_due, "at": new_due / 1000}
     events = {e.message_id: e for e in collect_until(event_consumer, "moved", 15)}
     assert header_int(events["moved"], "x-due-ms") == new_due
     if "moved-quietly" not in events:
@@ -526,7 +533,13 @@ def test_daemon_killed_before_commit_applies_the_command_once(
         second = daemons.start(successor, "second")
         reply = client.reply(correlation_id, 30).json()
 
-        assert reply == {"ok": True, "id": "once", "at": due / 1000, "created": True}
+        assert reply == {
+            "ok": True,
+            "id": "once",
+            "due_ms": due,
+            "at": due / 1000,
+            "created": True,
+        }
         events = collect_until(event_consumer, "once", 30)
         events += event_consumer.drain_quiet(1.0)
         assert [e.message_id for e in events].count("once") == 1

@@ -83,7 +83,8 @@ def test_create_answers_201_then_200_for_the_same_content_and_409_for_other(
     body = {"id": task_id, "at": 4_000_000_000.25, "payload": "hello"}
     first = http.post("/v1/tasks", json=body)
     assert first.status_code == 201, first.text
-    assert first.json() == {"id": task_id, "at": 4_000_000_000.25}
+    # at as a number (epoch seconds): deprecated, still taken; at in answers likewise.
+    assert first.json() == {"id": task_id, "due_ms": 4_000_000_000_250, "at": 4_000_000_000.25}
     again = http.post("/v1/tasks", json=body)
     assert again.status_code == 200, again.text
     assert again.json() == first.json()
@@ -95,6 +96,7 @@ def test_create_answers_201_then_200_for_the_same_content_and_409_for_other(
     assert got.status_code == 200
     assert got.json() == {
         "id": task_id,
+        "due_ms": 4_000_000_000_250,
         "at": 4_000_000_000.25,
         "routing_key": ROUTED,
         "state": "scheduled",
@@ -123,13 +125,58 @@ def test_sub_millisecond_times_round_up_never_early(http: httpx.Client) -> None:
     assert response.json()["at"] == 4_000_000_000.001
 
 
+def test_at_ms_and_delay_ms_are_the_due_time_in_milliseconds(http: httpx.Client) -> None:
+    task_id = uid("ms")
+    created = http.post("/v1/tasks", json={"id": task_id, "at_ms": 4_000_000_000_001})
+    assert created.status_code == 201, created.text
+    assert created.json() == {"id": task_id, "due_ms": 4_000_000_000_001, "at": 4_000_000_000.001}
+    assert http.get(f"/v1/tasks/{task_id}").json()["due_ms"] == 4_000_000_000_001
+    start = now_ms()
+    delayed = http.post("/v1/tasks", json={"id": uid("dms"), "delay_ms": 3_600_000})
+    assert delayed.status_code == 201, delayed.text
+    assert start + 3_600_000 <= delayed.json()["due_ms"] <= now_ms() + 3_600_000 + 1
+    naive = http.post("/v1/tasks", json={"id": uid("naive"), "at": "2096-10-02T07:06:40.001"})
+    assert naive.json()["due_ms"] == 4_000_000_000_001  # no offset: UTC
+    start = now_ms()
+    moved = http.patch(f"/v1/tasks/{task_id}", json={"delay_ms": 7_200_000})
+    assert moved.status_code == 200, moved.text
+    assert start + 7_200_000 <= moved.json()["due_ms"] <= now_ms() + 7_200_000 + 1
+    again = http.patch(f"/v1/tasks/{task_id}", json={"at_ms": 4_000_000_000_002})
+    assert again.json() == {"id": task_id, "due_ms": 4_000_000_000_002, "at": 4_000_000_000.002}
+
+
+@pytest.mark.parametrize(
+    ("when", "field", "given"),
+    [
+        ({"at_ms": 4_000_000_000_000, "delay_ms": 5}, "at_ms", "at_ms, delay_ms"),
+        ({"at": "2096-10-02T07:06:40Z", "at_ms": 4_000_000_000_000}, "at", "at, at_ms"),
+        ({"delay_ms": 5, "delay": 5}, "delay_ms", "delay_ms, delay"),
+    ],
+)
+def test_more_than_one_due_time_is_refused_naming_them(
+    http: httpx.Client, when: dict[str, object], field: str, given: str
+) -> None:
+    task_id = uid("two")
+    message = f"give exactly one of at, at_ms and delay_ms (given: {given})"
+    created = http.post("/v1/tasks", json={"id": task_id, **when})
+    assert created.status_code == 422, created.text
+    assert error_of(created) == {"code": "invalid", "message": message, "field": field}
+    assert http.post("/v1/tasks", json={"id": task_id, "at_ms": 4e12}).status_code == 201
+    moved = http.patch(f"/v1/tasks/{task_id}", json=when)
+    assert moved.status_code == 422, moved.text
+    assert error_of(moved) == {"code": "invalid", "message": message, "field": field}
+    assert http.get(f"/v1/tasks/{task_id}").json()["due_ms"] == 4_000_000_000_000
+
+
 def test_created_tasks_fire_with_their_payload_and_routing_key(
     api: Api, http: httpx.Client
 ) -> None:
     start = now_ms()
-    text_id, bin_id = uid("text"), uid("bin")
+    text_id, bin_id, ms_id = uid("text"), uid("bin"), uid("ms")
     raw = b"\x00\xffbinary"
     assert http.post("/v1/tasks", json={"id": text_id, "delay": 0.3, "payload": "héllo"}).is_success
+    by_ms = http.post("/v1/tasks", json={"id": ms_id, "delay_ms": 350})
+    assert by_ms.status_code == 201, by_ms.text
     created = http.post(
         "/v1/tasks",
         json={
@@ -145,6 +192,7 @@ def test_created_tasks_fire_with_their_payload_and_routing_key(
     assert events[text_id].body == "héllo".encode()
     assert events[text_id].routing_key == ROUTED
     assert header_int(events[text_id], "x-due-ms") >= start + 300
+    assert header_int(events[ms_id], "x-due-ms") == by_ms.json()["due_ms"] >= start + 350
     assert events[bin_id].body == raw
     assert events[bin_id].routing_key == "fire.custom"
     assert header_int(events[bin_id], "x-due-ms") == start + 400
@@ -310,7 +358,7 @@ def test_reschedule_moves_the_fire_time(api: Api, http: httpx.Client) -> None:
     assert http.post("/v1/tasks", json={"id": moved, "at": (start + 600_000) / 1000}).is_success
     response = http.patch(f"/v1/tasks/{moved}", json={"at": (start + 500) / 1000})
     assert response.status_code == 200, response.text
-    assert response.json() == {"id": moved, "at": (start + 500) / 1000}
+    assert response.json() == {"id": moved, "due_ms": start + 500, "at": (start + 500) / 1000}
     assert http.get(f"/v1/tasks/{moved}").json()["at"] == (start + 500) / 1000
     assert http.post("/v1/tasks", json={"id": sentinel, "at": (start + 900) / 1000}).is_success
 

@@ -130,16 +130,19 @@ def test_bad_metadata_is_refused_naming_the_field(
 def test_a_task_found_too_late_is_dead_lettered_with_its_cause(
     api: Api, http: httpx.Client
 ) -> None:
-    past_s = (now_ms() - 60_000) / 1000
+    past_ms = now_ms() - 60_000
+    past_s = past_ms / 1000
     late_id, deadline_id, fires_id = uid("late"), uid("deadline"), uid("fires")
+    deadline_ms_id = uid("deadline-ms")
     tasks = [
         {"id": late_id, "at": past_s, "late": {"skip_after_ms": 1000}, "headers": {"h": "v"}},
-        {"id": deadline_id, "delay": 0, "late": {"deadline": past_s}},
+        {"id": deadline_id, "delay": 0, "late": {"deadline": past_s}},  # deprecated seconds
+        {"id": deadline_ms_id, "delay_ms": 0, "late": {"deadline_ms": past_ms}},
         {"id": fires_id, "at": past_s, "late": "fire"},
     ]
     assert http.post("/v1/tasks/batch", json={"tasks": tasks}).status_code == 201
     seen: dict[str, list[Received]] = {}
-    wanted = {(late_id, DEAD), (deadline_id, DEAD), (fires_id, ROUTED)}
+    wanted = {(late_id, DEAD), (deadline_id, DEAD), (deadline_ms_id, DEAD), (fires_id, ROUTED)}
 
     def all_in() -> bool:
         for event in api.events.collect(10, 0.5):
@@ -152,14 +155,15 @@ def test_a_task_found_too_late_is_dead_lettered_with_its_cause(
     assert "after its due time (skip_after_ms 1000)" in as_text(late["x-triggerhook-dead-reason"])
     assert late["x-triggerhook-routing-key"] == ROUTED
     assert late["h"] == "v"
-    deadline = seen[deadline_id][0].headers
-    assert "past its deadline" in as_text(deadline["x-triggerhook-dead-reason"])
+    for task_id in (deadline_id, deadline_ms_id):
+        deadline = seen[task_id][0].headers
+        assert "past its deadline" in as_text(deadline["x-triggerhook-dead-reason"])
     # Their rows went once the dead letter was confirmed; none went out on its own key.
     for task_id in (late_id, deadline_id, fires_id):
         wait_for(lambda: http.get(f"/v1/tasks/{task_id}").status_code == 404, 10)  # noqa: B023
     assert [e.routing_key for e in seen[late_id]] == [DEAD]
     status = http.get("/v1/status").json()
-    assert status["totals"]["late_skipped"] >= 2
+    assert status["totals"]["late_skipped"] >= 3
 
 
 # -- listing, counting, bulk cancel ------------------------------------------------------------
@@ -192,6 +196,7 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
     first = http.get("/v1/tasks", params={"prefix": f"{tenant}:0", "limit": "1"}).json()
     assert first["tasks"][0] == {
         "id": f"{tenant}:00",
+        "due_ms": FAR_S * 1000,
         "at": FAR_S,
         "routing_key": "fire.a",
         "state": "scheduled",
@@ -212,7 +217,9 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
         params={"prefix": tenant, "start": str(FAR_S), "bucket": "2", "buckets": "3"},
     ).json()
     assert line == {
-        "start": FAR_S,
+        "start_ms": FAR_S * 1000,
+        "bucket_ms": 2000,
+        "start": FAR_S,  # deprecated: seconds
         "bucket": 2,
         "buckets": 3,
         "routing_keys": {"fire.a": [2, 2, 2], "fire.b": [2, 2, 2]},

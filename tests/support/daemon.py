@@ -130,12 +130,20 @@ def run_cli(
 
 
 class Daemon:
-    """One ``triggerhook run`` process. Use through :class:`DaemonGroup` (or as a
-    context manager) so it is always reaped."""
+    """One ``triggerhook run`` process (or ``command``, e.g. an installed
+    script's ``dev``). Use through :class:`DaemonGroup` (or as a context
+    manager) so it is always reaped."""
 
-    def __init__(self, env: Mapping[str, str], name: str = "daemon", args: Sequence[str] = ()):
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        name: str = "daemon",
+        args: Sequence[str] = (),
+        command: Sequence[str] | None = None,
+    ):
         self.name = name
         self._env = dict(env)
+        self._command = list(command) if command is not None else triggerhook_command("run")
         self._args = list(args)
         self._proc: subprocess.Popen[str] | None = None
         self._cond = threading.Condition()
@@ -154,7 +162,7 @@ class Daemon:
         if self._proc is not None:
             raise RuntimeError(f"{self.name} was started already")
         self._proc = subprocess.Popen(
-            triggerhook_command("run", *self._args),
+            [*self._command, *self._args],
             env=self._env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -14,9 +14,9 @@ be accepted), what no schema can state; negative cases keep what was drawn:
 * a listing's ``cursor`` is opaque — valid only as a ``next_cursor`` the API
   gave out: a positive case gets a real cursor, made from the drawn one;
 * a series' bounds depend on the current time and on its schedule (the
-  document describes them): ``until`` must not come before the first
-  occurrence, so it becomes the latest time; and a cron series' first
-  occurrence (the first matching minute at or after ``at``) must come by
+  document describes them): ``until`` (``until_ms``) must not come before the
+  first occurrence, so it becomes the latest time; and a cron series' first
+  occurrence (the first matching minute at or after ``at``/``at_ms``) must come by
   9999-12-31, so an ``at`` in the last 50 years before it (a valid expression
   matches within 40 years) moves 400 years earlier (the same calendar).
 
@@ -76,8 +76,12 @@ def series_in_time(body: object) -> None:
         return
     if "until" in body:
         body["until"] = LATEST if isinstance(body["until"], str) else LATEST_S
+    if "until_ms" in body:
+        body["until_ms"] = MAX_DUE_MS
     if "cron" in body and "at" in body:
         body["at"] = earlier_if_last(body["at"])
+    if "cron" in body and "at_ms" in body:
+        body["at_ms"] = earlier_if_last_ms(body["at_ms"])
 
 
 def earlier_if_last(at: object) -> object:
@@ -87,6 +91,13 @@ def earlier_if_last(at: object) -> object:
     if isinstance(at, int | float) and not isinstance(at, bool) and at >= MOVED_FROM_S:
         return at - CYCLE_S
     return at
+
+
+def earlier_if_last_ms(at_ms: object) -> object:
+    """``at_ms`` 400 years earlier if it is in 9950 or later."""
+    if isinstance(at_ms, int | float) and not isinstance(at_ms, bool):
+        return at_ms - CYCLE_S * 1000 if at_ms >= MOVED_FROM_S * 1000 else at_ms
+    return at_ms
 
 
 def create_bodies(case: Case[Any], path: str) -> list[object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from triggerhook.api.bodies import (
+    MAX_DELAY_MS,
     MAX_DELAY_S,
     MalformedJson,
     When,
@@ -33,6 +34,65 @@ def test_delay_is_kept_relative_and_rounds_up() -> None:
     assert parse_create({"delay": 2, "payload": "hé"}) == TaskSpec(delay_ms=2000, payload="hé")
 
 
+def test_the_due_time_in_milliseconds() -> None:
+    assert parse_create({"at_ms": 1_800_000_000_250}) == TaskSpec(at_ms=1_800_000_000_250)
+    assert parse_create({"at_ms": 1_800_000_000_000.0}).at_ms == 1_800_000_000_000  # JSON's 5.0
+    assert parse_create({"at_ms": -(10**400)}).at_ms == 0  # past: fires at once
+    assert parse_create({"at_ms": MAX_DUE_MS}).at_ms == MAX_DUE_MS
+    assert parse_create({"delay_ms": 1500}) == TaskSpec(delay_ms=1500)
+    assert parse_create({"delay_ms": MAX_DELAY_MS}) == TaskSpec(delay_ms=MAX_DELAY_MS)
+    assert parse_reschedule({"at_ms": 7}) == When(at_ms=7)
+    assert parse_reschedule({"delay_ms": 7.0}) == When(delay_ms=7)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "named"),
+    [
+        ({"at": "2030-01-01T00:00:00Z", "at_ms": 1}, "at", "at, at_ms"),
+        ({"at_ms": 1, "delay_ms": 1}, "at_ms", "at_ms, delay_ms"),
+        ({"delay_ms": 1, "delay": 1}, "delay_ms", "delay_ms, delay"),
+        ({"at": 1, "at_ms": 1, "delay_ms": 1, "delay": 1}, "at", "at, at_ms, delay_ms, delay"),
+    ],
+)
+def test_more_than_one_due_time_is_refused_naming_them(
+    body: dict[str, object], field: str, named: str
+) -> None:
+    for parse in (parse_create, parse_reschedule):
+        with pytest.raises(ValidationError) as info:
+            parse(body)
+        assert info.value.field == field
+        assert info.value.message == f"give exactly one of at, at_ms and delay_ms (given: {named})"
+    with pytest.raises(ValidationError) as batch:
+        parse_batch({"tasks": [{"delay_ms": 1}, body]}, 10)
+    assert batch.value.field == f"tasks[1].{field}"
+    with pytest.raises(ValidationError) as series:
+        parse_create({"every": "PT1M", **body})  # a series may give none, never two
+    assert series.value.field == field
+
+
+def test_the_deprecated_spellings_mean_what_they_did() -> None:
+    # at as a number: epoch seconds; delay: seconds (both rounded up to the ms).
+    assert parse_create({"at": 1_800_000_000.0001}) == parse_create({"at_ms": 1_800_000_000_001})
+    assert parse_create({"delay": 1.5}) == parse_create({"delay_ms": 1500})
+    assert parse_create({"at": "2030-01-01T00:00:00"}) == parse_create(
+        {"at": "2030-01-01T00:00:00Z"}
+    )  # text without an offset: UTC
+
+
+def test_until_in_milliseconds() -> None:
+    spec = parse_create({"every": "PT1M", "until_ms": 1_900_000_000_123.0})
+    assert spec == TaskSpec(every="PT1M", until_ms=1_900_000_000_123)
+    recur = resolve(spec, NOW_MS, RULES).meta.recur
+    assert recur is not None and recur.until_ms == 1_900_000_000_123
+    seconds = parse_create({"every": "PT1M", "until": 1_900_000_000.123})
+    assert resolve(seconds, NOW_MS, RULES).meta == resolve(spec, NOW_MS, RULES).meta
+    both = parse_create({"every": "PT1M", "until": 1, "until_ms": 1})
+    with pytest.raises(ValidationError) as info:
+        resolve(both, NOW_MS, RULES, "tasks[2]")
+    assert info.value.field == "tasks[2].until"
+    assert "at most one of until and until_ms" in info.value.message
+
+
 def test_rfc3339_and_past_times() -> None:
     assert parse_create({"at": "2026-01-01T00:00:00.001Z"}).at_ms == 1_767_225_600_001
     assert parse_create({"at": "1960-01-01T00:00:00Z"}).at_ms == 0  # past: fires at once
@@ -45,6 +105,17 @@ def test_rfc3339_and_past_times() -> None:
         ({"at": 1, "delay": 1}, "at"),
         ({}, "at"),
         ({"at": None}, "at"),
+        ({"at_ms": None}, "at_ms"),
+        ({"at_ms": 1.5}, "at_ms"),
+        ({"at_ms": "1"}, "at_ms"),
+        ({"at_ms": True}, "at_ms"),
+        ({"at_ms": MAX_DUE_MS + 1}, "at_ms"),
+        ({"delay_ms": -1}, "delay_ms"),
+        ({"delay_ms": 0.5}, "delay_ms"),
+        ({"delay_ms": MAX_DELAY_MS + 1}, "delay_ms"),
+        ({"delay_ms": False}, "delay_ms"),
+        ({"delay_ms": 1, "until_ms": 1.5}, "until_ms"),
+        ({"delay_ms": 1, "until_ms": None}, "until_ms"),
         ({"delay": True}, "delay"),
         ({"delay": float("inf")}, "delay"),
         ({"delay": 1, "id": None}, "id"),
@@ -102,6 +173,10 @@ def test_reschedule_and_id() -> None:
         {"at": 253_402_300_799.999},
         {"delay": MAX_DELAY_S},
         {"delay": 0},
+        {"at_ms": -1},
+        {"at_ms": MAX_DUE_MS},
+        {"delay_ms": MAX_DELAY_MS},
+        {"delay_ms": 0},
     ],
 )
 def test_every_due_time_a_body_accepts_the_library_accepts(body: dict[str, object]) -> None:
@@ -191,6 +266,11 @@ def test_a_create_body_with_every_metadata_field() -> None:
         ),
         ({"deadline": "1960-01-01T00:00:00Z"}, LatePolicy(LateKind.DEADLINE, 0)),  # past
         ({"deadline": "9999-12-31T23:59:59.999Z"}, LatePolicy(LateKind.DEADLINE, MAX_DUE_MS)),
+        ({"deadline": "2026-01-01T00:00:00"}, LatePolicy(LateKind.DEADLINE, 1_767_225_600_000)),
+        ({"deadline_ms": 1_800_000_000_250}, LatePolicy(LateKind.DEADLINE, 1_800_000_000_250)),
+        ({"deadline_ms": 1_800_000_000_000.0}, LatePolicy(LateKind.DEADLINE, 1_800_000_000_000)),
+        ({"deadline_ms": -5}, LatePolicy(LateKind.DEADLINE, 0)),  # past
+        ({"deadline_ms": MAX_DUE_MS}, LatePolicy(LateKind.DEADLINE, MAX_DUE_MS)),
     ],
 )
 def test_late_forms(late: object, policy: LatePolicy) -> None:
@@ -210,7 +290,11 @@ def test_late_forms(late: object, policy: LatePolicy) -> None:
         ({}, "late"),
         ({"skip_after_ms": 1, "deadline": 2}, "late"),
         ({"never": 1}, "late.never"),
-        ({"deadline_ms": 1_800_000_000_000}, "late.deadline_ms"),  # the stored form, not the API's
+        ({"deadline_ms": 1.5}, "late.deadline_ms"),
+        ({"deadline_ms": "1800000000000"}, "late.deadline_ms"),
+        ({"deadline_ms": None}, "late.deadline_ms"),
+        ({"deadline_ms": MAX_DUE_MS + 1}, "late.deadline_ms"),
+        ({"deadline_ms": 1, "deadline": 1}, "late"),
         ({"skip_after_ms": -1}, "late.skip_after_ms"),
         ({"skip_after_ms": 1.5}, "late.skip_after_ms"),
         ({"skip_after_ms": "250"}, "late.skip_after_ms"),

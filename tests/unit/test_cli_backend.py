@@ -746,3 +746,28 @@ def test_the_http_backend_reads_a_series_as_the_library_keeps_it() -> None:
     with pytest.raises(BackendError) as info:
         backends._meta_of(summary(every="P1M", occurrence=1))
     assert info.value.outcome is Outcome.INTERNAL
+
+
+def test_the_http_backend_reads_a_deadline_in_milliseconds() -> None:
+    late = summary(late={"deadline_ms": AT_MS})
+    assert backends._meta_of(late).late == LatePolicy(LateKind.DEADLINE, AT_MS)
+    assert backends._meta_of(summary(late={"skip_after_ms": 5})).late == LatePolicy(
+        LateKind.SKIP_AFTER, 5
+    )
+    with pytest.raises(BackendError) as info:  # the deprecated seconds are not read
+        backends._meta_of(summary(late={"deadline": AT_MS / 1000}))
+    assert info.value.outcome is Outcome.INTERNAL
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["schedule"], "--at"), (["reschedule", "t"], "--at"), (["schedule"], "--until")],
+)
+def test_where_a_time_is_typed_the_help_says_naive_means_utc(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str
+) -> None:
+    with pytest.raises(SystemExit):
+        _parser().parse_args([*argv, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    described = help_text.rsplit(f"{flag} TIME ", 1)[1].split(" --", 1)[0]  # not the usage
+    assert "RFC 3339; without an offset: UTC" in described, described

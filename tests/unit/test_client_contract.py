@@ -29,7 +29,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -56,27 +56,28 @@ from triggerhook_client import (
     TooLate,
     Unauthorized,
     Unavailable,
-    calls,
+    times,
 )
-from triggerhook_client.calls import RESERVED_IDS, BaseClient, Call, Retry, _Attempts
+from triggerhook_client.calls import RESERVED_IDS, BaseClient, Call, Filter, Retry
 from triggerhook_client.errors import RETRIED_STATUSES, error_from
+from triggerhook_client.retry import Attempts
 
 from triggerhook.api.bodies import RESERVED_IDS as DAEMON_RESERVED_IDS
 from triggerhook.api.http import HTTP_RENDERING, HttpApi, HttpRendering
 from triggerhook.api.http import ApiError as DaemonError
-from triggerhook.api.render import at_s as _at
+from triggerhook.api.render import due_json
 from triggerhook.api.render import task_json as _info
 from triggerhook.app import TriggerHook
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.domain.recurrence import Recurrence, parse_every
 from triggerhook.domain.task import Task, TaskInfo, TaskState
+from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
 from triggerhook.wiring import assemble, http_config
 
 AT_MS = 1_893_456_000_250
-AT_S = AT_MS / 1000
 
 # The daemon's HTTP answers: errors (with a code in the body) and successes.
 ERRORS: dict[Outcome, HttpRendering] = {
@@ -116,8 +117,8 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
 KNOWN_GAPS: dict[Outcome, str] = {}
 
 # The fields the daemon names in these answers (the client renames them to the caller's).
-FIELDS: dict[Outcome, str] = {Outcome.INVALID: "at", Outcome.CONFLICT: "id"}
-RENAME = {"at": "delay_s"}
+FIELDS: dict[Outcome, str] = {Outcome.INVALID: "at_ms", Outcome.CONFLICT: "id"}
+RENAME = {"at_ms": "delay_ms"}
 
 
 def daemon_answer(outcome: Outcome) -> tuple[httpx.Response, DaemonError]:
@@ -192,8 +193,8 @@ def test_only_the_answers_that_mean_not_now_are_retried(outcome: Outcome) -> Non
     response, sent = daemon_answer(outcome)
     assert (sent.status in RETRIED_STATUSES) is retried, (outcome, sent.status)
     # The decision itself, as both clients take it after an answer.
-    call = BaseClient._schedule_call(TaskRequest("t-1", at=AT_S))
-    attempts = _Attempts(retries=1, backoff_s=0.0)
+    call = BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS))
+    attempts = Attempts(retries=1, backoff_s=0.0)
     with pytest.raises((Retry, ApiError)) as raised:
         attempts.result(call, response)
     if retried:
@@ -213,7 +214,7 @@ def test_a_lookup_of_an_unknown_task_is_no_task_rather_than_an_error() -> None:
     assert response.status_code in call.ok
     assert call.parse(response) is None
     # Every other call reads 404 as NotFound.
-    for other in (BaseClient._cancel_call("t-1"), BaseClient._reschedule_call("t-1", AT_S, None)):
+    for other in (BaseClient._cancel_call("t-1"), BaseClient._reschedule_call("t-1", None, AT_MS)):
         assert response.status_code not in other.ok
         assert type(error_from(response, other.rename)) is NotFound
 
@@ -227,7 +228,7 @@ def _json(status: int, data: object) -> httpx.Response:
 
 def _created(status: int) -> httpx.Response:
     # As HttpApi.create and reschedule build it.
-    return _json(status, {"id": "t-1", "at": _at(AT_MS)})
+    return _json(status, due_json("t-1", AT_MS))
 
 
 def _empty(status: int) -> httpx.Response:
@@ -247,26 +248,26 @@ def _found(payload: bytes) -> Callable[[int], httpx.Response]:
 SUCCESS_CALLS: dict[Outcome, list[tuple[Call[Any], Callable[[int], httpx.Response], object]]] = {
     Outcome.CREATED: [
         (
-            BaseClient._schedule_call(TaskRequest("t-1", at=AT_S)),
+            BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS)),
             _created,
             Scheduled("t-1", AT_MS, True),
         ),
         (
-            BaseClient._schedule_many_call([TaskRequest("t-1", at=AT_S)]),
+            BaseClient._schedule_many_call([TaskRequest("t-1", at_ms=AT_MS)]),
             lambda status: _json(status, {"ids": ["t-1"]}),
             ["t-1"],
         ),
     ],
     Outcome.EXISTS: [
         (
-            BaseClient._schedule_call(TaskRequest("t-1", at=AT_S)),
+            BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS)),
             _created,
             Scheduled("t-1", AT_MS, False),  # a safe repeat: nothing written
         ),
     ],
     Outcome.RESCHEDULED: [
         (
-            BaseClient._reschedule_call("t-1", AT_S, None),
+            BaseClient._reschedule_call("t-1", None, AT_MS),
             _created,
             Scheduled("t-1", AT_MS, False),
         ),
@@ -358,6 +359,43 @@ def daemon() -> Iterator[InProcess]:
         executor.shutdown(wait=True)
 
 
+def client_at_ms(value: float) -> int | None:
+    """The epoch ms the client sends for a deprecated number of seconds as
+    ``at``; None: it refuses it."""
+    try:
+        with pytest.warns(DeprecationWarning):
+            sent = times.instant(value, "at")
+    except InvalidRequest as exc:
+        assert (exc.status, exc.field) == (None, "at")
+        return None
+    assert isinstance(sent, int)
+    return sent
+
+
+def daemon_at_ms(value: float) -> int | None:
+    try:
+        return parse_at(value, "at", past_ok=True)
+    except ValidationError as exc:
+        assert exc.field == "at"
+        return None
+
+
+@given(
+    st.one_of(
+        st.floats(allow_nan=False),
+        st.integers(),
+        st.integers(-(10**13), 10**13),
+        st.floats(-(10**12), 3 * 10**11),
+        st.sampled_from([20_261_201, 20_261_201.0, 253_402_300_799.999, 253_402_300_799.9991]),
+    )
+)
+def test_a_number_as_at_is_sent_in_ms_as_the_daemon_reads_it(value: float) -> None:
+    """A number given as ``at`` (deprecated: epoch seconds) is sent as
+    ``at_ms``: rounded up, clamped and refused exactly as the daemon reads
+    the number itself (an 8-digit integer is ambiguous)."""
+    assert client_at_ms(value) == daemon_at_ms(value)
+
+
 def test_the_reserved_ids_are_the_daemons() -> None:
     assert RESERVED_IDS == DAEMON_RESERVED_IDS
 
@@ -373,14 +411,25 @@ DEADLINE_MS = 1_893_456_000_250  # 2030-01-01T00:00:00.250Z
         (
             {"deadline": datetime(2030, 1, 1, 0, 0, 0, 250_000)},  # naive = UTC
             LatePolicy(LateKind.DEADLINE, DEADLINE_MS),
-            {"deadline": DEADLINE_MS / 1000},
+            {"deadline_ms": DEADLINE_MS},
         ),
         (
             {"deadline": "2030-01-01T01:00:00.25+01:00"},
             LatePolicy(LateKind.DEADLINE, DEADLINE_MS),
-            {"deadline": DEADLINE_MS / 1000},
+            {"deadline_ms": DEADLINE_MS},
         ),
-        ({"deadline": 1_893_456_000.25}, LatePolicy(LateKind.DEADLINE, DEADLINE_MS), None),
+        (
+            {"deadline": "2030-01-01T00:00:00.25"},  # no offset: UTC
+            LatePolicy(LateKind.DEADLINE, DEADLINE_MS),
+            {"deadline_ms": DEADLINE_MS},
+        ),
+        ({"deadline_ms": DEADLINE_MS}, LatePolicy(LateKind.DEADLINE, DEADLINE_MS), None),
+        pytest.param(  # deprecated: epoch seconds
+            {"deadline": 1_893_456_000.25},
+            LatePolicy(LateKind.DEADLINE, DEADLINE_MS),
+            None,
+            marks=pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+        ),
     ],
 )
 def test_metadata_is_stored_as_sent_and_read_back_as_stored(
@@ -397,7 +446,7 @@ def test_metadata_is_stored_as_sent_and_read_back_as_stored(
     async def scenario(client: AsyncClient) -> None:
         sent = await client.schedule(
             "meta-1",
-            at=AT_S,
+            at_ms=AT_MS,
             payload="{}",
             tags=["tenant:7", "billing", "tenant:7"],  # a set to the daemon
             content_type="application/json",
@@ -418,12 +467,12 @@ def test_metadata_is_stored_as_sent_and_read_back_as_stored(
             content_type="application/json",
             content_encoding="identity",
             headers={"attempt": 3, "tenant": "7", "urgent": True},
-            late=shown if shown is not None else {"deadline": DEADLINE_MS / 1000},
+            late=shown if shown is not None else {"deadline_ms": DEADLINE_MS},
         )
         # What get shows, sent again, is the same task: a safe repeat, not a conflict.
         again = await client.schedule(
             status.id,
-            at=status.at_ms / 1000,
+            at_ms=status.due_ms,
             payload=status.payload,
             tags=status.tags,
             content_type=status.content_type,
@@ -433,14 +482,14 @@ def test_metadata_is_stored_as_sent_and_read_back_as_stored(
         )
         assert again.created is False
         with pytest.raises(Conflict):
-            await client.schedule("meta-1", at=AT_S, payload="{}", tags=["other"])
+            await client.schedule("meta-1", at_ms=AT_MS, payload="{}", tags=["other"])
 
     daemon.serve(scenario)
 
 
 def test_a_task_without_metadata_reads_as_none(daemon: InProcess) -> None:
     async def scenario(client: AsyncClient) -> None:
-        await client.schedule("plain", at=AT_S)
+        await client.schedule("plain", at="2030-01-01T00:00:00.250")  # no offset: UTC
         assert await client.get("plain") == TaskStatus(
             "plain", AT_MS, DEFAULT_KEY, TaskState.SCHEDULED
         )
@@ -456,7 +505,7 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
     requests = [
         TaskRequest(
             task_id,
-            at=base_s + n // 2,
+            at_ms=(base_s + n // 2) * 1000,
             routing_key=("fire.a", "fire.b")[n % 2],
             tags=["tenant:7", *(["vip"] if n < 3 else [])],
         )
@@ -465,7 +514,7 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
 
     async def scenario(client: AsyncClient) -> None:
         assert await client.schedule_many(requests) == ids
-        await client.schedule("other-1", at=base_s, tags=["tenant:8"])
+        await client.schedule("other-1", at_ms=base_s * 1000, tags=["tenant:8"])
         # Pages of 2, followed by cursor: every task once, in due order (ties by id).
         walked = [t async for t in client.list(tag="tenant:7", page_size=2)]
         assert [t.id for t in walked] == ids
@@ -478,7 +527,8 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
         assert [t.id for t in rest.tasks] == ids[4:8] and rest.next_cursor is not None
         last = await client.list_page(prefix="tenant-7:", limit=4, cursor=rest.next_cursor)
         assert ([t.id for t in last.tasks], last.next_cursor) == (ids[8:], None)
-        # Times as the caller has them: a datetime, epoch seconds, RFC 3339 with an offset.
+        # Times as the caller has them: a datetime, RFC 3339 with an offset (and, deprecated,
+        # epoch seconds).
         ranged = client.list(
             prefix="tenant-7:",
             due_after=datetime.fromtimestamp(base_s + 1, timezone(timedelta(hours=5))),
@@ -488,19 +538,22 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
         )
         assert [t.id async for t in ranged] == ids[2:6]
         assert await client.count(tag="tenant:7", routing_key="fire.b") == 4
-        assert await client.count(tag="vip", due_before=base_s + 1) == 2
+        with pytest.warns(DeprecationWarning, match="due_before as a number"):
+            assert await client.count(tag="vip", due_before=base_s + 1) == 2
         assert await client.count(prefix="tenant-7:", state=TaskState.FIRING) == 0
         assert await client.count(prefix="tenant-7:", state="scheduled") == 9
-        line = await client.timeline(prefix="tenant-7:", bucket_s=2, buckets=3, start=base_s)
+        start = datetime.fromtimestamp(base_s, UTC)
+        line = await client.timeline(prefix="tenant-7:", bucket_s=2, buckets=3, start=start)
         assert line == Timeline(base_s * 1000, 2000, 3, {"fire.a": (2, 2, 1), "fire.b": (2, 2, 0)})
         done = await client.cancel_where(tag="tenant:7", routing_key="fire.a")
         assert done == BulkCancelled(5, 0)
         assert await client.cancel_where(tag="tenant:7", routing_key="fire.a") == BulkCancelled(
             0, 0
         )  # a second run: nothing more
-        assert await client.cancel_where(prefix="tenant-7:", due_after=base_s + 3) == (
-            BulkCancelled(1, 0)
-        )
+        with pytest.warns(DeprecationWarning, match="due_after as a number"):
+            assert await client.cancel_where(prefix="tenant-7:", due_after=base_s + 3) == (
+                BulkCancelled(1, 0)
+            )
         assert [t.id async for t in client.list(prefix="tenant-")] == ids[1:7:2]
 
     daemon.serve(scenario)
@@ -518,12 +571,14 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
         (lambda c: c.timeline(bucket_s=10**8), "bucket_s"),
         (lambda c: c.timeline(buckets=1441), "buckets"),
         (lambda c: c.cancel_where(tag="not a tag"), "tag"),
-        (lambda c: c.schedule(at=AT_S, headers={"X-Mine": "a"}), "headers.X-Mine"),
-        (lambda c: c.schedule(at=AT_S, tags=["ok", "not ok"]), "tags[1]"),
-        (lambda c: c.schedule(at=AT_S, late={"deadline": "someday"}), "late.deadline"),
-        (lambda c: c.schedule(at=AT_S, content_type=""), "content_type"),
+        (lambda c: c.schedule(at_ms=AT_MS, headers={"X-Mine": "a"}), "headers.X-Mine"),
+        (lambda c: c.schedule(at_ms=AT_MS, tags=["ok", "not ok"]), "tags[1]"),
+        (lambda c: c.schedule(at_ms=AT_MS, late={"deadline": "someday"}), "late.deadline"),
+        (lambda c: c.schedule(at_ms=AT_MS, content_type=""), "content_type"),
         (
-            lambda c: c.schedule_many([TaskRequest(at=AT_S), TaskRequest(at=AT_S, tags=[""])]),
+            lambda c: c.schedule_many(
+                [TaskRequest(at_ms=AT_MS), TaskRequest(at_ms=AT_MS, tags=[""])]
+            ),
             "tasks[1].tags[0]",
         ),
     ],
@@ -558,7 +613,7 @@ def test_the_walk_renames_the_daemons_page_size_error(daemon: InProcess) -> None
 def client_every_ms(text: str) -> int | None:
     """The length the client takes ``text`` for; None: it refuses it."""
     try:
-        return calls._every_ms(text, "every")
+        return times.every_ms(text, "every")
     except InvalidRequest as exc:
         assert (exc.status, exc.field) == (None, "every")
         return None
@@ -629,7 +684,8 @@ def test_the_client_reads_any_every_as_the_daemon_does(text: str) -> None:
 WEDNESDAY_9H_MS = 1_700_038_800_000  # 2023-11-15T09:00:00Z, 10:00 in Berlin
 UNTIMED_SERIES: list[dict[str, Any]] = [
     {"every": "PT15M"},
-    {"every": "PT1.5S", "until": 1_800_000_000},
+    {"every": "PT1.5S", "until_ms": 1_800_000_000_000},
+    {"every": "PT1M", "until": "2030-01-01T00:00:00"},  # no offset: UTC
     {"cron": "*/5 * * * *", "timezone": "Europe/Berlin"},
     {"cron": "0 9 * * 1-5"},  # UTC
 ]
@@ -643,18 +699,18 @@ def test_an_untimed_series_is_due_when_the_daemon_would_have_made_it(
     the daemon then stores is the one it chooses for the same body without
     an at (with both clocks at the same, fractional, millisecond)."""
     daemon.clock.set(WEDNESDAY_9H_MS - 59_999.75)  # a fraction: rounded up, as the daemon does
-    monkeypatch.setattr(calls, "_now_ms", lambda: Decimal(repr(daemon.clock.now)))
+    monkeypatch.setattr(times, "now_ms", lambda: Decimal(repr(daemon.clock.now)))
 
     async def scenario(client: AsyncClient) -> None:
         made = await client.schedule("by-client", **series)
         async with httpx.AsyncClient(base_url=client.base_url) as raw:
             untimed = await raw.post("/v1/tasks", json={"id": "untimed", **series})
         assert untimed.status_code == 201, untimed.text
-        assert made == Scheduled("by-client", round(untimed.json()["at"] * 1000), True)
+        assert made == Scheduled("by-client", untimed.json()["due_ms"], True)
         if "cron" in series:  # the next matching minute
-            assert made.at_ms == WEDNESDAY_9H_MS
+            assert made.due_ms == WEDNESDAY_9H_MS
         else:
-            assert made.at_ms == WEDNESDAY_9H_MS - 59_999 + calls._every_ms(series["every"], "")
+            assert made.due_ms == WEDNESDAY_9H_MS - 59_999 + times.every_ms(series["every"], "")
         shown = await client.get("by-client")
         assert shown is not None and shown.occurrence == 1
 
@@ -709,7 +765,7 @@ def test_a_series_is_read_as_the_daemon_shows_it(recur: Recurrence, shown: dict[
     expected = TaskSummary("t-1", AT_MS, "k", TaskState.SCHEDULED, **shown)
     found = BaseClient._get_call("t-1").parse(_json(200, _info(info)))
     assert found == TaskStatus(**{**_fields(expected), "payload": b"p"})
-    page = BaseClient._list_call(calls.Filter(), None, None).parse(
+    page = BaseClient._list_call(Filter(), None, None).parse(
         _json(200, {"tasks": [_info(info, payload=False)], "next_cursor": None})
     )
     assert page.tasks == (expected,)
@@ -723,7 +779,7 @@ def test_a_series_to_the_end_of_time_is_refused_by_the_client_as_by_the_daemon(
     daemon: InProcess,
 ) -> None:
     every = "P2913300D"  # a valid every, but one from now is past 9999-12-31
-    assert calls._every_ms(every, "every") == parse_every(every)
+    assert times.every_ms(every, "every") == parse_every(every)
 
     async def scenario(client: AsyncClient) -> None:
         with pytest.raises(InvalidRequest) as caught:

@@ -93,7 +93,8 @@ def clients() -> Iterator[Callable[..., Client]]:
         client.close()
 
 
-CREATED = httpx.Response(201, json={"id": "t", "at": 4_000_000_000.25})
+AT_MS = 4_000_000_000_000
+CREATED = httpx.Response(201, json={"id": "t", "due_ms": 4_000_000_000_250, "at": 4_000_000_000.25})
 
 
 # -- request bodies ---------------------------------------------------------------------------
@@ -102,22 +103,75 @@ CREATED = httpx.Response(201, json={"id": "t", "at": 4_000_000_000.25})
 def test_delay_becomes_an_absolute_time_rounded_up(clients: Callable[..., Client]) -> None:
     script = Script(CREATED)
     before_ms = time.time_ns() / 1e6
-    clients(script).schedule("t", delay_s=1.2345)
+    clients(script).schedule("t", delay_ms=1235)
     after_ms = time.time_ns() / 1e6
     body = script.body()
-    assert set(body) == {"id", "at"}
-    at_ms = float(body["at"]) * 1000  # type: ignore[arg-type]
-    assert at_ms == round(at_ms)  # whole milliseconds
+    assert set(body) == {"id", "at_ms"}
+    at_ms = body["at_ms"]
+    assert isinstance(at_ms, int)  # whole milliseconds
+    assert before_ms + 1235 <= at_ms < after_ms + 1235 + 1
+
+
+def test_delay_s_is_deprecated_and_still_rounds_up(clients: Callable[..., Client]) -> None:
+    script = Script(CREATED)
+    before_ms = time.time_ns() / 1e6
+    with pytest.warns(DeprecationWarning, match="delay_s is deprecated") as warned:
+        clients(script).schedule("t", delay_s=1.2345)
+    after_ms = time.time_ns() / 1e6
+    assert warned[0].filename == __file__  # the caller's line, not the client's
+    body = script.body()
+    assert set(body) == {"id", "at_ms"}  # sent under the new name
+    at_ms = body["at_ms"]
+    assert isinstance(at_ms, int)
     assert before_ms + 1234.5 <= at_ms < after_ms + 1234.5 + 1
+
+
+def test_a_number_as_at_is_deprecated_epoch_seconds(clients: Callable[..., Client]) -> None:
+    script = Script(CREATED)
+    client = clients(script)
+    for at, at_ms in ((4e9, AT_MS), (4_000_000_000.0001, AT_MS + 1), (-5, 0), (0, 0)):
+        with pytest.warns(DeprecationWarning, match="at as a number") as warned:
+            client.schedule("t", at=at)
+        assert warned[0].filename == __file__
+        assert script.body() == {"id": "t", "at_ms": at_ms}  # rounded up, never early
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidRequest) as ambiguous:
+        client.schedule("t", at=20261201)  # 1970 or a date? as the daemon, refused
+    assert ambiguous.value.field == "at" and "ambiguous" in ambiguous.value.message
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidRequest) as late:
+        client.schedule("t", at=253_402_300_800)
+    assert late.value.field == "at"
+    assert len(script.requests) == 4
+
+
+def test_reschedule_sends_the_new_names(clients: Callable[..., Client]) -> None:
+    script = Script(httpx.Response(200, json={"id": "t", "due_ms": AT_MS, "at": 4e9}))
+    client = clients(script)
+    assert client.reschedule("t", at_ms=AT_MS) == Scheduled("t", AT_MS, False)
+    assert script.body() == {"at_ms": AT_MS}
+    client.reschedule("t", at="2096-10-02T07:06:40")  # no offset: the daemon reads UTC
+    assert script.body() == {"at": "2096-10-02T07:06:40"}
+    before_ms = time.time_ns() / 1e6
+    client.reschedule("t", delay_ms=500)
+    assert before_ms + 500 <= sent_at_ms(script) < time.time_ns() / 1e6 + 501
+    with pytest.warns(DeprecationWarning, match="delay_s is deprecated"):
+        client.reschedule("t", delay_s=0.5)
+    assert set(script.body()) == {"at_ms"}
+    with pytest.warns(DeprecationWarning, match="at as a number"):
+        client.reschedule("t", at=4e9)
+    assert script.body() == {"at_ms": AT_MS}
+    script.answers = [error(422, "invalid", "at_ms")]
+    with pytest.raises(InvalidRequest) as caught:
+        client.reschedule("t", delay_ms=10)
+    assert caught.value.field == "delay_ms"  # the daemon's at_ms was the caller's delay
 
 
 def test_payloads_ids_and_times_on_the_wire(clients: Callable[..., Client]) -> None:
     script = Script(CREATED)
     client = clients(script)
-    client.schedule("t", at=4e9, payload=b"\x00\xff", routing_key="a.b")
+    client.schedule("t", at_ms=AT_MS, payload=b"\x00\xff", routing_key="a.b")
     assert script.body() == {
         "id": "t",
-        "at": 4e9,
+        "at_ms": AT_MS,
         "routing_key": "a.b",
         "payload_b64": base64.b64encode(b"\x00\xff").decode(),
     }
@@ -146,16 +200,28 @@ def test_token_is_sent_as_bearer(clients: Callable[..., Client]) -> None:
     [
         ({}, "at"),
         ({"at": 4e9, "delay_s": 1}, "at"),
+        ({"at": "2030-01-01T00:00:00Z", "at_ms": AT_MS}, "at"),
+        ({"at_ms": AT_MS, "delay_ms": 1}, "at_ms"),
+        ({"delay_ms": 1, "delay_s": 1}, "delay_ms"),
         ({"at": True}, "at"),
         ({"at": float("inf")}, "at"),
         ({"at": [1]}, "at"),
+        ({"at_ms": 1.5}, "at_ms"),
+        ({"at_ms": "4000000000000"}, "at_ms"),
+        ({"at_ms": True}, "at_ms"),
+        ({"delay_ms": -1}, "delay_ms"),
+        ({"delay_ms": 1.5}, "delay_ms"),
+        ({"delay_ms": 10**20}, "delay_ms"),
         ({"delay_s": float("nan")}, "delay_s"),
         ({"delay_s": -0.5}, "delay_s"),
         ({"delay_s": "5"}, "delay_s"),
         ({"delay_s": 1e300}, "delay_s"),
-        ({"at": 4e9, "payload": 5}, "payload"),
+        ({"at_ms": AT_MS, "payload": 5}, "payload"),
+        ({"at_ms": AT_MS, "every": "PT1M", "until": 5, "until_ms": 5}, "until"),
+        ({"at_ms": AT_MS, "every": "PT1M", "until_ms": 1.5}, "until_ms"),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # delay_s, a number as at
 def test_input_the_client_can_check_is_refused_without_a_request(
     clients: Callable[..., Client], kwargs: dict[str, object], field: str
 ) -> None:
@@ -179,11 +245,18 @@ def test_task_ids_in_paths_are_checked_and_dots_encoded(clients: Callable[..., C
 
 
 def test_batch_errors_name_the_callers_fields(clients: Callable[..., Client]) -> None:
-    script = Script(error(422, "invalid", "tasks[1].at"))
+    script = Script(error(422, "invalid", "tasks[1].at_ms"))
     with pytest.raises(InvalidRequest) as caught:
-        clients(script).schedule_many([TaskRequest(at=4e9), TaskRequest(delay_s=1e9)])
-    assert caught.value.field == "tasks[1].delay_s"  # it was given as a delay
+        clients(script).schedule_many([TaskRequest(at_ms=AT_MS), TaskRequest(delay_ms=10**12)])
+    assert caught.value.field == "tasks[1].delay_ms"  # it was given as a delay
     assert len(script.body()["tasks"]) == 2  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidRequest) as deprecated:
+        clients(script).schedule_many([TaskRequest(at_ms=AT_MS), TaskRequest(delay_s=1e9)])
+    assert deprecated.value.field == "tasks[1].delay_s"
+    script.answers = [error(422, "invalid", "tasks[0].until_ms")]
+    with pytest.warns(DeprecationWarning), pytest.raises(InvalidRequest) as until:
+        clients(script).schedule_many([TaskRequest(every="PT1M", until=4e9)])
+    assert until.value.field == "tasks[0].until"  # it was given as until
 
 
 # -- answers ---------------------------------------------------------------------------------
@@ -210,7 +283,7 @@ def test_error_answers_map_to_exceptions_and_are_not_retried(
 ) -> None:
     script = Script(answer)
     with pytest.raises(ApiError) as caught:
-        clients(script, backoff_s=0).reschedule("t", at=4e9)
+        clients(script, backoff_s=0).reschedule("t", at_ms=AT_MS)
     assert type(caught.value) is cls
     assert caught.value.status == answer.status_code
     assert len(script.requests) == 1
@@ -226,22 +299,30 @@ def test_an_html_error_page_keeps_its_status_line(clients: Callable[..., Client]
 def test_results(clients: Callable[..., Client]) -> None:
     client = clients(
         Script(
-            httpx.Response(200, json={"id": "t", "at": 1.0015}),
-            httpx.Response(200, json={"id": "t", "at": 2.5}),
+            httpx.Response(200, json={"id": "t", "due_ms": 1002, "at": 1.002}),
+            httpx.Response(200, json={"id": "t", "due_ms": 2500, "at": 2.5}),
             httpx.Response(
-                200, json={"id": "t", "at": 3.25, "routing_key": "k", "state": "firing"}
+                200,
+                json={"id": "t", "due_ms": 3250, "at": 3.25, "routing_key": "k", "state": "firing"},
             ),
             httpx.Response(201, json={"ids": ["a", "b"]}),
             httpx.Response(204),
             httpx.Response(503, json={"status": "unready", "reasons": ["mysql: down"]}),
         )
     )
-    assert client.schedule("t", at=1.0015) == Scheduled("t", 1002, False)  # round(), as sent
-    assert client.reschedule("t", at=2.5) == Scheduled("t", 2500, False)
-    assert client.get("t") == TaskStatus("t", 3250, "k", TaskState.FIRING)
-    assert client.schedule_many([TaskRequest(at=1), TaskRequest(at=2)]) == ["a", "b"]
+    scheduled = client.schedule("t", at_ms=1002)
+    assert scheduled == Scheduled("t", 1002, False)
+    assert client.reschedule("t", at="1970-01-01T00:00:02.5Z") == Scheduled("t", 2500, False)
+    status = client.get("t")
+    assert status == TaskStatus("t", 3250, "k", TaskState.FIRING)
+    assert client.schedule_many([TaskRequest(at_ms=1), TaskRequest(at_ms=2)]) == ["a", "b"]
     client.cancel("t")
     assert client.health() == Health(False, ("mysql: down",))
+    # at_ms, the results' old name of due_ms: deprecated, still there.
+    with pytest.warns(DeprecationWarning, match="Scheduled.at_ms is deprecated: use due_ms"):
+        assert scheduled.at_ms == scheduled.due_ms == 1002
+    with pytest.warns(DeprecationWarning, match="TaskStatus.at_ms is deprecated"):
+        assert status is not None and status.at_ms == 3250
 
 
 @pytest.mark.parametrize(
@@ -249,15 +330,17 @@ def test_results(clients: Callable[..., Client]) -> None:
     [
         httpx.Response(200, text="not json"),
         httpx.Response(200, json=[1]),
-        httpx.Response(200, json={"id": 5, "at": 1}),
-        httpx.Response(200, json={"id": "t", "at": "soon"}),
+        httpx.Response(200, json={"id": 5, "due_ms": 1}),
+        httpx.Response(200, json={"id": "t", "due_ms": "soon"}),
+        httpx.Response(200, json={"id": "t", "due_ms": 1.5}),
+        httpx.Response(200, json={"id": "t", "at": 1.0}),  # no due_ms
     ],
 )
 def test_unexpected_success_bodies_are_api_errors(
     clients: Callable[..., Client], answer: httpx.Response
 ) -> None:
     with pytest.raises(ApiError) as caught:
-        clients(Script(answer)).reschedule("t", at=1)
+        clients(Script(answer)).reschedule("t", at_ms=1)
     assert caught.value.code == "bad_response"
 
 
@@ -266,7 +349,7 @@ def test_unexpected_success_bodies_are_api_errors(
 
 def test_503_is_retried_with_identical_content(clients: Callable[..., Client]) -> None:
     script = Script(error(503, "unavailable"), error(503, "stopping"), CREATED)
-    assert clients(script, backoff_s=0.001).schedule(delay_s=5).created
+    assert clients(script, backoff_s=0.001).schedule(delay_ms=5000).created
     assert len(script.requests) == 3
     assert len({r.content for r in script.requests}) == 1
 
@@ -283,7 +366,7 @@ def test_unavailable_after_the_retries(clients: Callable[..., Client], status: i
 def test_retry_after_is_honoured(clients: Callable[..., Client]) -> None:
     script = Script(error(503, "unavailable", **{"Retry-After": "0.3"}), CREATED)
     start = time.monotonic()
-    clients(script, backoff_s=0.001).schedule("t", at=4e9)
+    clients(script, backoff_s=0.001).schedule("t", at_ms=AT_MS)
     assert time.monotonic() - start >= 0.3
     assert len(script.requests) == 2
 
@@ -295,7 +378,7 @@ def test_close_ends_a_back_off_wait(clients: Callable[..., Client]) -> None:
 
     def call() -> None:
         try:
-            client.schedule("t", at=4e9)
+            client.schedule("t", at_ms=AT_MS)
         except ApiError as exc:
             raised.append(exc)
 
@@ -352,7 +435,7 @@ def test_async_client_retries_and_maps_errors_the_same_way() -> None:
     async def scenario() -> None:
         transport = httpx.MockTransport(handler)
         async with AsyncClient(URL, transport=transport, backoff_s=0.001, token="t") as client:
-            assert (await client.schedule(delay_s=1)).created
+            assert (await client.schedule(delay_ms=1000)).created
             with pytest.raises(TooLate):
                 await client.cancel("t")
             with pytest.raises(InvalidRequest):
@@ -383,7 +466,7 @@ def test_metadata_on_the_wire(clients: Callable[..., Client]) -> None:
     client = clients(script)
     client.schedule(
         "t",
-        at=4e9,
+        at_ms=AT_MS,
         tags=["tenant:7", "billing"],  # in the caller's order: the daemon's tags[i] names it
         content_type="application/json",
         content_encoding="identity",
@@ -392,28 +475,31 @@ def test_metadata_on_the_wire(clients: Callable[..., Client]) -> None:
     )
     assert script.body() == {
         "id": "t",
-        "at": 4e9,
+        "at_ms": AT_MS,
         "tags": ["tenant:7", "billing"],
         "content_type": "application/json",
         "content_encoding": "identity",
         "headers": {"tenant": "7", "attempt": 3, "urgent": True},
         "late": {"skip_after_ms": 1500},
     }
-    client.schedule("t", at=4e9, late="fire", tags=())
-    assert script.body() == {"id": "t", "at": 4e9, "tags": [], "late": "fire"}
+    client.schedule("t", at_ms=AT_MS, late="fire", tags=())
+    assert script.body() == {"id": "t", "at_ms": AT_MS, "tags": [], "late": "fire"}
     # A deadline is a time like ``at``: a naive datetime is UTC.
-    client.schedule("t", at=4e9, late={"deadline": datetime(2030, 1, 1, 0, 0, 0, 250_000)})
+    client.schedule("t", at_ms=AT_MS, late={"deadline": datetime(2030, 1, 1, 0, 0, 0, 250_000)})
     assert script.body()["late"] == {"deadline": "2030-01-01T00:00:00.250000+00:00"}
-    client.schedule("t", at=4e9, late={"deadline": 1_893_456_000.25})
-    assert script.body()["late"] == {"deadline": 1_893_456_000.25}
-    client.schedule("t", at=4e9)
-    assert set(script.body()) == {"id", "at"}  # nothing unset is sent
+    client.schedule("t", at_ms=AT_MS, late={"deadline_ms": 1_893_456_000_250})
+    assert script.body()["late"] == {"deadline_ms": 1_893_456_000_250}
+    with pytest.warns(DeprecationWarning, match="late.deadline as a number"):
+        client.schedule("t", at_ms=AT_MS, late={"deadline": 1_893_456_000.25})
+    assert script.body()["late"] == {"deadline_ms": 1_893_456_000_250}  # sent in ms
+    client.schedule("t", at_ms=AT_MS)
+    assert set(script.body()) == {"id", "at_ms"}  # nothing unset is sent
 
 
 def test_a_retry_sends_the_same_metadata_bytes(clients: Callable[..., Client]) -> None:
     script = Script(error(503, "unavailable"), error(502, "bad_gateway"), CREATED)
     clients(script, backoff_s=0.001).schedule(
-        delay_s=5,
+        delay_ms=5000,
         tags={"b", "a", "c"},  # a set: iterated once, before the first attempt
         headers={"h": "v"},
         late={"deadline": datetime(2030, 1, 1)},
@@ -443,20 +529,23 @@ def test_a_retry_sends_the_same_metadata_bytes(clients: Callable[..., Client]) -
         ({"late": {"skip_after_ms": 1.5}}, "late.skip_after_ms"),
         ({"late": {"deadline": [1]}}, "late.deadline"),
         ({"late": {"deadline": float("nan")}}, "late.deadline"),
+        ({"late": {"deadline_ms": 1.5}}, "late.deadline_ms"),
+        ({"late": {"deadline_ms": "5"}}, "late.deadline_ms"),
         ({"late": {"never": 1}}, "late.never"),
         ({"late": {"skip_after_ms": 1, "deadline": 2}}, "late"),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a number as late.deadline
 def test_metadata_the_client_can_check_is_refused_without_a_request(
     clients: Callable[..., Client], kwargs: dict[str, object], field: str
 ) -> None:
     script = Script(CREATED)
     client = clients(script)
     with pytest.raises(InvalidRequest) as caught:
-        client.schedule("t", at=4e9, **kwargs)  # type: ignore[arg-type]
+        client.schedule("t", at_ms=AT_MS, **kwargs)  # type: ignore[arg-type]
     assert (caught.value.status, caught.value.field) == (None, field)
     with pytest.raises(InvalidRequest) as in_batch:
-        client.schedule_many([TaskRequest(at=4e9), TaskRequest("u", at=4e9, **kwargs)])  # type: ignore[arg-type]
+        client.schedule_many([TaskRequest(at_ms=AT_MS), TaskRequest("u", at_ms=AT_MS, **kwargs)])  # type: ignore[arg-type]
     assert in_batch.value.field == f"tasks[1].{field}"
     assert script.requests == []
 
@@ -466,13 +555,14 @@ def test_the_daemons_metadata_errors_name_the_callers_field(
 ) -> None:
     script = Script(error(422, "invalid", "tasks[0].headers.x-mine"))
     with pytest.raises(InvalidRequest) as caught:
-        clients(script).schedule_many([TaskRequest(at=4e9, headers={"x-mine": "a"})])
+        clients(script).schedule_many([TaskRequest(at_ms=AT_MS, headers={"x-mine": "a"})])
     assert caught.value.field == "tasks[0].headers.x-mine"  # as given: nothing to rename
 
 
 def test_get_reads_the_metadata(clients: Callable[..., Client]) -> None:
     shown = {
         "id": "t",
+        "due_ms": 3250,
         "at": 3.25,
         "routing_key": "k",
         "state": "scheduled",
@@ -481,7 +571,7 @@ def test_get_reads_the_metadata(clients: Callable[..., Client]) -> None:
         "content_type": "text/plain",
         "content_encoding": "gzip",
         "headers": {"n": 1, "s": "v", "b": False},
-        "late": {"deadline": 1_893_456_000.25},
+        "late": {"deadline_ms": 1_893_456_000_250, "deadline": 1_893_456_000.25},
     }
     client = clients(Script(httpx.Response(200, json=shown)))
     status = client.get("t")
@@ -495,7 +585,7 @@ def test_get_reads_the_metadata(clients: Callable[..., Client]) -> None:
         content_type="text/plain",
         content_encoding="gzip",
         headers={"n": 1, "s": "v", "b": False},
-        late={"deadline": 1_893_456_000.25},
+        late={"deadline_ms": 1_893_456_000_250},  # as schedule takes it back
     )
     assert isinstance(status, TaskSummary)
     assert hash(status) == hash(status)  # hashable, though it holds a dict
@@ -516,12 +606,15 @@ def test_get_reads_the_metadata(clients: Callable[..., Client]) -> None:
         {"late": "later"},
         {"late": {"skip_after_ms": "5"}},
         {"late": {"deadline": "2030-01-01"}},
+        {"late": {"deadline": 1.5}},  # no deadline_ms
+        {"late": {"deadline_ms": 1.5, "deadline": 0.0015}},
+        {"until_ms": 1.5},
     ],
 )
 def test_unexpected_metadata_in_an_answer_is_an_api_error(
     clients: Callable[..., Client], extra: dict[str, object]
 ) -> None:
-    shown = {"id": "t", "at": 1, "routing_key": "k", "state": "scheduled", **extra}
+    shown = {"id": "t", "due_ms": 1, "routing_key": "k", "state": "scheduled", **extra}
     with pytest.raises(ApiError) as caught:
         clients(Script(httpx.Response(200, json=shown))).get("t")
     assert caught.value.code == "bad_response"
@@ -536,7 +629,7 @@ def test_ids_that_are_other_endpoints_are_never_sent_as_a_task(
     calls: list[Callable[[], object]] = [
         lambda: client.get(task_id),
         lambda: client.cancel(task_id),
-        lambda: client.reschedule(task_id, at=4e9),
+        lambda: client.reschedule(task_id, at_ms=AT_MS),
     ]
     for call in calls:
         with pytest.raises(InvalidRequest) as caught:
@@ -549,8 +642,15 @@ def test_ids_that_are_other_endpoints_are_never_sent_as_a_task(
 # -- listing, counting, the timeline -------------------------------------------------------------
 
 
-def listed(task_id: str, at: float = 4e9, **extra: object) -> dict[str, object]:
-    return {"id": task_id, "at": at, "routing_key": "k", "state": "scheduled", **extra}
+def listed(task_id: str, due_ms: int = AT_MS, **extra: object) -> dict[str, object]:
+    return {
+        "id": task_id,
+        "due_ms": due_ms,
+        "at": due_ms / 1000,
+        "routing_key": "k",
+        "state": "scheduled",
+        **extra,
+    }
 
 
 def page(*tasks: dict[str, object], cursor: str | None = None) -> httpx.Response:
@@ -592,7 +692,7 @@ def test_filters_in_the_query_string(clients: Callable[..., Client]) -> None:
             prefix="tenant-7:",
             routing_key="billing.charge",
             due_after=datetime(2030, 1, 1),  # naive = UTC
-            due_before=1.5e-05,  # written out: "1.5e-05" is no number to the daemon
+            due_before="1970-01-01T00:00:00.000015Z",
             state="firing",
         )
         == 3
@@ -602,10 +702,14 @@ def test_filters_in_the_query_string(clients: Callable[..., Client]) -> None:
         "prefix": "tenant-7:",
         "routing_key": "billing.charge",
         "due_after": "2030-01-01T00:00:00+00:00",
-        "due_before": "0.000015",
+        "due_before": "1970-01-01T00:00:00.000015Z",
         "state": "firing",
     }
-    client.count(due_after=4_000_000_000, due_before="2096-10-02T07:06:40+01:00")
+    with pytest.warns(DeprecationWarning):
+        client.count(due_before=1.5e-05)  # written out: "1.5e-05" is no number to the daemon
+    assert script.params() == {"due_before": "0.000015"}
+    with pytest.warns(DeprecationWarning, match="due_after as a number"):
+        client.count(due_after=4_000_000_000, due_before="2096-10-02T07:06:40+01:00")
     assert script.params() == {
         "due_after": "4000000000",
         "due_before": "2096-10-02T07:06:40+01:00",
@@ -634,6 +738,7 @@ def test_filters_in_the_query_string(clients: Callable[..., Client]) -> None:
         (lambda c: c.cancel_where(tag="t", timeout_s=0), "timeout_s"),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # a number as a time
 def test_bad_filters_are_refused_without_a_request(
     clients: Callable[..., Client], call: Callable[[Client], object], field: str | None
 ) -> None:
@@ -672,17 +777,23 @@ def test_list_page_and_its_cursor(clients: Callable[..., Client]) -> None:
 
 def test_timeline(clients: Callable[..., Client]) -> None:
     answer = {
+        "start_ms": AT_MS,
+        "bucket_ms": 2000,
         "start": 4e9,
         "bucket": 2.0,
         "buckets": 3,
         "routing_keys": {"fire.a": [2, 0, 1], "fire.b": [0, 0, 4]},
     }
     script = Script(httpx.Response(200, json=answer))
-    line = clients(script).timeline(tag="t", bucket_s=2, buckets=3, start=4e9)
+    start = "2096-10-02T07:06:40Z"
+    line = clients(script).timeline(tag="t", bucket_s=2, buckets=3, start=start)
     assert line == Timeline(4_000_000_000_000, 2000, 3, {"fire.a": (2, 0, 1), "fire.b": (0, 0, 4)})
     assert line.end_ms == 4_000_000_006_000
     assert script.paths() == ["/v1/tasks/timeline"]
-    assert script.params() == {"tag": "t", "bucket": "2", "buckets": "3", "start": "4000000000.0"}
+    assert script.params() == {"tag": "t", "bucket": "2", "buckets": "3", "start": start}
+    with pytest.warns(DeprecationWarning, match="start as a number"):
+        clients(script).timeline(start=4e9)
+    assert script.params() == {"start": "4000000000.0"}
 
 
 @pytest.mark.parametrize(
@@ -693,8 +804,18 @@ def test_timeline(clients: Callable[..., Client]) -> None:
         ("/v1/tasks", {"tasks": [{"id": "a"}], "next_cursor": None}),
         ("/v1/tasks/count", {"count": -1}),
         ("/v1/tasks/count", {"count": True}),
-        ("/v1/tasks/timeline", {"start": 1, "bucket": 1, "buckets": 2, "routing_keys": {"k": [1]}}),
-        ("/v1/tasks/timeline", {"start": 1, "bucket": 1, "buckets": 1, "routing_keys": []}),
+        (
+            "/v1/tasks/timeline",
+            {"start_ms": 1, "bucket_ms": 1000, "buckets": 2, "routing_keys": {"k": [1]}},
+        ),
+        (
+            "/v1/tasks/timeline",
+            {"start_ms": 1, "bucket_ms": 1000, "buckets": 1, "routing_keys": []},
+        ),
+        (
+            "/v1/tasks/timeline",  # no start_ms
+            {"start": 1, "bucket_ms": 1000, "buckets": 1, "routing_keys": {}},
+        ),
         ("/v1/tasks/cancel", {"cancelled": 1}),
     ],
 )
@@ -749,7 +870,9 @@ def test_cancel_where_is_retried_after_a_timeout_with_the_same_body(
             raise httpx.ReadTimeout("no answer in time", request=request)
         return httpx.Response(200, json={"cancelled": 0, "too_late": 0})
 
-    done = clients(slow_then_done, backoff_s=0.001).cancel_where(prefix="p", due_before=4e9)
+    done = clients(slow_then_done, backoff_s=0.001).cancel_where(
+        prefix="p", due_before="2096-10-02T07:06:40Z"
+    )
     assert done == BulkCancelled(0, 0)  # the first attempt did the work: the last counts
     assert len(sent) == 2 and sent[0] == sent[1]
 
@@ -763,7 +886,17 @@ def test_async_client_lists_counts_and_cancels_the_same_way() -> None:
         page(listed("b")),
         page(listed("c"), cursor="more"),
         httpx.Response(200, json={"count": 2}),
-        httpx.Response(200, json={"start": 60, "bucket": 60, "buckets": 1, "routing_keys": {}}),
+        httpx.Response(
+            200,
+            json={
+                "start_ms": 60_000,
+                "bucket_ms": 60_000,
+                "start": 60,
+                "bucket": 60,
+                "buckets": 1,
+                "routing_keys": {},
+            },
+        ),
         error(503, "unavailable"),
         httpx.Response(200, json={"cancelled": 2, "too_late": 0}),
     )
@@ -782,7 +915,7 @@ def test_async_client_lists_counts_and_cancels_the_same_way() -> None:
             assert await client.count(tag="t") == 2
             assert await client.timeline(bucket_s=60) == Timeline(60_000, 60_000, 1, {})
             with pytest.raises(InvalidRequest):
-                await client.cancel_where(due_after=1)
+                await client.cancel_where(due_after="1970-01-01T00:00:01Z")
             assert await client.cancel_where(tag="t") == BulkCancelled(2, 0)
 
     asyncio.run(scenario())
@@ -806,16 +939,20 @@ def test_async_client_sends_the_metadata_the_same_way() -> None:
     async def scenario() -> None:
         async with AsyncClient(URL, transport=httpx.MockTransport(handler)) as client:
             await client.schedule(
-                "t", at=4e9, tags=["a"], headers={"h": 1}, late={"skip_after_ms": 5}
+                "t", at_ms=AT_MS, tags=["a"], headers={"h": 1}, late={"skip_after_ms": 5}
             )
             with pytest.raises(InvalidRequest) as caught:
-                await client.schedule("t", at=4e9, tags="a")
+                await client.schedule("t", at_ms=AT_MS, tags="a")
             assert caught.value.field == "tags"
+            deprecated = pytest.warns(DeprecationWarning, match="delay_s is deprecated")
+            with deprecated as warned, pytest.raises(InvalidRequest):
+                await client.reschedule("t", delay_s=-1)
+            assert warned[0].filename == __file__  # the caller's line, through the coroutine
 
     asyncio.run(scenario())
     assert script.body() == {
         "id": "t",
-        "at": 4e9,
+        "at_ms": AT_MS,
         "tags": ["a"],
         "headers": {"h": 1},
         "late": {"skip_after_ms": 5},
@@ -826,10 +963,10 @@ def test_async_client_sends_the_metadata_the_same_way() -> None:
 # -- series -------------------------------------------------------------------------------------
 
 
-def sent_at_ms(script: Script, index: int = -1) -> float:
-    at = script.body(index)["at"]
-    assert isinstance(at, float)
-    return at * 1000
+def sent_at_ms(script: Script, index: int = -1) -> int:
+    at_ms = script.body(index)["at_ms"]
+    assert isinstance(at_ms, int)  # whole milliseconds
+    return at_ms
 
 
 def test_a_series_without_a_time_is_sent_with_the_first_one_the_daemon_would_choose(
@@ -845,18 +982,17 @@ def test_a_series_without_a_time_is_sent_with_the_first_one_the_daemon_would_cho
     client.schedule("u", cron="*/5 * * * *", timezone="Europe/Berlin")
     after_ms = time.time_ns() / 1e6
     every_at, cron_at = sent_at_ms(script, 0), sent_at_ms(script, 1)
-    assert every_at == round(every_at) and cron_at == round(cron_at)  # whole milliseconds
     assert before_ms + 900_000 <= every_at < after_ms + 900_000 + 1
     assert before_ms <= cron_at < after_ms + 1
     assert script.body(0) == {
         "id": "t",
-        "at": every_at / 1000,
+        "at_ms": every_at,
         "every": "PT15M",  # as given: the daemon normalizes it
         "until": "2030-01-01T00:00:00+00:00",  # a time like at: naive = UTC
     }
     assert script.body(1) == {
         "id": "u",
-        "at": cron_at / 1000,
+        "at_ms": cron_at,
         "cron": "*/5 * * * *",
         "timezone": "Europe/Berlin",
     }
@@ -865,10 +1001,25 @@ def test_a_series_without_a_time_is_sent_with_the_first_one_the_daemon_would_cho
 def test_a_series_given_a_time_sends_it_as_given(clients: Callable[..., Client]) -> None:
     script = Script(CREATED)
     client = clients(script)
-    client.schedule("t", at=4e9, every="P1D", until=4.1e9)
-    assert script.body() == {"id": "t", "at": 4e9, "every": "P1D", "until": 4.1e9}
+    client.schedule("t", at_ms=AT_MS, every="P1D", until_ms=4_100_000_000_000)
+    assert script.body() == {
+        "id": "t",
+        "at_ms": AT_MS,
+        "every": "P1D",
+        "until_ms": 4_100_000_000_000,
+    }
+    client.schedule("t", at="2096-10-02T07:06:40Z", every="P1D", until="2099-12-31T00:00:00Z")
+    assert script.body() == {
+        "id": "t",
+        "at": "2096-10-02T07:06:40Z",
+        "every": "P1D",
+        "until": "2099-12-31T00:00:00Z",
+    }
+    with pytest.warns(DeprecationWarning, match="until as a number"):
+        client.schedule("t", at_ms=AT_MS, every="P1D", until=4.1e9)
+    assert script.body()["until_ms"] == 4_100_000_000_000  # deprecated seconds, sent in ms
     before_ms = time.time_ns() / 1e6
-    client.schedule("t", delay_s=60, cron="0 9 * * 1-5")
+    client.schedule("t", delay_ms=60_000, cron="0 9 * * 1-5")
     assert before_ms + 60_000 <= sent_at_ms(script) < time.time_ns() / 1e6 + 60_001
 
 
@@ -889,7 +1040,7 @@ def test_a_retried_untimed_series_sends_the_same_bytes(
     assert clients(script, backoff_s=0.01).schedule_many(batch) == ["a", "b"]
     assert script.requests[0].content == script.requests[1].content
     tasks = script.body()["tasks"]
-    assert isinstance(tasks, list) and all("at" in task for task in tasks)
+    assert isinstance(tasks, list) and all("at_ms" in task for task in tasks)
 
 
 @pytest.mark.parametrize(
@@ -909,12 +1060,15 @@ def test_a_retried_untimed_series_sends_the_same_bytes(
         ({"every": "P999999999W"}, "every"),  # past 9999
         ({"every": 900}, "every"),  # not a duration string
         ({"every": "PT1M", "at": 4e9, "delay_s": 1}, "at"),
+        ({"every": "PT1M", "at_ms": AT_MS, "delay_ms": 1}, "at_ms"),
+        ({"every": "PT1M", "until": "2099-01-01T00:00:00Z", "until_ms": 1}, "until"),
         ({"cron": 5}, "cron"),
         ({"cron": "* * * * *", "timezone": b"UTC"}, "timezone"),
         ({"cron": "* * * * *", "until": [1]}, "until"),
         ({"every": "PT1M", "until": float("nan")}, "until"),
     ],
 )
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # delay_s, a number as a time
 def test_series_input_the_client_can_check_is_refused_without_a_request(
     clients: Callable[..., Client], kwargs: dict[str, object], field: str
 ) -> None:
@@ -924,7 +1078,7 @@ def test_series_input_the_client_can_check_is_refused_without_a_request(
         client.schedule("t", **kwargs)  # type: ignore[arg-type]
     assert (caught.value.status, caught.value.field) == (None, field)
     with pytest.raises(InvalidRequest) as in_batch:
-        client.schedule_many([TaskRequest(at=4e9), TaskRequest("u", **kwargs)])  # type: ignore[arg-type]
+        client.schedule_many([TaskRequest(at_ms=AT_MS), TaskRequest("u", **kwargs)])  # type: ignore[arg-type]
     assert in_batch.value.field == f"tasks[1].{field}"
     assert script.requests == []
 
@@ -938,23 +1092,25 @@ def test_the_neither_error_mentions_series(clients: Callable[..., Client]) -> No
 def test_the_daemons_error_on_a_time_the_client_chose_names_the_series(
     clients: Callable[..., Client],
 ) -> None:
-    script = Script(error(422, "invalid", "tasks[1].at"), error(422, "invalid", "until"))
+    script = Script(error(422, "invalid", "tasks[1].at_ms"), error(422, "invalid", "until"))
     client = clients(script)
     with pytest.raises(InvalidRequest) as caught:
-        client.schedule_many([TaskRequest(at=4e9), TaskRequest(cron="* * * * *")])
+        client.schedule_many([TaskRequest(at_ms=AT_MS), TaskRequest(cron="* * * * *")])
     assert caught.value.field == "tasks[1].cron"  # the caller gave no at
     with pytest.raises(InvalidRequest) as until:
-        client.schedule(every="PT1M", until=1)
+        client.schedule(every="PT1M", until="1970-01-01T00:00:01Z")
     assert until.value.field == "until"
 
 
 SERIES_SHOWN = {
     "id": "t",
+    "due_ms": AT_MS,
     "at": 4e9,
     "routing_key": "k",
     "state": "scheduled",
     "payload": "",
     "every": "PT15M",
+    "until_ms": 4_100_000_000_500,
     "until": 4_100_000_000.5,
     "occurrence": 3,
 }
@@ -966,7 +1122,7 @@ def test_get_and_list_read_a_series(clients: Callable[..., Client]) -> None:
         Script(
             httpx.Response(200, json=SERIES_SHOWN),
             httpx.Response(200, json={**SERIES_SHOWN, "stopping": True}),
-            page(listed("c", 4e9, occurrence=1, **cron), listed("one-off")),
+            page(listed("c", AT_MS, occurrence=1, **cron), listed("one-off")),
         )
     )
     assert client.get("t") == TaskStatus(
@@ -1004,7 +1160,8 @@ def test_get_and_list_read_a_series(clients: Callable[..., Client]) -> None:
         {"every": 900},
         {"cron": ["*"]},
         {"timezone": None},
-        {"until": "2030-01-01"},
+        {"until_ms": "2030-01-01"},
+        {"until_ms": 1.5},
         {"occurrence": 0},
         {"occurrence": True},
         {"occurrence": 1.5},
@@ -1029,7 +1186,7 @@ def test_async_client_schedules_and_reads_a_series_the_same_way() -> None:
     async def scenario() -> None:
         transport = httpx.MockTransport(handler)
         async with AsyncClient(URL, transport=transport, backoff_s=0.001) as client:
-            await client.schedule("t", every="PT15M", until=4.1e9)
+            await client.schedule("t", every="PT15M", until_ms=4_100_000_000_000)
             status = await client.get("t")
             assert status is not None
             assert (status.every, status.until_ms, status.occurrence) == (
@@ -1044,6 +1201,6 @@ def test_async_client_schedules_and_reads_a_series_the_same_way() -> None:
     before_ms = time.time_ns() / 1e6
     asyncio.run(scenario())
     assert script.requests[0].content == script.requests[1].content  # retried as sent
-    assert set(script.body(0)) == {"id", "at", "every", "until"}
+    assert set(script.body(0)) == {"id", "at_ms", "every", "until_ms"}
     assert sent_at_ms(script, 0) >= before_ms + 900_000
     assert len(script.requests) == 3

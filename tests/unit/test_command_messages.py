@@ -64,7 +64,13 @@ def test_create_reply_and_row(hook: TriggerHook, store: FakeStore) -> None:
         "create",
         {"id": "a", "at": 1_800_000_000.25, "routing_key": "x.y", "payload": "hi"},
     )
-    assert reply == {"ok": True, "id": "a", "at": 1_800_000_000.25, "created": True}
+    assert reply == {
+        "ok": True,
+        "id": "a",
+        "due_ms": 1_800_000_000_250,
+        "at": 1_800_000_000.25,  # deprecated: epoch seconds
+        "created": True,
+    }
     assert store.ids() == {"a"}
     row = store.row("a")
     assert row is not None
@@ -77,6 +83,7 @@ def test_create_again_is_a_no_op_and_other_content_conflicts(hook: TriggerHook) 
     assert run(hook, "create", body) == {
         "ok": True,
         "id": "a",
+        "due_ms": 1_800_000_000_000,
         "at": 1_800_000_000.0,
         "created": False,
     }
@@ -90,11 +97,21 @@ def test_create_again_is_a_no_op_and_other_content_conflicts(hook: TriggerHook) 
 
 def test_create_delay_and_payload_b64(hook: TriggerHook, store: FakeStore) -> None:
     reply = run(hook, "create", {"id": "d", "delay": 1.5, "payload_b64": "AAH/"})
-    assert reply["at"] == (NOW_MS + 1500) / 1000
+    assert (reply["due_ms"], reply["at"]) == (NOW_MS + 1500, (NOW_MS + 1500) / 1000)
     row = store.row("d")
     assert row is not None
     assert row.task.payload == b"\x00\x01\xff"
     assert row.task.routing_key == "triggerhook.fire"
+
+
+def test_create_with_at_ms_and_delay_ms(hook: TriggerHook, store: FakeStore) -> None:
+    assert run(hook, "create", {"id": "ms", "at_ms": 1_800_000_000_001})["due_ms"] == (
+        1_800_000_000_001
+    )
+    assert run(hook, "create", {"id": "dm", "delay_ms": 1500})["due_ms"] == NOW_MS + 1500
+    for task_id, due_ms in (("ms", 1_800_000_000_001), ("dm", NOW_MS + 1500)):
+        row = store.row(task_id)
+        assert row is not None and row.task.due_ms == due_ms
 
 
 def test_create_takes_a_valid_message_id_as_task_id(hook: TriggerHook, store: FakeStore) -> None:
@@ -117,6 +134,7 @@ def test_redelivered_delay_create_is_the_same_command(hook: TriggerHook, clock: 
     assert run(hook, "create", {"delay": 10}, message_id="m", redelivered=True) == {
         "ok": True,
         "id": "m",
+        "due_ms": first["due_ms"],
         "at": first["at"],
         "created": False,
     }
@@ -146,12 +164,17 @@ def test_reschedule_outcomes(hook: TriggerHook, store: FakeStore) -> None:
     assert run(hook, "reschedule", {"id": "r", "at": 1_800_000_000.5}) == {
         "ok": True,
         "id": "r",
+        "due_ms": 1_800_000_000_500,
         "at": 1_800_000_000.5,
     }
     row = store.row("r")
     assert row is not None
     assert row.task.due_ms == 1_800_000_000_500
     assert run(hook, "reschedule", {"id": "r", "delay": 2})["at"] == (NOW_MS + 2000) / 1000
+    assert run(hook, "reschedule", {"id": "r", "at_ms": 1_800_000_000_001})["due_ms"] == (
+        1_800_000_000_001
+    )
+    assert run(hook, "reschedule", {"id": "r", "delay_ms": 2500})["due_ms"] == NOW_MS + 2500
     assert _code(run(hook, "reschedule", {"id": "gone", "delay": 1})) == "not_found"
     assert _code(run(hook, "reschedule", {"id": "armed", "delay": 1})) == "too_late"
 
@@ -178,6 +201,9 @@ def _code(reply: dict[str, object]) -> object:
         ("create", b"", "malformed_json", None),
         ("create", [1, 2], "invalid", "body"),
         ("create", {"at": 1, "delay": 1}, "invalid", "at"),
+        ("create", {"at_ms": 1, "delay_ms": 1}, "invalid", "at_ms"),
+        ("create", {"delay_ms": 1, "delay": 1}, "invalid", "delay_ms"),
+        ("create", {"at_ms": 1.5}, "invalid", "at_ms"),
         ("create", {}, "invalid", "at"),
         ("create", {"delay": -1}, "invalid", "delay"),
         ("create", {"at": "tomorrow"}, "invalid", "at"),
@@ -195,6 +221,8 @@ def _code(reply: dict[str, object]) -> object:
         ("reschedule", {"id": "x"}, "invalid", "at"),
         ("reschedule", {"at": 1}, "invalid", "id"),
         ("reschedule", {"id": "x", "delay": "soon"}, "invalid", "delay"),
+        ("reschedule", {"id": "x", "at": "2030-01-01T00:00:00Z", "at_ms": 1}, "invalid", "at"),
+        ("reschedule", {"id": "x", "delay_ms": -1}, "invalid", "delay_ms"),
         ("reschedule", {"id": "x", "delay": 1, "payload": ""}, "invalid", "payload"),
     ],
 )

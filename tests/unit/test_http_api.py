@@ -142,6 +142,11 @@ def at_s(due_ms: int) -> float:
     return due_ms / 1000
 
 
+def due(task_id: str, due_ms: int) -> dict[str, object]:
+    """A write's answer: the id and the due time (``at`` in seconds: deprecated)."""
+    return {"id": task_id, "due_ms": due_ms, "at": at_s(due_ms)}
+
+
 def task_body(task_id: str | None = "t-1", **fields: object) -> dict[str, object]:
     body: dict[str, object] = {"at": AT}
     if task_id is not None:
@@ -189,12 +194,12 @@ def test_create_answers_201_with_the_id_and_at_in_seconds(daemon: Daemon) -> Non
     async def scenario(client: Client) -> None:
         body = task_body(routing_key="billing.charge", payload="hi")
         created = await answer(client.post("/v1/tasks", json=body))
-        assert created == (201, {"id": "t-1", "at": 1_893_456_000.25})
+        assert created == (201, due("t-1", 1_893_456_000_250))
         # Epoch seconds in, too (a fraction allowed).
         numeric = task_body("t-2", at=1_893_456_000.25)
         assert await answer(client.post("/v1/tasks", json=numeric)) == (
             201,
-            {"id": "t-2", "at": 1_893_456_000.25},
+            due("t-2", 1_893_456_000_250),
         )
 
     daemon.serve(scenario)
@@ -203,6 +208,33 @@ def test_create_answers_201_with_the_id_and_at_in_seconds(daemon: Daemon) -> Non
     assert task == Task("t-1", AT_MS, "billing.charge", b"hi")
     assert (holder, firing) == (None, False)  # due beyond arm_ahead_ms
     assert row(daemon.store, "t-2")[0] == Task("t-2", AT_MS, DEFAULT_KEY, b"")
+
+
+def test_create_takes_at_ms_delay_ms_and_rfc_3339_text(daemon: Daemon) -> None:
+    async def scenario(client: Client) -> None:
+        for task_id, when, due_ms in (
+            ("ms", {"at_ms": AT_MS}, AT_MS),
+            ("ms-float", {"at_ms": float(AT_MS)}, AT_MS),  # JSON's 5.0: an integer
+            ("delay", {"delay_ms": DELAY_MS}, NOW_MS + DELAY_MS),
+            ("naive", {"at": "2030-01-01T00:00:00.250"}, AT_MS),  # no offset: UTC
+            ("past", {"at_ms": -1}, 0),  # before 1970: due at once
+        ):
+            created = await answer(client.post("/v1/tasks", json={"id": task_id, **when}))
+            assert created == (201, due(task_id, due_ms))
+        for body, field_name, given in (
+            ({"at_ms": AT_MS, "delay_ms": 1}, "at_ms", "at_ms, delay_ms"),
+            ({"at": AT, "at_ms": AT_MS}, "at", "at, at_ms"),
+            ({"delay_ms": 1, "delay": 1}, "delay_ms", "delay_ms, delay"),
+        ):
+            message = f"give exactly one of at, at_ms and delay_ms (given: {given})"
+            assert await answer(client.post("/v1/tasks", json={"id": "x", **body})) == (
+                422,
+                error("invalid", message, field_name),
+            )
+
+    daemon.serve(scenario)
+    assert daemon.store.ids() == {"ms", "ms-float", "delay", "naive", "past"}
+    assert row(daemon.store, "delay")[0].due_ms == NOW_MS + DELAY_MS
 
 
 def test_the_same_create_again_is_200_and_other_content_is_a_409_conflict(
@@ -214,12 +246,12 @@ def test_the_same_create_again_is_200_and_other_content_is_a_409_conflict(
     async def scenario(client: Client) -> None:
         assert await answer(client.post("/v1/tasks", json=body)) == (
             201,
-            {"id": "t-1", "at": at_s(AT_MS)},
+            due("t-1", AT_MS),
         )
         first.append(row(daemon.store, "t-1"))
         assert await answer(client.post("/v1/tasks", json=body)) == (
             200,
-            {"id": "t-1", "at": at_s(AT_MS)},
+            due("t-1", AT_MS),
         )
         for other in ({**body, "payload": "other"}, {**body, "at": at_s(LATER_MS)}):
             assert await answer(client.post("/v1/tasks", json=other)) == (
@@ -256,12 +288,12 @@ def test_at_is_answered_in_milliseconds_rounded_up_and_past_times_as_the_epoch(
         sub_ms = task_body("r", at=1_893_456_000.2501)
         assert await answer(client.post("/v1/tasks", json=sub_ms)) == (
             201,
-            {"id": "r", "at": 1_893_456_000.251},  # never early
+            due("r", 1_893_456_000_251),  # never early
         )
         for name, past in (("p", -5), ("q", "1960-01-01T00:00:00Z")):
             assert await answer(client.post("/v1/tasks", json={"id": name, "at": past})) == (
                 201,
-                {"id": name, "at": 0.0},
+                due(name, 0),
             )
 
     daemon.serve(scenario)
@@ -274,7 +306,7 @@ def test_a_task_due_within_arm_ahead_is_being_published_at_once(daemon: Daemon) 
         soon = {"id": "soon", "delay": 0.1}  # within arm_ahead_ms (200 ms)
         assert await answer(client.post("/v1/tasks", json=soon)) == (
             201,
-            {"id": "soon", "at": at_s(NOW_MS + 100)},
+            due("soon", NOW_MS + 100),
         )
         # Armed by this engine (it owns every shard) within moments of the insert.
         deadline = time.monotonic() + 5
@@ -299,7 +331,7 @@ def test_a_delay_create_sent_again_later_conflicts(daemon: Daemon) -> None:
     async def scenario(client: Client) -> None:
         assert await answer(client.post("/v1/tasks", json=body)) == (
             201,
-            {"id": "d", "at": at_s(NOW_MS + DELAY_MS)},
+            due("d", NOW_MS + DELAY_MS),
         )
         # At the same instant: the same due time, a safe repeat.
         assert (await answer(client.post("/v1/tasks", json=body)))[0] == 200
@@ -409,7 +441,7 @@ def test_a_json_content_type_with_parameters_is_json(daemon: Daemon) -> None:
         headers = {"Content-Type": "application/json; charset=utf-8"}
         assert await answer(client.post("/v1/tasks", data=raw, headers=headers)) == (
             201,
-            {"id": "t-1", "at": at_s(AT_MS)},
+            due("t-1", AT_MS),
         )
 
     daemon.serve(scenario)
@@ -428,7 +460,7 @@ def test_a_body_over_http_max_body_bytes_is_413_and_writes_nothing(
             assert r.headers.get("Connection", "").lower() == "close"  # the body was not read
         assert await answer(client.post("/v1/tasks", data=sized("fits", 1024), headers=JSON)) == (
             201,
-            {"id": "fits", "at": at_s(AT_MS)},
+            due("fits", AT_MS),
         )
 
     daemon.serve(scenario)
@@ -612,8 +644,7 @@ def test_get_answers_a_stored_task_and_404_for_an_unknown_one(daemon: Daemon) ->
         assert await answer(client.get("/v1/tasks/t-1")) == (
             200,
             {
-                "id": "t-1",
-                "at": at_s(AT_MS),
+                **due("t-1", AT_MS),
                 "routing_key": "billing.charge",
                 "state": "scheduled",
                 "payload": "héllo",
@@ -622,8 +653,7 @@ def test_get_answers_a_stored_task_and_404_for_an_unknown_one(daemon: Daemon) ->
         assert await answer(client.get("/v1/tasks/bin")) == (
             200,
             {
-                "id": "bin",
-                "at": at_s(AT_MS),
+                **due("bin", AT_MS),
                 "routing_key": DEFAULT_KEY,
                 "state": "scheduled",
                 "payload_b64": "/wA=",
@@ -662,20 +692,28 @@ def test_reschedule_moves_the_task_and_answers_the_new_at(daemon: Daemon) -> Non
         later = {"at": at_s(LATER_MS)}
         assert await answer(client.patch("/v1/tasks/t-1", json=later)) == (
             200,
-            {"id": "t-1", "at": at_s(LATER_MS)},
+            due("t-1", LATER_MS),
         )
         assert row(daemon.store, "t-1")[0] == Task("t-1", LATER_MS, DEFAULT_KEY, b"p")
         revs.append(row(daemon.store, "t-1")[3])
         assert await answer(client.patch("/v1/tasks/t-1", json={"delay": 60})) == (
             200,
-            {"id": "t-1", "at": at_s(NOW_MS + DELAY_MS)},
+            due("t-1", NOW_MS + DELAY_MS),
         )
+        revs.append(row(daemon.store, "t-1")[3])
+        assert await answer(client.patch("/v1/tasks/t-1", json={"at_ms": LATER_MS + 1})) == (
+            200,
+            due("t-1", LATER_MS + 1),
+        )
+        revs.append(row(daemon.store, "t-1")[3])
+        moved = await answer(client.patch("/v1/tasks/t-1", json={"delay_ms": DELAY_MS + 1}))
+        assert moved == (200, due("t-1", NOW_MS + DELAY_MS + 1))
 
     daemon.serve(scenario)
     task, holder, firing, rev = row(daemon.store, "t-1")
-    assert task == Task("t-1", NOW_MS + DELAY_MS, DEFAULT_KEY, b"p")
+    assert task == Task("t-1", NOW_MS + DELAY_MS + 1, DEFAULT_KEY, b"p")
     assert (holder, firing) == (None, False)
-    assert len({*revs, rev}) == 3  # every move writes a new revision
+    assert len({*revs, rev}) == 5  # every move writes a new revision
 
 
 def test_reschedule_of_an_unknown_task_is_404_and_creates_nothing(daemon: Daemon) -> None:
@@ -693,12 +731,30 @@ def test_reschedule_of_an_unknown_task_is_404_and_creates_nothing(daemon: Daemon
     ("body", "field_name"),
     [
         ({"at": AT, "delay": 5}, "at"),
+        ({"at_ms": AT_MS, "delay_ms": 5}, "at_ms"),
+        ({"at": AT, "at_ms": AT_MS}, "at"),
+        ({"delay_ms": 5, "delay": 5}, "delay_ms"),
         ({}, "at"),
         ({"delay": -1}, "delay"),
+        ({"delay_ms": -1}, "delay_ms"),
+        ({"delay_ms": 1.5}, "delay_ms"),
+        ({"at_ms": "soon"}, "at_ms"),
         ({"at": "notatime"}, "at"),
         ({"at": AT, "payload": "x"}, "payload"),
     ],
-    ids=["both", "neither", "negative-delay", "bad-at", "unknown-field"],
+    ids=[
+        "both",
+        "at_ms-and-delay_ms",
+        "at-and-at_ms",
+        "delay_ms-and-delay",
+        "neither",
+        "negative-delay",
+        "negative-delay_ms",
+        "fractional-delay_ms",
+        "text-at_ms",
+        "bad-at",
+        "unknown-field",
+    ],
 )
 def test_an_invalid_reschedule_is_422_and_changes_nothing(
     daemon: Daemon, body: dict[str, object], field_name: str
@@ -810,7 +866,7 @@ def test_with_api_token_a_request_without_the_token_is_401_and_writes_nothing(
         assert daemon.store.ids() == set()
         assert await answer(client.post("/v1/tasks", json=task_body(), headers=right)) == (
             201,
-            {"id": "t-1", "at": at_s(AT_MS)},
+            due("t-1", AT_MS),
         )
         before.append(row(daemon.store, "t-1"))
         later = {"at": at_s(LATER_MS)}

@@ -8,6 +8,7 @@
                                small leaves the core, the adapters and the daemon use
     3  engine/                 the core: threads and bounded stages
        store/, amqp/, metrics/ the adapters (MySQL, RabbitMQ, metrics thread and sinks)
+       local/                  the adapter for ``triggerhook dev``: events to stdout, a webhook
        client/                 the HTTP client: a re-export of triggerhook_client (below)
     4  app                     the library API: the façade over the engine and metrics
     5  api/                    HTTP and AMQP commands, over the app
@@ -67,7 +68,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "errors retry",
         "runtime domain",
         "interfaces settings clock logs ratelimit sdnotify status",
-        "engine store amqp metrics client",
+        "engine store amqp metrics client local",
         "app",
         "api processes",
         "service",
@@ -264,7 +265,7 @@ def test_no_import_cycle_between_packages() -> None:
 
 def test_the_core_and_the_adapters_do_not_know_each_other() -> None:
     graph = unit_graph(*load_tree())
-    siblings = {"engine", "store", "amqp", "metrics"}
+    siblings = {"engine", "store", "amqp", "metrics", "local"}
     for name in siblings:
         assert graph[name] & siblings == set(), name
     assert graph["runtime"] <= {"errors", "retry"}

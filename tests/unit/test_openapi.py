@@ -27,8 +27,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import schemathesis_cli
 
-from triggerhook.api import openapi
-from triggerhook.api.bodies import RESERVED_IDS, parse_batch, parse_create
+from triggerhook.api import openapi, openapi_schedule
+from triggerhook.api.bodies import (
+    MAX_DELAY_MS,
+    RESERVED_IDS,
+    parse_batch,
+    parse_create,
+    parse_reschedule,
+)
 from triggerhook.api.listing import parse_bulk_cancel, parse_filter
 from triggerhook.api.render import task_json, timeline_json
 from triggerhook.domain.bounds import MAX_DUE_MS as LATEST_MS
@@ -224,6 +230,10 @@ def test_the_document_loads_in_schemathesis() -> None:
         {"late": {"deadline": 1_800_000_000.5}},
         {"late": {"deadline": -5}},  # past: dead-lettered when published
         {"late": {"deadline": "2026-12-01T00:00:00Z"}},
+        {"late": {"deadline_ms": 1_800_000_000_500}},
+        {"late": {"deadline_ms": 1_800_000_000_000.0}},  # JSON Schema: an integer
+        {"late": {"deadline_ms": -5}},  # past
+        {"late": {"deadline_ms": LATEST_MS}},
     ],
 )
 def test_metadata_the_document_admits_is_accepted(extra: dict[str, object]) -> None:
@@ -269,7 +279,11 @@ def test_metadata_the_document_admits_is_accepted(extra: dict[str, object]) -> N
         {"late": {"skip_after_ms": 1, "deadline": 5}},
         {"late": {"deadline": "someday"}},
         {"late": {"deadline": True}},
-        {"late": {"deadline_ms": 5}},
+        {"late": {"deadline_ms": 5.5}},
+        {"late": {"deadline_ms": "5"}},
+        {"late": {"deadline_ms": True}},
+        {"late": {"deadline_ms": LATEST_MS + 1}},
+        {"late": {"deadline_ms": 5, "deadline": 5}},
         {"late": {"never": 1}},
     ],
 )
@@ -292,6 +306,96 @@ def test_an_8_digit_integer_at_is_described() -> None:
     assert "8-digit integer (20261201) is refused" in openapi.AT_SCHEMA["description"]
     assert not created({"at": 20_261_201})
     assert created({"at": 20_261_201.0}) and created({"at": 120_261_201})
+
+
+# -- the due time: at_ms, delay_ms, at as text; at and delay as numbers (deprecated) ------------
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"at_ms": FAR_S * 1000},
+        {"at_ms": 0},
+        {"at_ms": -(10**30)},  # past: fires at once
+        {"at_ms": LATEST_MS},
+        {"at_ms": 1_800_000_000_000.0},  # JSON Schema: an integer
+        {"delay_ms": 0},
+        {"delay_ms": 1},
+        {"delay_ms": MAX_DELAY_MS},
+        {"delay_ms": 60_000.0},
+        {"at": "2030-12-01T09:00:00.250Z"},
+        {"at": FAR_S},  # deprecated: epoch seconds
+        {"delay": 1.5},  # deprecated: seconds
+    ],
+    ids=str,
+)
+def test_a_due_time_the_document_admits_is_accepted(when: dict[str, object]) -> None:
+    assert CREATE.is_valid(when)
+    assert created(when)
+    reschedule = validator(body_schema("/v1/tasks/{id}", "patch"))
+    assert reschedule.is_valid(when)
+    assert accepts(lambda: parse_reschedule(when))
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"at_ms": 1.5},
+        {"at_ms": "1800000000000"},
+        {"at_ms": True},
+        {"at_ms": None},
+        {"at_ms": LATEST_MS + 1},
+        {"delay_ms": -1},
+        {"delay_ms": 0.5},
+        {"delay_ms": MAX_DELAY_MS + 1},
+        {"delay_ms": "5"},
+        {"at": "tomorrow"},
+        {"at_ms": 1, "delay_ms": 1},
+        {"at": FAR_S, "at_ms": 1},
+        {"delay": 1, "delay_ms": 1},
+        {"at": "2030-12-01T09:00:00Z", "delay_ms": 1},
+        {},
+    ],
+    ids=str,
+)
+def test_a_due_time_the_document_refuses_is_refused(when: dict[str, object]) -> None:
+    assert not CREATE.is_valid(when)
+    assert not created(when)
+    reschedule = validator(body_schema("/v1/tasks/{id}", "patch"))
+    assert not reschedule.is_valid(when)
+    assert not accepts(lambda: parse_reschedule(when))
+
+
+def test_text_without_an_offset_is_utc() -> None:
+    # The document's date-time (RFC 3339) has an offset; the server, like
+    # test_a_time_parameter_is_epoch_seconds_or_rfc_3339_only's, takes more.
+    properties = DOC["components"]["schemas"]["CreateTask"]["properties"]
+    for name in ("at", "until"):
+        assert "without an offset it is UTC" in properties[name]["description"], name
+    naive = parse_create({"at": "2030-12-01T09:00:00", "late": {"deadline": "2030-12-01"}})
+    utc = parse_create({"at": "2030-12-01T09:00:00Z", "late": {"deadline": "2030-12-01T00:00Z"}})
+    assert naive == utc
+
+
+def test_the_deprecated_spellings_are_marked_so() -> None:
+    properties = DOC["components"]["schemas"]["CreateTask"]["properties"]
+    assert properties["delay"]["deprecated"] is True
+    for name in ("at", "until"):
+        number = [s for s in properties[name]["oneOf"] if s.get("type") == "number"]
+        assert number and number[0]["deprecated"] is True, name
+        text = [s for s in properties[name]["oneOf"] if s.get("type") == "string"]
+        assert "deprecated" not in text[0], name
+    for name in ("at_ms", "delay_ms", "until_ms"):
+        assert "deprecated" not in properties[name], name
+    assert "without an offset it is UTC" in properties["at"]["description"]
+    for path, method, status in (
+        ("/v1/tasks", "post", "201"),
+        ("/v1/tasks/{id}", "patch", "200"),
+    ):
+        answer = answer_schema(path, method, status)
+        assert answer["properties"]["at"]["deprecated"] is True
+        assert "deprecated" not in answer["properties"]["due_ms"]
+        assert answer["required"] == ["id", "due_ms", "at"]
 
 
 # Header names: what the engine's check reads (printable ASCII, no space, not x-).
@@ -381,6 +485,9 @@ SERIES_END = "9999-12-31T00:00:00Z"
         {"cron": "0 0 30,31 2,3 *"},
         {"cron": "00-059/007 0-23 LW,l jan-DEC/01 7,SUN-sat"},
         {"every": "PT1H", "until": SERIES_END},
+        {"every": "PT1H", "until_ms": LATEST_MS},
+        {"every": "PT1H", "at_ms": FAR_S * 1000, "until_ms": FAR_S * 1000 + 3_600_000},
+        {"cron": "0 * * * *", "delay_ms": 60_000, "until": "9999-12-31T00:00:00+00:00"},
         {"cron": "0 * * * *", "until": 253_402_300_799.999, "at": FAR_S},
         {"cron": "0 * * * *", "timezone": "UTC", "routing_key": "a", "tags": ["t"]},
     ],
@@ -472,6 +579,10 @@ def test_a_series_the_document_admits_is_accepted(body: dict[str, object]) -> No
             for zone in ["", "Mars/Base", "Factory", "localtime", "europe/berlin", "UTC ", 5]
         ],
         {"until": SERIES_END, "at": FAR_S},
+        {"until_ms": LATEST_MS, "at_ms": FAR_S * 1000},
+        {"every": "PT1S", "until_ms": 1.5},
+        {"every": "PT1S", "until_ms": LATEST_MS + 1},
+        {"every": "PT1S", "until": SERIES_END, "until_ms": LATEST_MS},
         {"every": "PT1S", "until": True},
         {"every": "PT1S", "until": "soon"},
         {},
@@ -493,11 +604,14 @@ def test_every_is_a_duration_text_only(every: int) -> None:
 
 _TIMING = {
     "at": FAR_S,
+    "at_ms": FAR_S * 1000,
+    "delay_ms": 60_000,
     "delay": 60,
     "every": "PT1H",
     "cron": "0 * * * *",
     "timezone": "Europe/Berlin",
     "until": SERIES_END,
+    "until_ms": LATEST_MS,
 }
 
 
@@ -507,8 +621,9 @@ _TIMING = {
     ids="+".join,
 )
 def test_which_times_and_schedules_a_body_may_give(names: tuple[str, ...]) -> None:
-    """Exactly one of at and delay, or none of them with every or cron (never
-    both); every and cron exclusive; timezone only with cron, until only with either."""
+    """Exactly one of at, at_ms, delay_ms and delay, or none of them with every
+    or cron (never both); every and cron exclusive; timezone only with cron,
+    until or until_ms (not both) only with either."""
     body = {name: _TIMING[name] for name in names}
     assert CREATE.is_valid(body) == created(body), body
 
@@ -552,7 +667,7 @@ def durations(draw: st.DrawFn) -> str:
 def beyond_the_caps(text: str) -> bool:
     """Whether a number of ``text`` has more significant digits than the document admits."""
     return any(
-        len(number.lstrip("0")) > openapi.EVERY_DIGITS[unit]
+        len(number.lstrip("0")) > openapi_schedule.EVERY_DIGITS[unit]
         for number, unit in re.findall(r"([0-9]+)([WDHMS])", text)
     )
 
@@ -569,17 +684,17 @@ def test_every_as_the_document_says(text: str) -> None:
 
 
 def test_the_every_caps_keep_every_sum_within_the_limit() -> None:
-    caps = openapi.EVERY_DIGITS
+    caps = openapi_schedule.EVERY_DIGITS
     longest = "P{}W{}DT{}H{}M{}.999S".format(*("9" * caps[unit] for unit in "WDHMS"))
     assert create_field("every").is_valid(longest)
     assert parse_every(longest) <= LATEST_MS
     assert parse_every("P100000W") and not create_field("every").is_valid("P100000W")
-    assert "longer periods within it are taken too" in openapi.EVERY_SCHEMA["description"]
+    assert "longer periods within it are taken too" in openapi_schedule.EVERY_SCHEMA["description"]
 
 
 def test_cron_fields_are_separated_by_pythons_whitespace() -> None:
     spaces = {c for c in map(chr, range(0x110000)) if c.isspace()}
-    pattern = re.compile(f"[{openapi.CRON_SPACE}]")
+    pattern = re.compile(f"[{openapi_schedule.CRON_SPACE}]")
     assert {c for c in map(chr, range(0x110000)) if pattern.fullmatch(c)} == spaces
 
 
@@ -668,7 +783,7 @@ def zone_taken(name: str) -> bool:
 def test_the_time_zones_are_the_ones_the_server_takes() -> None:
     zones = validator({"$ref": "#/components/schemas/TimeZone"})
     files = [n for n in ZONE_NAMES if n not in ZONE_DIRECTORIES and "__" not in n]
-    assert len(files) > 500 and len(openapi.time_zones()) > 400
+    assert len(files) > 500 and len(openapi_schedule.time_zones()) > 400
     for name in files:
         assert zones.is_valid(name) == zone_taken(name), name
     for name in ["UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+5"]:
@@ -676,7 +791,10 @@ def test_the_time_zones_are_the_ones_the_server_takes() -> None:
 
 
 @settings(deadline=None)
-@given(st.from_regex(openapi.ZONE_NAME_PATTERN) | st.text(alphabet="Eu/rope_+-0. B", max_size=16))
+@given(
+    st.from_regex(openapi_schedule.ZONE_NAME_PATTERN)
+    | st.text(alphabet="Eu/rope_+-0. B", max_size=16)
+)
 def test_a_time_zone_as_the_document_says(name: str) -> None:
     zones = validator({"$ref": "#/components/schemas/TimeZone"})
     assert zones.is_valid(name) == zone_taken(name), name
@@ -707,6 +825,23 @@ def test_the_fuzzer_moves_a_cron_series_out_of_its_last_50_years(at: object, mov
     body = {"cron": "0 0 29 2 *", "at": at, "until": 5}
     schemathesis_cli.series_in_time(body)
     assert body == {"cron": "0 0 29 2 *", "at": moved, "until": schemathesis_cli.LATEST_S}
+    assert created(body)
+
+
+@pytest.mark.parametrize(
+    ("at_ms", "moved"),
+    [
+        (LATEST_MS, LATEST_MS - 146_097 * 86_400_000),
+        (253_339_200_000_000, 253_339_200_000_000 - 146_097 * 86_400_000),  # 9998-01-01
+        (4_000_000_000_000, 4_000_000_000_000),
+    ],
+)
+def test_the_fuzzer_moves_a_cron_series_in_ms_out_of_its_last_50_years(
+    at_ms: int, moved: int
+) -> None:
+    body = {"cron": "0 0 29 2 *", "at_ms": at_ms, "until_ms": 5}
+    schemathesis_cli.series_in_time(body)
+    assert body == {"cron": "0 0 29 2 *", "at_ms": moved, "until_ms": LATEST_MS}
     assert created(body)
 
 
@@ -906,7 +1041,8 @@ def full_task(payload: bytes) -> TaskInfo:
 @pytest.mark.parametrize("payload", [b'{"n": 1}', b"\xff\x00"])
 def test_a_lookup_answer_matches_its_schema(payload: bytes) -> None:
     shown = task_json(full_task(payload))
-    assert shown["late"] == {"deadline": 1_900_000_000.123}
+    assert shown["late"] == {"deadline_ms": 1_900_000_000_123, "deadline": 1_900_000_000.123}
+    assert (shown["due_ms"], shown["at"]) == (1_800_000_000_500, 1_800_000_000.5)
     assert validator(answer_schema("/v1/tasks/{id}", "get")).is_valid(shown)
     for late in ("fire", {"skip_after_ms": 5}):
         assert validator(answer_schema("/v1/tasks/{id}", "get")).is_valid({**shown, "late": late})
@@ -932,6 +1068,8 @@ def test_a_series_answer_matches_its_schema(recur: Recurrence) -> None:
     info = TaskInfo(Task("s-1", 1_800_000_000_000, "fire.s", b"", meta=meta), TaskState.SCHEDULED)
     shown = task_json(info)
     assert shown["occurrence"] == recur.occurrence
+    if recur.until_ms is not None:
+        assert (shown["until_ms"], shown["until"]) == (recur.until_ms, recur.until_ms / 1000)
     lookup = validator(answer_schema("/v1/tasks/{id}", "get"))
     assert lookup.is_valid(shown)
     listing = validator(answer_schema("/v1/tasks", "get"))
@@ -949,6 +1087,8 @@ def test_a_series_answer_matches_its_schema(recur: Recurrence) -> None:
         {"every": "PT24H"},  # shown as P1D
         {"every": "P1W"},  # shown as P7D
         {"until": "2030-01-01T00:00:00Z"},  # epoch seconds
+        {"until_ms": 1.5},  # epoch ms
+        {"due_ms": 1_800_000_000_000.5},
     ],
     ids=str,
 )
@@ -966,12 +1106,14 @@ def test_a_series_answer_the_schema_refuses(change: dict[str, object]) -> None:
 @example(86_400_000)
 @example(LATEST_MS)
 def test_every_period_is_shown_as_the_answer_schema_says(every_ms: int) -> None:
-    assert validator(openapi.EVERY_SHOWN_SCHEMA).is_valid(every_text(every_ms))
+    assert validator(openapi_schedule.EVERY_SHOWN_SCHEMA).is_valid(every_text(every_ms))
 
 
 def test_count_timeline_and_bulk_cancel_answers_match_their_schemas() -> None:
     assert validator(answer_schema("/v1/tasks/count", "get")).is_valid({"count": 0})
     line = timeline_json(Timeline(1_800_000_000_000, 60_000, 3, {"fire.a": [1, 0, 2]}))
+    assert (line["start_ms"], line["bucket_ms"]) == (1_800_000_000_000, 60_000)
+    assert (line["start"], line["bucket"]) == (1_800_000_000, 60)  # deprecated
     assert validator(answer_schema("/v1/tasks/timeline", "get")).is_valid(line)
     done = {"cancelled": 3, "too_late": 1}
     assert validator(answer_schema("/v1/tasks/cancel", "post")).is_valid(done)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from triggerhook.domain.event import dead_letter_headers as dead_letter_fields
 from triggerhook.domain.meta import NO_META, Meta
 
 _FRAME_END = b"\xce"
@@ -87,19 +88,9 @@ def meta_properties(meta: Meta) -> tuple[int, bytes, bytes]:
 
 def dead_letter_headers(reason: str, attempts: int, routing_key: str, cause: str) -> bytes:
     """Field-table entries a dead letter carries besides ``x-due-ms`` and
-    ``x-fired-ms``: why (``cause``: ``late`` or ``undeliverable``, and the
-    ``reason`` in words), after how many failed deliveries, and the routing
-    key it was meant for."""
-    return (
-        _shortstr("x-triggerhook-dead-cause")
-        + _str_field(cause)
-        + _shortstr("x-triggerhook-dead-reason")
-        + _str_field(reason)
-        + _shortstr("x-triggerhook-attempts")
-        + _int_field(attempts)
-        + _shortstr("x-triggerhook-routing-key")
-        + _str_field(routing_key)
-    )
+    ``x-fired-ms``: :func:`triggerhook.domain.event.dead_letter_headers`, encoded."""
+    fields = dead_letter_fields(cause, reason, attempts, routing_key)
+    return b"".join(_shortstr(name) + _header_field(value) for name, value in fields)
 
 
 def publish_method(channel: int, exchange: str, routing_key: str) -> bytes:

@@ -23,7 +23,6 @@ persistent and ``mandatory``; up to ``max_unconfirmed`` are in flight at once.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections import deque
@@ -41,7 +40,7 @@ from triggerhook.amqp.connection import (
     write_frames,
 )
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
-from triggerhook.domain.delivery import DeadLetter, DeliveryPolicy
+from triggerhook.domain.delivery import LATE, Dead, DeadLetter, DeliveryPolicy, dead_copy
 from triggerhook.domain.meta import LatePolicy
 from triggerhook.domain.task import Task
 from triggerhook.interfaces import Clock, ConfirmSink, FiredSource, RetryHandler
@@ -54,15 +53,6 @@ log = logging.getLogger(__name__)
 _SLICE = 256  # messages published per I/O-loop turn, so acks are read in between
 _FINISH_CHECK_S = 0.02
 _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
-_UNDELIVERABLE, _LATE = "undeliverable", "late"  # x-triggerhook-dead-cause
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Why:
-    """Why a dead letter is one: its cause and the reason in words."""
-
-    cause: str
-    reason: str
 
 
 class AmqpPublisher(Worker):
@@ -92,8 +82,8 @@ class AmqpPublisher(Worker):
         self._late_policy = late_policy
         # Owned by the I/O thread: dead letters to publish, and those in flight
         # (task id -> cause and reason); they outlive a connection, like the send buffer.
-        self._dead: deque[tuple[Task, _Why]] = deque()
-        self._dead_unconfirmed: dict[str, _Why] = {}
+        self._dead: deque[tuple[Task, Dead]] = deque()
+        self._dead_unconfirmed: dict[str, Dead] = {}
         self._late_log = RateLimitedLog(log, _LOG_EVERY_S)
         self._undelivered_log = RateLimitedLog(log, _LOG_EVERY_S)
         self._buffer = buffer
@@ -283,14 +273,10 @@ class AmqpPublisher(Worker):
         record = self._lateness.record
         default_late = self._late_policy
         for task in tasks:
-            if task.attempts and self._policy.exhausted(task):
-                why = _Why(_UNDELIVERABLE, f"not delivered after {task.attempts} attempts")
-                self._dead.append((task, why))
-                continue
             fired_ms = int(self._clock.now_ms())
-            late = (task.meta.late or default_late).too_late(task.due_ms, fired_ms)
-            if late is not None:
-                self._skip_late(task, late)
+            why = self._policy.screen(task, fired_ms, default_late)
+            if why is not None:
+                self._dead_letter(task, why)
                 continue
             record(fired_ms - task.due_ms)
             frames.append(
@@ -388,13 +374,7 @@ class AmqpPublisher(Worker):
         """An event the broker did not take: retry it later, or dead-letter it now."""
         decision = self._policy.after_failure(task, reason, self._clock.now_ms(), was_dead)
         if isinstance(decision, DeadLetter):
-            # The copy sent counts this failure, as the row would after a deferral.
-            self._dead.append(
-                (
-                    dataclasses.replace(task, attempts=task.attempts + 1),
-                    _Why(_UNDELIVERABLE, decision.reason),
-                )
-            )
+            self._dead.append(dead_copy(task, decision))
             outcome = f"dead-lettered with routing key {self._dead_key!r}"
         else:
             self._retry(task, decision.delay_ms)
@@ -416,14 +396,17 @@ class AmqpPublisher(Worker):
             },
         )
 
-    def _skip_late(self, task: Task, reason: str) -> None:
-        """The late-fire policy says no: a dead letter instead of the event."""
+    def _dead_letter(self, task: Task, why: Dead) -> None:
+        """The policy says no (failures ran out, or too late): a dead letter
+        instead of the event; a late one is counted and logged."""
+        self._dead.append((task, why))
+        if why.cause != LATE:
+            return
         self.late_skipped += 1
-        self._dead.append((task, _Why(_LATE, reason)))
         self._late_log.warning(
             task.routing_key,
             "task not fired, %s: dead-lettered with routing key %r",
-            reason,
+            why.reason,
             self._dead_key,
             extra={"task_id": task.id, "routing_key": task.routing_key},
         )

@@ -11,61 +11,34 @@ seen: it is a window on the exchange, not a reader of anyone's queue.
 
 from __future__ import annotations
 
-import base64
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import pika
 import pika.exceptions
 
 from triggerhook.amqp.connection import amqp_parameters
+from triggerhook.domain.event import describe as describe_event
 from triggerhook.errors import BrokerUnavailable
 
-# The headers the engine sets itself (README, "The event on the wire"), shown
-# as fields of their own; any other header is the task's.
-_ENGINE_HEADERS = {"x-due-ms": "due_ms", "x-fired-ms": "fired_ms", "x-rev": "rev"}
-_OCCURRENCE = "x-occurrence"
-_NOT_THE_TASKS = frozenset({*_ENGINE_HEADERS, _OCCURRENCE})
 # How long one wait for an event lasts: Ctrl-C and the deadline are seen this often.
 _POLL_S = 0.5
 
 
 def describe(routing_key: str, properties: Any, body: bytes) -> dict[str, Any]:
-    """One event as a JSON-ready dict: ``id``, ``routing_key``, ``due_ms``,
-    ``fired_ms``, ``rev`` (and ``occurrence`` for a series), the AMQP
-    properties the task set, its own headers, and the payload as text when it
-    is UTF-8, else as ``{"base64": ...}``. ``properties``: pika's
+    """One event as a JSON-ready dict (:func:`triggerhook.domain.event.describe`:
+    the engine's headers as fields, the task's AMQP properties and headers,
+    the payload as text or ``{"base64": ...}``). ``properties``: pika's
     ``BasicProperties``."""
-    headers: Mapping[str, Any] = properties.headers or {}
-    event: dict[str, Any] = {"id": properties.message_id, "routing_key": routing_key}
-    for header, field in _ENGINE_HEADERS.items():
-        event[field] = headers.get(header)
-    if _OCCURRENCE in headers:
-        event["occurrence"] = headers[_OCCURRENCE]
-    for name in ("content_type", "content_encoding"):
-        value = getattr(properties, name, None)
-        if value is not None:
-            event[name] = value
-    own = {k: _text(v) for k, v in headers.items() if k not in _NOT_THE_TASKS}
-    if own:
-        event["headers"] = own
-    event["payload"] = _payload(body)
-    return event
-
-
-def _payload(body: bytes) -> str | dict[str, str]:
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(body).decode("ascii")}
-
-
-def _text(value: Any) -> Any:
-    """A header value JSON can hold (pika gives long strings as bytes)."""
-    if isinstance(value, bytes):
-        return _payload(value)
-    return value
+    return describe_event(
+        properties.message_id,
+        routing_key,
+        properties.headers or {},
+        body,
+        getattr(properties, "content_type", None),
+        getattr(properties, "content_encoding", None),
+    )
 
 
 def tail(

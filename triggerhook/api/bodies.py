@@ -2,11 +2,17 @@
 
 Pure functions: a decoded JSON value in, a :class:`~triggerhook.domain.spec.TaskSpec`
 (or a due time) out, or a :class:`ValidationError` naming the offending field
-as the caller wrote it (``at``, ``tasks[3].payload_b64``). The due time is
-checked here in full (``at`` in 1970-9999, ``delay`` at most ``MAX_DELAY_S``),
-so the library never refuses it under its own names (``at_ms``, ``delay_ms``). Both interfaces use
+as the caller wrote it (``at_ms``, ``tasks[3].payload_b64``). Both interfaces use
 these, so they accept exactly the same bodies. :func:`decode_json` turns the
 HTTP API's body bytes into such a value.
+
+Units (docs/api.md, "Units"): an instant is epoch milliseconds in a field named
+``*_ms`` (``at_ms``, ``until_ms``, ``deadline_ms``) or RFC 3339 text in one
+without a suffix (``at``, ``until``, ``deadline``; no offset: UTC); a duration
+is milliseconds (``delay_ms``). The older spellings still work, deprecated: a
+number in ``at``, ``until`` or ``deadline`` (epoch seconds) and ``delay``
+(seconds). The due time is checked here in full (1970-9999, any past time
+meaning now; a delay at most ``MAX_DELAY_S``), so the library never refuses it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import msgspec
 
 from triggerhook.domain.meta import LateKind, LatePolicy, parse_late
 from triggerhook.domain.spec import TaskSpec
+from triggerhook.domain.task import MIN_DUE_MS, validate_due_ms
 from triggerhook.domain.timeparse import parse_at, seconds_to_ms
 from triggerhook.errors import ValidationError
 
@@ -29,7 +36,9 @@ CREATE_FIELDS = frozenset(
     {
         "id",
         "at",
-        "delay",
+        "at_ms",
+        "delay_ms",
+        "delay",  # deprecated: seconds
         "routing_key",
         "payload",
         "payload_b64",
@@ -42,11 +51,15 @@ CREATE_FIELDS = frozenset(
         "cron",
         "timezone",
         "until",
+        "until_ms",
     }
 )
-RESCHEDULE_FIELDS = frozenset({"at", "delay"})
+# The ways to say when a task is due: exactly one (a series may give none).
+WHEN_FIELDS = ("at", "at_ms", "delay_ms", "delay")
+RESCHEDULE_FIELDS = frozenset(WHEN_FIELDS)
 # Longest delay accepted (about 6,300 years; also in the OpenAPI document).
 MAX_DELAY_S = 200_000_000_000
+MAX_DELAY_MS = MAX_DELAY_S * 1000
 # Not task ids over the interfaces: ``/v1/tasks/<these>`` are other endpoints.
 RESERVED_IDS = frozenset({"batch", "count", "timeline", "cancel"})
 
@@ -84,14 +97,15 @@ class When:
 
 
 def parse_create(body: object, prefix: str = "") -> TaskSpec:
-    """A create body: ``{"id"?, "at" | "delay", "routing_key"?, "payload"? |
-    "payload_b64"?, "tags"?, "content_type"?, "content_encoding"?,
-    "headers"?, "late"?, "every"? | "cron"?, "timezone"?, "until"?}`` (the
-    metadata is checked by domain/meta.py, a series by domain/recurrence.py,
-    which also gives its first time when it has neither at nor delay)."""
+    """A create body: ``{"id"?, "at" | "at_ms" | "delay_ms" | "delay",
+    "routing_key"?, "payload"? | "payload_b64"?, "tags"?, "content_type"?,
+    "content_encoding"?, "headers"?, "late"?, "every"? | "cron"?, "timezone"?,
+    "until"? | "until_ms"?}`` (the metadata is checked by domain/meta.py, a
+    series by domain/recurrence.py, which also gives its first time when it
+    has none of the due-time fields)."""
     fields = _object(body, prefix, CREATE_FIELDS)
     series = "every" in fields or "cron" in fields
-    untimed = series and "at" not in fields and "delay" not in fields
+    untimed = series and not any(name in fields for name in WHEN_FIELDS)
     when = When() if untimed else _when(fields, prefix)
     if "payload" in fields and "payload_b64" in fields:
         raise ValidationError(_name(prefix, "payload"), "give at most one of payload, payload_b64")
@@ -118,7 +132,13 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         cron=_unchecked(fields, "cron", prefix),
         timezone=_unchecked(fields, "timezone", prefix),
         until=_unchecked(fields, "until", prefix),
+        until_ms=_until_ms(fields, prefix),
     )
+
+
+def _until_ms(fields: Mapping[str, object], prefix: str) -> int | None:
+    """``until_ms`` (resolve() parses ``until``, and refuses both)."""
+    return epoch_ms(fields["until_ms"], _name(prefix, "until_ms")) if "until_ms" in fields else None
 
 
 def _unchecked(fields: Mapping[str, object], key: str, prefix: str) -> Any:
@@ -138,16 +158,17 @@ def _every(fields: Mapping[str, object], prefix: str) -> str | None:
 
 
 def _late(value: object, field: str) -> LatePolicy:
-    """``"fire"``, ``{"skip_after_ms": N}`` or ``{"deadline": time}`` (as ``at``)."""
+    """``"fire"``, ``{"skip_after_ms": N}``, ``{"deadline_ms": N}`` (as ``at_ms``)
+    or ``{"deadline": time}`` (as ``at``)."""
     if isinstance(value, Mapping) and len(value) == 1 and "deadline" in value:
-        deadline = value["deadline"]
-        if isinstance(deadline, bool) or not isinstance(deadline, int | float | str):
-            raise ValidationError(
-                f"{field}.deadline", "must be epoch seconds (a number) or an RFC 3339 string"
-            )
-        return LatePolicy(LateKind.DEADLINE, parse_at(deadline, f"{field}.deadline", past_ok=True))
-    if isinstance(value, Mapping) and "deadline_ms" in value:
-        raise ValidationError(f"{field}.deadline_ms", "unknown (allowed: skip_after_ms, deadline)")
+        return LatePolicy(LateKind.DEADLINE, _time(value["deadline"], f"{field}.deadline"))
+    if isinstance(value, Mapping) and len(value) == 1 and "deadline_ms" in value:
+        return LatePolicy(LateKind.DEADLINE, epoch_ms(value["deadline_ms"], f"{field}.deadline_ms"))
+    if isinstance(value, Mapping) and len(value) == 1 and "skip_after_ms" not in value:
+        ((key, _),) = value.items()
+        raise ValidationError(
+            f"{field}.{key}", "unknown (allowed: skip_after_ms, deadline_ms, deadline)"
+        )
     return parse_late(value, field)
 
 
@@ -163,7 +184,8 @@ def parse_batch(body: object, max_tasks: int) -> list[TaskSpec]:
 
 
 def parse_reschedule(body: object, extra: frozenset[str] = frozenset()) -> When:
-    """A reschedule body: ``{"at" | "delay"}`` (plus ``extra`` fields the caller reads)."""
+    """A reschedule body: ``{"at" | "at_ms" | "delay_ms" | "delay"}`` (plus
+    ``extra`` fields the caller reads)."""
     return _when(_object(body, "", RESCHEDULE_FIELDS | extra), "")
 
 
@@ -198,20 +220,61 @@ def _object(body: object, prefix: str, allowed: frozenset[str]) -> Mapping[str, 
 
 
 def _when(fields: Mapping[str, object], prefix: str) -> When:
-    if ("at" in fields) == ("delay" in fields):
-        raise ValidationError(_name(prefix, "at"), "give exactly one of at and delay")
-    if "at" in fields:
-        at = fields["at"]
-        if isinstance(at, bool) or not isinstance(at, int | float | str):
-            raise ValidationError(
-                _name(prefix, "at"), "must be epoch seconds (a number) or an RFC 3339 string"
-            )
-        # Any past time means "now"; before 1970 it is stored as the epoch.
-        return When(at_ms=parse_at(at, _name(prefix, "at"), past_ok=True))
-    return When(delay_ms=_delay_ms(fields["delay"], _name(prefix, "delay")))
+    given = [name for name in WHEN_FIELDS if name in fields]
+    if len(given) != 1:
+        named = f" (given: {', '.join(given)})" if given else ""
+        raise ValidationError(
+            _name(prefix, given[0] if given else "at"),
+            f"give exactly one of at, at_ms and delay_ms{named}",
+        )
+    [name] = given
+    field, value = _name(prefix, name), fields[name]
+    if name == "at":
+        return When(at_ms=_time(value, field))
+    if name == "at_ms":
+        return When(at_ms=epoch_ms(value, field))
+    if name == "delay_ms":
+        return When(delay_ms=_whole_delay_ms(value, field))
+    return When(delay_ms=_delay_ms(value, field))
+
+
+def _time(value: object, field: str) -> int:
+    """``at``, ``until`` or a ``deadline``: RFC 3339 text (or, deprecated, epoch
+    seconds) to epoch ms. Any past time means "now"; before 1970 it is the epoch."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValidationError(field, "must be an RFC 3339 string (or epoch seconds, a number)")
+    return parse_at(value, field, past_ok=True)
+
+
+def epoch_ms(value: object, field: str) -> int:
+    """An instant in epoch milliseconds (``at_ms``, ``until_ms``, ``deadline_ms``):
+    a whole number (JSON's 5.0 too) up to 9999-12-31T23:59:59.999Z; as for
+    ``at``, any past time means "now" (before 1970: the epoch)."""
+    ms = _integral(value)
+    if ms is None:
+        raise ValidationError(field, "must be a whole number of epoch milliseconds")
+    try:
+        return validate_due_ms(max(ms, MIN_DUE_MS))
+    except ValidationError as exc:
+        raise ValidationError(field, exc.message) from None
+
+
+def _whole_delay_ms(value: object, field: str) -> int:
+    delay_ms = _integral(value)
+    if delay_ms is None or not 0 <= delay_ms <= MAX_DELAY_MS:
+        raise ValidationError(field, f"must be a whole number of milliseconds, 0 to {MAX_DELAY_MS}")
+    return delay_ms
+
+
+def _integral(value: object) -> int | None:
+    """An int, or a float with no fraction (JSON's 5.0) as one; None: neither."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _delay_ms(value: object, field: str) -> int:
+    """``delay``, deprecated: seconds (a fraction allowed, rounded up to the ms)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(field, "must be a number of seconds")
     # Compared before any conversion (an int may have thousands of digits).

@@ -18,6 +18,7 @@ from triggerhook.api.bodies import (
     parse_create,
     parse_reschedule,
 )
+from triggerhook.api.render import due_json
 from triggerhook.app import TaskSpec, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
@@ -177,10 +178,6 @@ def _invalid(exc: ValidationError) -> Rejected:
     return Rejected.of(Outcome.INVALID, exc.field, detail=exc.message)
 
 
-def _seconds(due_ms: int) -> float:
-    return due_ms / 1000
-
-
 def execute(hook: TriggerHook, command: Command, body_limit: int) -> Reply:
     """Apply one command and return its answer; returns once committed.
 
@@ -228,11 +225,10 @@ def _create(hook: TriggerHook, document: object, command: Command) -> Reply:
         stored = _redelivered_delay(hook, command, spec)
         if stored is None:
             return answer(Outcome.CONFLICT, id=exc.task_id)
-        return _success(Outcome.EXISTS, id=stored.id, at=_seconds(stored.due_ms), created=False)
+        return _success(Outcome.EXISTS, **due_json(stored.id, stored.due_ms), created=False)
     return _success(
         scheduled_outcome(scheduled.created),
-        id=scheduled.task.id,
-        at=_seconds(scheduled.task.due_ms),
+        **due_json(scheduled.task.id, scheduled.task.due_ms),
         created=scheduled.created,
     )
 
@@ -273,7 +269,7 @@ def _reschedule(hook: TriggerHook, document: object) -> Reply:
     except ValidationError as exc:
         raise _invalid(exc) from None
     if moved.result is RescheduleResult.RESCHEDULED and moved.task is not None:
-        return _success(Outcome.RESCHEDULED, id=task_id, at=_seconds(moved.task.due_ms))
+        return _success(Outcome.RESCHEDULED, **due_json(task_id, moved.task.due_ms))
     outcome = RESCHEDULE_OUTCOMES[moved.result]
     if outcome.ok:  # rescheduled, and yet no task: it is gone
         outcome = Outcome.NOT_FOUND

@@ -46,7 +46,7 @@ from triggerhook.api.limits import (
     read_body,
 )
 from triggerhook.api.listing import ListingApi, only_method
-from triggerhook.api.render import at_s, task_json
+from triggerhook.api.render import due_json, task_json
 from triggerhook.api.web import WebView, is_ui_path
 from triggerhook.app import Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.outcomes import (
@@ -455,7 +455,7 @@ class HttpApi:
         scheduled = await commit.wait()
         status = status_of(scheduled_outcome(scheduled.created))
         task = scheduled.task
-        return _response(status, {"id": task.id, "at": at_s(task.due_ms)})
+        return _response(status, due_json(task.id, task.due_ms))
 
     async def create_batch(self, request: web.Request) -> web.Response:
         body = await self._body(request)
@@ -496,7 +496,7 @@ class HttpApi:
             outcome = Outcome.NOT_FOUND
         if moved.task is None or not outcome.ok:
             raise ApiError(outcome, id=task_id)
-        return _response(status_of(outcome), {"id": task_id, "at": at_s(moved.task.due_ms)})
+        return _response(status_of(outcome), due_json(task_id, moved.task.due_ms))
 
     async def cancel(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)

@@ -16,13 +16,17 @@ model 5.0 is an integer and 20261201.0 equals 20261201.
 
 from __future__ import annotations
 
-import functools
-import zoneinfo
-from typing import Any, NamedTuple
+import itertools
+from typing import Any
 
-from cronsim.cronsim import SYMBOLIC_DAYS, SYMBOLIC_MONTHS
-
-from triggerhook.api.bodies import MAX_DELAY_S, RESERVED_IDS
+from triggerhook.api.bodies import MAX_DELAY_MS, MAX_DELAY_S, RESERVED_IDS
+from triggerhook.api.openapi_schedule import (
+    CRON_SPACE,
+    EVERY_SCHEMA,
+    EVERY_SHOWN_SCHEMA,
+    cron_schema,
+    timezone_schema,
+)
 from triggerhook.domain.bounds import MAX_DUE_MS
 from triggerhook.domain.listing import (
     DEFAULT_PAGE,
@@ -32,8 +36,6 @@ from triggerhook.domain.listing import (
     MIN_BUCKET_MS,
 )
 from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
-from triggerhook.domain.recurrence import MAX_CRON_CHARS, parse_zone
-from triggerhook.errors import ValidationError
 
 Schema = dict[str, Any]
 
@@ -52,32 +54,64 @@ _COUNT = {"type": "integer", "minimum": 0}
 _DATE_TIME = {"type": "string", "format": "date-time", "pattern": "^[0-9]{4}-"}
 
 
+_DEPRECATED_SECONDS = {
+    "type": "number",
+    "maximum": MAX_AT_S,
+    "deprecated": True,
+    "description": "Deprecated: epoch seconds (fraction allowed). Use the *_ms field, or text.",
+}
+
+
 def _time_schema(description: str) -> Schema:
-    """A time in a JSON body: epoch seconds (a number) or an RFC 3339 string."""
-    return {
-        "description": description,
-        "oneOf": [
-            {"type": "number", "maximum": MAX_AT_S},
-            _DATE_TIME,
-        ],
-    }
+    """A time in a JSON body: an RFC 3339 string (without an offset: UTC), or
+    epoch seconds (a number: deprecated)."""
+    return {"description": description, "oneOf": [_DATE_TIME, _DEPRECATED_SECONDS]}
 
 
+def _epoch_ms_schema(description: str) -> Schema:
+    """An instant in epoch milliseconds: any whole number up to 9999 (before 1970: the epoch)."""
+    return {"type": "integer", "maximum": MAX_DUE_MS, "description": description}
+
+
+_RFC_3339 = "an RFC 3339 string; without an offset it is UTC"
 AT_SCHEMA = _time_schema(
-    "Due time: epoch seconds (fraction allowed) or an RFC 3339 string. "
+    f"Due time: {_RFC_3339} (deprecated: epoch seconds, a number, fraction allowed). "
     "Any past time (even before 1970) fires at once; the latest is 9999-12-31T23:59:59.999Z. "
     "An 8-digit integer (20261201) is refused: it reads as 1970 and as a date alike "
     "(write 20261201.0, or the date as RFC 3339)."
 )
+AT_MS_SCHEMA = _epoch_ms_schema(
+    "Due time in epoch milliseconds. Any past time (even before 1970) fires at once; the "
+    f"latest is {MAX_DUE_MS} (9999-12-31T23:59:59.999Z)."
+)
+DELAY_MS_SCHEMA = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": MAX_DELAY_MS,
+    "description": "Due this many milliseconds after the request arrives.",
+}
 DELAY_SCHEMA = {
     "type": "number",
     "minimum": 0,
     "maximum": MAX_DELAY_S,
-    "description": "Seconds from now.",
+    "deprecated": True,
+    "description": "Deprecated: seconds from now (use delay_ms).",
 }
-# Exactly one of at and delay (a reschedule; a create as well, unless a series).
-_ONE_WHEN = [{"required": ["at"]}, {"required": ["delay"]}]
-EPOCH_S = {"type": "number", "description": "Epoch seconds, millisecond precision."}
+WHEN = ("at", "at_ms", "delay_ms", "delay")
+# Exactly one of these (a reschedule; a create as well, unless a series).
+_ONE_WHEN = [{"required": [name]} for name in WHEN]
+_WHEN_PROPERTIES = {
+    "at": AT_SCHEMA,
+    "at_ms": AT_MS_SCHEMA,
+    "delay_ms": DELAY_MS_SCHEMA,
+    "delay": DELAY_SCHEMA,
+}
+EPOCH_MS = {"type": "integer", "description": "Epoch milliseconds."}
+EPOCH_S = {
+    "type": "number",
+    "deprecated": True,
+    "description": "Deprecated: the same time in epoch seconds, millisecond precision.",
+}
 
 
 def _below(limit: str) -> str:
@@ -118,7 +152,8 @@ def _time_param(name: str, description: str) -> Schema:
             "maxLength": 64,
             "anyOf": [{"pattern": _epoch_text_pattern()}, _DATE_TIME],
         },
-        f"{description} Epoch seconds (fraction allowed) or an RFC 3339 time.",
+        f"{description} An RFC 3339 time (without an offset: UTC), or epoch seconds "
+        "(fraction allowed; deprecated).",
     )
 
 
@@ -211,7 +246,7 @@ _SKIP_AFTER = {
 }
 
 
-def _late_schema(deadline: Schema) -> Schema:
+def _late_schema(deadlines: list[Schema]) -> Schema:
     return {
         "description": "What to do when the task is found late at publish time (by the "
         "engine's clock): fire it anyway, or dead-letter it (cause: late) when more "
@@ -219,12 +254,23 @@ def _late_schema(deadline: Schema) -> Schema:
         "oneOf": [
             {"type": "string", "enum": ["fire"]},
             _object({"skip_after_ms": _SKIP_AFTER}, ["skip_after_ms"]),
-            _object({"deadline": deadline}, ["deadline"]),
+            *deadlines,
         ],
     }
 
 
-def _metadata(late_deadline: Schema) -> Schema:
+# A deadline as a create body gives it (one field), and as an answer shows it (both).
+_DEADLINE_MS = _epoch_ms_schema("The deadline in epoch milliseconds (any past time: the epoch).")
+_GIVEN_DEADLINES = [
+    _object({"deadline_ms": _DEADLINE_MS}, ["deadline_ms"]),
+    _object({"deadline": _time_schema(f"The deadline: {_RFC_3339}, as at.")}, ["deadline"]),
+]
+_SHOWN_DEADLINES = [
+    _object({"deadline_ms": EPOCH_MS, "deadline": EPOCH_S}, ["deadline_ms", "deadline"])
+]
+
+
+def _metadata(late_deadline: list[Schema]) -> Schema:
     """Tags, AMQP properties, headers and late-fire policy of a task."""
     return {
         "tags": {
@@ -240,245 +286,6 @@ def _metadata(late_deadline: Schema) -> Schema:
     }
 
 
-# -- series (recurring tasks) ---------------------------------------------------------------------
-
-# every: the significant digits a number may have here. The server takes 9 digits a number
-# and MAX_DUE_MS in all, a sum no pattern states; within these caps every sum is below it
-# (tests/unit/test_openapi.py checks), so all the document admits is taken. Longer periods
-# (over 1,900 years: P100000W) are taken too, but left out of the pattern.
-EVERY_DIGITS = {"W": 5, "D": 6, "H": 7, "M": 9, "S": 9}
-# Python's str.split() separates cron fields at any of these (its whitespace).
-CRON_SPACE = "\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_STEP = "0*[1-9][0-9]*"
-
-
-def _every_pattern() -> str:
-    """ISO 8601 durations of weeks, days, hours, minutes and seconds (to the ms)."""
-    w, d, h, m, s = (f"{_every_number(unit)}{unit}" for unit in "WDHMS")
-    s = s.replace("S", "([.,][0-9]{1,3})?S")
-    return f"^P({w})?({d})?(T({h}({m})?({s})?|{m}({s})?|{s}))?$"
-
-
-def _every_number(unit: str) -> str:
-    """At most EVERY_DIGITS[unit] significant digits, 9 in all (as the server counts)."""
-    digits = EVERY_DIGITS[unit]
-    return f"0{{0,{9 - digits}}}[0-9]{{1,{digits}}}" if digits < 9 else "[0-9]{1,9}"
-
-
-EVERY_SCHEMA: Schema = {
-    "type": "string",
-    "maxLength": 64,
-    "pattern": _every_pattern(),
-    # Under a second (PT0.5S), and P alone.
-    "not": {"pattern": "^P(0+W)?(0+D)?(T(0+H)?(0+M)?(0+([.,][0-9]+)?S)?)?$"},
-    "description": "A series every so long: an ISO 8601 duration in weeks, days, hours, "
-    "minutes and seconds (PT15M, P1D, P2W, PT1.5S; to the millisecond, . or ,), at least "
-    "PT1S; elapsed time (P1D is 86,400 s). No months or years: use cron. At most "
-    f"{MAX_DUE_MS} ms in all, and 9 digits a number: this document admits at most "
-    + ", ".join(f"{n} significant digits of {unit}" for unit, n in EVERY_DIGITS.items())
-    + ", which keeps every sum within the limit; longer periods within it are taken too.",
-}
-# How an answer shows it (render.py): days, then hours, minutes, seconds below their next unit.
-_SHOWN_H, _SHOWN_M = "([1-9]|1[0-9]|2[0-3])H", "([1-9]|[1-5][0-9])M"
-_SHOWN_S = "(([1-9]|[1-5][0-9])(\\.[0-9]{0,2}[1-9])?|0\\.[0-9]{0,2}[1-9])S"
-_SHOWN_CLOCK = f"T({_SHOWN_H}({_SHOWN_M})?({_SHOWN_S})?|{_SHOWN_M}({_SHOWN_S})?|{_SHOWN_S})"
-EVERY_SHOWN_SCHEMA: Schema = {
-    "type": "string",
-    "pattern": f"^P([1-9][0-9]{{0,6}}D({_SHOWN_CLOCK})?|{_SHOWN_CLOCK})$",
-    "description": "every as a duration: days (no weeks), hours, minutes, seconds.",
-}
-
-
-class _CronField(NamedTuple):
-    """One field of a cron expression as cronsim reads it: numbers lo..hi,
-    and names (case ignored) for the values from ``first_name`` on."""
-
-    lo: int
-    hi: int
-    names: tuple[str, ...] = ()
-    first_name: int = 0
-
-    def name_values(self) -> list[tuple[str, int]]:
-        return [(name, self.first_name + i) for i, name in enumerate(self.names)]
-
-
-_MINUTE = _CronField(0, 59)
-_HOUR = _CronField(0, 23)
-_DAY = _CronField(1, 31)
-_MONTH = _CronField(1, 12, tuple(SYMBOLIC_MONTHS), 1)  # JAN..DEC
-_WEEKDAY = _CronField(0, 7, tuple(SYMBOLIC_DAYS), 0)  # SUN..SAT, and 7 is Sunday too
-
-
-def _numbers(lo: int, hi: int) -> str:
-    """The decimal integers lo..hi (0 <= lo <= hi <= 99) without leading zeros."""
-    decades = [
-        (tens, max(lo, tens * 10) % 10, min(hi, tens * 10 + 9) % 10)
-        for tens in range(lo // 10, hi // 10 + 1)
-    ]
-    parts = [_digit(first, last) for tens, first, last in decades if tens == 0]
-    full = [tens for tens, first, last in decades if tens and (first, last) == (0, 9)]
-    if full:
-        parts.append(f"{_digit(full[0], full[-1])}[0-9]")
-    parts += [f"{tens}{_digit(a, b)}" for tens, a, b in decades if tens and tens not in full]
-    return "|".join(parts)
-
-
-def _digit(first: int, last: int) -> str:
-    if first > last:
-        return ""
-    return str(first) if first == last else f"[{first}-{last}]"
-
-
-def _caseless(name: str) -> str:
-    return "".join(f"[{c}{c.lower()}]" for c in name)
-
-
-def _values(field: _CronField, lo: int, hi: int) -> str:
-    """One value of ``field`` in lo..hi: a number (leading zeros allowed) or a name."""
-    names = [_caseless(name) for name, value in field.name_values() if lo <= value <= hi]
-    return "(" + "|".join([f"0*({_numbers(lo, hi)})", *names]) + ")"
-
-
-def _cron_term(field: _CronField) -> str:
-    """One term of a field's comma-separated list: *, a value or an ascending
-    range, each with an optional /step; the day of month also L and LW, the
-    day of week also nL (the last such weekday) and value#n (the nth, 1-5)."""
-    ranges = "|".join(
-        f"{_values(field, v, v)}-{_values(field, v, field.hi)}"
-        for v in range(field.lo, field.hi + 1)
-    )
-    terms = [f"(\\*|{_values(field, field.lo, field.hi)}|{ranges})(/{_STEP})?"]
-    if field is _DAY:
-        terms.append(f"[Ll][Ww]?(/{_STEP})?")
-    if field is _WEEKDAY:
-        terms += ["0*[0-7][Ll]", f"{_values(field, field.lo, field.hi)}#0*[1-5]"]
-    return "|".join(terms)
-
-
-def _listed(term: str) -> str:
-    return f"({term})(,({term}))*"
-
-
-_CRON_FIELDS = (_MINUTE, _HOUR, _DAY, _MONTH, _WEEKDAY)
-
-
-def _cron_pattern(gap: str, edge: str) -> str:
-    """Five fields separated by ``gap``, with ``edge`` around them."""
-    fields = gap.join(_listed(_cron_term(field)) for field in _CRON_FIELDS)
-    return f"^{edge}{fields}{edge}$"
-
-
-def _stepped(field: _CronField, items: list[int], step: int) -> set[int]:
-    """What cronsim makes of ``items``/``step``: one item counts on to the field's end."""
-    if len(items) == 1:
-        return set(range(items[0], field.hi + 1)[::step])
-    return set(sorted(items)[::step])
-
-
-def _steps(ks: list[int], longest: int) -> str:
-    """Steps of these sizes, ``longest`` standing for itself and any longer one."""
-    if ks == list(range(1, longest + 1)):
-        return _STEP
-    runs: list[list[int]] = []
-    for k in ks:
-        if runs and runs[-1][-1] == k - 1:
-            runs[-1].append(k)
-        else:
-            runs.append([k])
-    sizes = [_numbers(run[0], 99 if run[-1] == longest else run[-1]) for run in runs]
-    if longest in ks:
-        sizes.append("[1-9][0-9]{2,}")
-    return f"0*({'|'.join(sizes)})"
-
-
-def _terms_within(field: _CronField, allowed: set[int]) -> str:
-    """The terms of ``field`` (no L, #) whose every value is in ``allowed``."""
-    span = field.hi - field.lo + 1  # a step this long or longer keeps the first value only
-    bases = [("\\*", list(range(field.lo, field.hi + 1)))]
-    for a in range(field.lo, field.hi + 1):
-        bases.append((_values(field, a, a), [a]))
-        for b in range(a, field.hi + 1):
-            bases.append((f"{_values(field, a, a)}-{_values(field, b, b)}", list(range(a, b + 1))))
-    terms = []
-    for text, items in bases:
-        if set(items) <= allowed:
-            terms.append(text)
-        ks = [k for k in range(1, span + 1) if _stepped(field, items, k) <= allowed]
-        if ks:
-            terms.append(f"{text}/{_steps(ks, span)}")
-    return _listed("|".join(terms))
-
-
-def _impossible_days(gap: str, edge: str) -> str:
-    """The expressions cronsim refuses as "Bad day-of-month": with a day of week
-    starting with * (days of month and of week must then both match), days of
-    month beyond any listed month's length (30 and 31 in February alone, 31 in
-    months of 30 days at most)."""
-    token = f"[^{CRON_SPACE}]+"
-    feb = f"{_terms_within(_DAY, {30, 31})}{gap}{_terms_within(_MONTH, {2})}"
-    short = f"{_terms_within(_DAY, {31})}{gap}{_terms_within(_MONTH, {2, 4, 6, 9, 11})}"
-    return f"^{edge}{token}{gap}{token}{gap}({feb}|{short}){gap}\\*[^{CRON_SPACE}]*{edge}$"
-
-
-def _cron_schema(gap: str, edge: str, description: str) -> Schema:
-    return {
-        "type": "string",
-        "format": "cron",  # an annotation (a fuzzer can draw from a generator of its own)
-        "minLength": 1,
-        "maxLength": MAX_CRON_CHARS,
-        "pattern": _cron_pattern(gap, edge),
-        "not": {"pattern": _impossible_days(gap, edge)},
-        "description": description,
-    }
-
-
-# An IANA zone name as the server reads it; which of these exist says the database.
-ZONE_NAME_PATTERN = "^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,3}$"
-
-
-@functools.cache
-def time_zones() -> tuple[str, ...]:
-    """The names of this host's time-zone database the server takes (the daemon
-    serves the document of its own host)."""
-    return tuple(sorted(name for name in zoneinfo.available_timezones() if _zone_taken(name)))
-
-
-def _zone_taken(name: str) -> bool:
-    try:
-        parse_zone(name)
-    except ValidationError:
-        return False
-    return True
-
-
-def _zones_pattern(zones: tuple[str, ...]) -> str:
-    """Exactly these names (as a pattern rather than an enum: a fuzzer's coverage
-    phase would try every member of an enum), grouped by their area."""
-    areas: dict[str, list[str]] = {}
-    for name in zones:
-        area, _, place = name.replace("+", "\\+").partition("/")
-        areas.setdefault(area, []).append(place)
-    names = []
-    for area, places in areas.items():
-        within = "|".join(place for place in places if place)
-        if not within:
-            names.append(area)
-        else:
-            names.append(f"{area}(/({within})){'?' if '' in places else ''}")
-    return f"^({'|'.join(names)})$"
-
-
-def _timezone_schema() -> Schema:
-    return {
-        "type": "string",
-        "maxLength": 64,
-        "pattern": _zones_pattern(time_zones()),
-        "description": "The IANA time zone the cron expression is read in (Europe/Berlin): "
-        f"a name ({ZONE_NAME_PATTERN}, at most 64 characters) of the server's time-zone "
-        "database, one of those this pattern lists (the database of the server's host).",
-    }
-
-
 _SERIES = {"anyOf": [{"required": ["every"]}, {"required": ["cron"]}]}
 
 
@@ -486,7 +293,7 @@ def _series_fields() -> Schema:
     """A series as a create body gives it (only with every or cron)."""
     return {
         "every": EVERY_SCHEMA,
-        "cron": _cron_schema(
+        "cron": cron_schema(
             f"[{CRON_SPACE}]+",
             f"[{CRON_SPACE}]*",
             "A series by a cron expression of 5 fields (minute hour day-of-month month "
@@ -499,8 +306,11 @@ def _series_fields() -> Schema:
         ),
         "timezone": {"$ref": "#/components/schemas/TimeZone", "default": "UTC"},
         "until": _time_schema(
-            "The series' end: its last occurrence is the last one at or before it. Epoch "
-            "seconds or an RFC 3339 string, as at; not before the first occurrence (else 422)."
+            f"The series' end: its last occurrence is the last one at or before it. {_RFC_3339} "
+            "(deprecated: epoch seconds), as at; not before the first occurrence (else 422)."
+        ),
+        "until_ms": _epoch_ms_schema(
+            "The series' end in epoch milliseconds (before 1970: the epoch), as until."
         ),
     }
 
@@ -511,6 +321,7 @@ def _series_shown() -> Schema:
         "every": EVERY_SHOWN_SCHEMA,
         "cron": {"$ref": "#/components/schemas/ShownCron"},
         "timezone": {"$ref": "#/components/schemas/TimeZone"},
+        "until_ms": EPOCH_MS,
         "until": EPOCH_S,
         "occurrence": {
             "type": "integer",
@@ -533,7 +344,7 @@ _SHOWN_SERIES_RULES = {
         "cron": ["timezone", "occurrence"],
         "timezone": ["cron"],
     },
-    "dependentSchemas": {name: _SERIES for name in ("until", "occurrence", "stopping")},
+    "dependentSchemas": {name: _SERIES for name in ("until_ms", "until", "occurrence", "stopping")},
 }
 
 
@@ -541,8 +352,7 @@ def _create_schema(max_payload_bytes: int) -> Schema:
     schema = _object(
         {
             "id": NEW_ID_SCHEMA,
-            "at": AT_SCHEMA,
-            "delay": DELAY_SCHEMA,
+            **_WHEN_PROPERTIES,
             "routing_key": ROUTING_KEY_SCHEMA,
             "payload": {
                 "type": "string",
@@ -555,37 +365,44 @@ def _create_schema(max_payload_bytes: int) -> Schema:
                 "maxLength": -(-max_payload_bytes // 3) * 4,
                 "description": f"Base64 of at most {max_payload_bytes} bytes.",
             },
-            **_metadata(_time_schema("Epoch seconds or an RFC 3339 string, as at.")),
+            **_metadata(_GIVEN_DEADLINES),
             **_series_fields(),
         },
         anyOf=[*_ONE_WHEN, *_SERIES["anyOf"]],
         dependentRequired={"timezone": ["cron"]},
-        dependentSchemas={"until": _SERIES},
-        description="Exactly one of at and delay, or (a series: every or cron) neither; at "
-        "most one of payload and payload_b64, and of every and cron; timezone only with "
-        "cron, until only in a series (without at or delay the first occurrence is one "
-        "every from now, or the next matching minute). The metadata and the schedule are "
-        "part of the content an idempotent re-create compares.",
+        dependentSchemas={"until": _SERIES, "until_ms": _SERIES},
+        description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
+        "series: every or cron) none; at most one of payload and payload_b64, of every and "
+        "cron, and of until and until_ms; timezone only with cron, until only in a series "
+        "(without a due time the first occurrence is one every from now, or the next "
+        "matching minute). The metadata and the schedule are part of the content an "
+        "idempotent re-create compares.",
     )
     schema["not"] = {"anyOf": [{"required": pair} for pair in _AT_MOST_ONE]}
     return schema
 
 
-_AT_MOST_ONE = (["at", "delay"], ["payload", "payload_b64"], ["every", "cron"])
+_AT_MOST_ONE = (
+    *(list(pair) for pair in itertools.combinations(WHEN, 2)),
+    ["until", "until_ms"],
+    ["payload", "payload_b64"],
+    ["every", "cron"],
+)
 
 
 def _task_schema(payload: bool) -> Schema:
     """A stored task as a lookup (with its payload) or a listing shows it."""
     properties: Schema = {
         "id": ID_SCHEMA,
+        "due_ms": {**EPOCH_MS, "description": "Due time, epoch milliseconds."},
         "at": EPOCH_S,
         "routing_key": {"type": "string"},
         "state": STATE_SCHEMA,
-        **_metadata(EPOCH_S),
+        **_metadata(_SHOWN_DEADLINES),
         **_series_shown(),
     }
     properties["tags"] = {**properties["tags"], "uniqueItems": True}
-    required = ["id", "at", "routing_key", "state"]
+    required = ["id", "due_ms", "at", "routing_key", "state"]
     if not payload:
         return _object(properties, required, allOf=[_SHOWN_SERIES_RULES])
     properties["payload"] = {"type": "string", "description": "The payload, if UTF-8 text."}
@@ -697,10 +514,19 @@ def _count_operation() -> Schema:
 
 def _timeline_operation() -> Schema:
     bucket_s = {"minimum": MIN_BUCKET_MS // 1000, "maximum": MAX_BUCKET_MS // 1000}
+    bucket_ms = {"minimum": MIN_BUCKET_MS, "maximum": MAX_BUCKET_MS, "multipleOf": 1000}
     answer = _object(
         {
+            "start_ms": EPOCH_MS,
+            "bucket_ms": {"type": "integer", **bucket_ms},
             "start": EPOCH_S,
-            "bucket": {"type": "number", "multipleOf": 1, **bucket_s},
+            "bucket": {
+                "type": "number",
+                "multipleOf": 1,
+                **bucket_s,
+                "deprecated": True,
+                "description": "Deprecated: bucket_ms in seconds.",
+            },
             "buckets": {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS},
             "routing_keys": {
                 "type": "object",
@@ -710,7 +536,7 @@ def _timeline_operation() -> Schema:
                 "counts); keys with no task in the span are absent.",
             },
         },
-        ["start", "bucket", "buckets", "routing_keys"],
+        ["start_ms", "bucket_ms", "start", "bucket", "buckets", "routing_keys"],
     )
     return {
         "summary": "Tasks due per routing key in consecutive time buckets",
@@ -737,7 +563,7 @@ def _timeline_operation() -> Schema:
 
 
 def _bulk_cancel_operation() -> Schema:
-    time = "Epoch seconds or an RFC 3339 string, as at."
+    time = "An RFC 3339 string, without an offset UTC (deprecated: epoch seconds), as at."
     body = _object(
         {
             "prefix": PREFIX_SCHEMA,
@@ -771,8 +597,12 @@ def _bulk_cancel_operation() -> Schema:
 
 _CREATED = {
     "type": "object",
-    "required": ["id", "at"],
-    "properties": {"id": ID_SCHEMA, "at": EPOCH_S},
+    "required": ["id", "due_ms", "at"],
+    "properties": {
+        "id": ID_SCHEMA,
+        "due_ms": {**EPOCH_MS, "description": "Due time, epoch milliseconds."},
+        "at": EPOCH_S,
+    },
 }
 
 
@@ -841,9 +671,10 @@ def _task_path() -> Schema:
                 "required": True,
                 **_json(
                     _object(
-                        {"at": AT_SCHEMA, "delay": DELAY_SCHEMA},
+                        _WHEN_PROPERTIES,
                         oneOf=_ONE_WHEN,
-                        description="Exactly one of at and delay.",
+                        description="Exactly one of at, at_ms and delay_ms (or the "
+                        "deprecated delay).",
                     )
                 ),
             },
@@ -981,8 +812,8 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> Schema:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "CreateTask": _create_schema(max_payload_bytes),
-                "TimeZone": _timezone_schema(),
-                "ShownCron": _cron_schema(
+                "TimeZone": timezone_schema(),
+                "ShownCron": cron_schema(
                     " ", "", "The cron expression, its fields separated by one space."
                 ),
                 "Error": _ERROR_SCHEMA,

@@ -1,5 +1,10 @@
 """Tasks as the HTTP API shows them (JSON-able dicts): one task's lookup, a
-listing's entries, and a timeline."""
+listing's entries, and a timeline.
+
+Every instant is shown as epoch milliseconds in a field named ``*_ms``
+(``due_ms``, ``until_ms``, ``deadline_ms``, a timeline's ``start_ms``);
+beside it, deprecated, the same instant in epoch seconds under the older
+name (``at``, ``until``, ``deadline``, ``start``), as answers gave it before."""
 
 from __future__ import annotations
 
@@ -13,8 +18,13 @@ from triggerhook.domain.task import TaskInfo
 
 
 def at_s(due_ms: int) -> float:
-    """Epoch milliseconds as the API's epoch seconds."""
+    """Epoch milliseconds as the API's deprecated epoch seconds."""
     return due_ms / 1000
+
+
+def due_json(task_id: str, due_ms: int) -> dict[str, Any]:
+    """A write's answer: the task's id and due time (``at``: deprecated)."""
+    return {"id": task_id, "due_ms": due_ms, "at": at_s(due_ms)}
 
 
 def task_json(info: TaskInfo, payload: bool = True) -> dict[str, Any]:
@@ -22,8 +32,7 @@ def task_json(info: TaskInfo, payload: bool = True) -> dict[str, Any]:
     ``payload``) its payload, as text if it is UTF-8, else as base64."""
     task = info.task
     data: dict[str, Any] = {
-        "id": task.id,
-        "at": at_s(task.due_ms),
+        **due_json(task.id, task.due_ms),
         "routing_key": task.routing_key,
         "state": info.state.value,
         **meta_json(task.meta),
@@ -50,7 +59,7 @@ def meta_json(meta: Meta) -> dict[str, Any]:
     if meta.late is not None:
         late = meta.late.to_json()
         if isinstance(late, dict) and "deadline_ms" in late:
-            late = {"deadline": at_s(late["deadline_ms"])}
+            late = {"deadline_ms": late["deadline_ms"], "deadline": at_s(late["deadline_ms"])}
         data["late"] = late
     if meta.recur is not None:
         data.update(series_json(meta.recur))
@@ -65,6 +74,7 @@ def series_json(recur: Recurrence) -> dict[str, Any]:
     else:
         data["cron"], data["timezone"] = recur.cron, recur.timezone
     if recur.until_ms is not None:
+        data["until_ms"] = recur.until_ms
         data["until"] = at_s(recur.until_ms)
     data["occurrence"] = recur.occurrence
     if recur.stopped:
@@ -74,6 +84,8 @@ def series_json(recur: Recurrence) -> dict[str, Any]:
 
 def timeline_json(timeline: Timeline) -> dict[str, Any]:
     return {
+        "start_ms": timeline.start_ms,
+        "bucket_ms": timeline.bucket_ms,
         "start": at_s(timeline.start_ms),
         "bucket": timeline.bucket_ms / 1000,
         "buckets": timeline.buckets,

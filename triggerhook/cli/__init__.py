@@ -37,6 +37,7 @@ from triggerhook.cli.backends import (
     Where,
 )
 from triggerhook.cli.config_cmd import add_config_parser, run_config
+from triggerhook.cli.dev_cmd import add_dev_parser, run_dev
 from triggerhook.cli.flags import (
     accept_after_commands,
     add_global_flags,
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_config_parser(sub)
     add_tail_parser(sub)
+    add_dev_parser(sub)
     run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
     run.add_argument(
         "--init-db",
@@ -231,7 +233,11 @@ def _series_arguments(sched: argparse.ArgumentParser) -> None:
     sched.add_argument(
         "--timezone", help="--cron's IANA time zone, e.g. Europe/Berlin (default UTC)"
     )
-    sched.add_argument("--until", metavar="TIME", help="a series' end, inclusive (as --at)")
+    sched.add_argument(
+        "--until",
+        metavar="TIME",
+        help="a series' end, inclusive: RFC 3339; without an offset: UTC (as --at)",
+    )
 
 
 def _filter_arguments(parser: argparse.ArgumentParser, *, state: bool) -> None:
@@ -250,7 +256,12 @@ def _filter_arguments(parser: argparse.ArgumentParser, *, state: bool) -> None:
 
 def _due_time_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     when = parser.add_mutually_exclusive_group(required=required)
-    when.add_argument("--at", help="due time: ISO-8601 (e.g. 2026-01-01T12:00:00.250Z) or epoch s")
+    when.add_argument(
+        "--at",
+        metavar="TIME",
+        help="due time, RFC 3339; without an offset: UTC, not local time "
+        "(e.g. 2026-12-01T09:00:00+01:00 or 2026-12-01T08:00:00Z; epoch seconds: deprecated)",
+    )
     when.add_argument("--in", dest="delay", help="due after a delay: 250ms, 5s, 2h, 1h30m")
 
 
@@ -323,6 +334,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return build_daemon(settings).run()
     if args.command == "tail":
         return run_tail(args, settings)
+    if args.command == "dev":
+        return run_dev(args, settings)
     if args.command == "status":
         with HttpBackend(args.url or _local_url(settings), settings) as remote:
             figures = remote.status()

@@ -374,12 +374,11 @@ class HttpBackend:
         payload: str | None,
         meta: Metadata = NO_METADATA,
     ) -> Stored:
-        delay_s = _seconds(delay_ms)
         result = self._call(
             lambda: self._client.schedule(
                 task_id,
                 at=at,
-                delay_s=delay_s,
+                delay_ms=delay_ms,
                 routing_key=routing_key,
                 payload=payload,
                 tags=meta.tags or None,
@@ -393,17 +392,16 @@ class HttpBackend:
                 until=meta.until,
             )
         )
-        return Stored(result.id, result.at_ms, result.created)
+        return Stored(result.id, result.due_ms, result.created)
 
     def reschedule(self, task_id: str, *, at: str | None, delay_ms: int | None) -> Moved:
-        delay_s = _seconds(delay_ms)
         try:
             moved = self._call(
-                lambda: self._client.reschedule(task_id, at=at, delay_s=delay_s), answers=True
+                lambda: self._client.reschedule(task_id, at=at, delay_ms=delay_ms), answers=True
             )
         except _Answered as answered:
             return Moved(answered.outcome)
-        return Moved(Outcome.RESCHEDULED, moved.at_ms)
+        return Moved(Outcome.RESCHEDULED, moved.due_ms)
 
     def cancel(self, task_id: str) -> Outcome:
         try:
@@ -418,7 +416,7 @@ class HttpBackend:
             return None
         return Found(
             status.id,
-            status.at_ms,
+            status.due_ms,
             status.routing_key,
             status.payload,
             status.state,
@@ -438,7 +436,7 @@ class HttpBackend:
                 cursor=cursor,
             )
         )
-        listed = [Listed(t.id, t.at_ms, t.routing_key, t.state, _meta_of(t)) for t in page.tasks]
+        listed = [Listed(t.id, t.due_ms, t.routing_key, t.state, _meta_of(t)) for t in page.tasks]
         return Listing(listed, page.next_cursor)
 
     def count(self, where: Where) -> int:
@@ -503,8 +501,8 @@ class _Answered(Exception):
 
 
 def _client_error(exc: ApiError) -> BackendError:
-    if isinstance(exc, InvalidRequest) and exc.field == "delay_s":
-        # The client's ``delay_s`` is the CLI's ``--in``.
+    if isinstance(exc, InvalidRequest) and exc.field == "delay_ms":
+        # The client's ``delay_ms`` is the CLI's ``--in``.
         exc = InvalidRequest(exc.status, exc.code, exc.message, "in")
     outcome = next((o for kind, o in _CLIENT_OUTCOMES if isinstance(exc, kind)), Outcome.INTERNAL)
     return BackendError(outcome, str(exc))
@@ -553,13 +551,9 @@ def _recurrence(task: TaskSummary) -> Recurrence | None:
 def _policy(late: Late | None) -> LatePolicy | None:
     if late is None or isinstance(late, str):  # the client reads only "fire" as text
         return None if late is None else FIRE
-    skip, deadline = late.get("skip_after_ms"), late.get("deadline")
+    skip, deadline_ms = late.get("skip_after_ms"), late.get("deadline_ms")
     if isinstance(skip, int):
         return LatePolicy(LateKind.SKIP_AFTER, skip)
-    if isinstance(deadline, int | float):  # epoch seconds, exact to the ms as the API writes them
-        return LatePolicy(LateKind.DEADLINE, round(deadline * 1000))
+    if isinstance(deadline_ms, int):
+        return LatePolicy(LateKind.DEADLINE, deadline_ms)
     raise BackendError(Outcome.INTERNAL, f"unexpected answer: late is {late!r}")
-
-
-def _seconds(delay_ms: int | None) -> float | None:
-    return None if delay_ms is None else delay_ms / 1000

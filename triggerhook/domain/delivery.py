@@ -4,13 +4,16 @@ An event returned as unroutable or nacked is retried with an exponential
 back-off; once it has failed ``max_attempts`` times, or is ``max_age_ms`` past
 its due time, it is dead-lettered instead: published with the dead-letter
 routing key and headers saying why. Its row is deleted only once that publish
-is confirmed, so nothing is lost even then.
+is confirmed, so nothing is lost even then. Every publisher (AMQP's, and the
+local one of ``triggerhook dev``) decides by this one policy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from triggerhook.domain.meta import LatePolicy
 from triggerhook.domain.task import Task
 from triggerhook.retry import capped_exponential
 
@@ -32,6 +35,24 @@ class DeadLetter:
 
 
 Decision = RetryLater | DeadLetter
+
+# A dead letter's cause (its x-triggerhook-dead-cause header).
+UNDELIVERABLE, LATE = "undeliverable", "late"
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """Why a dead letter is one: its ``cause`` and the ``reason`` in words."""
+
+    cause: str
+    reason: str
+
+
+def dead_copy(task: Task, decision: DeadLetter) -> tuple[Task, Dead]:
+    """The task as its dead letter goes out after a failure: the copy sent
+    counts this failure, as the row would after a deferral."""
+    copy = dataclasses.replace(task, attempts=task.attempts + 1)
+    return copy, Dead(UNDELIVERABLE, decision.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +81,15 @@ class DeliveryPolicy:
                 f" (limit {self.max_age_ms} ms)"
             )
         return RetryLater(self.retry_delay_ms(attempt))
+
+    def screen(self, task: Task, now_ms: int, default_late: LatePolicy) -> Dead | None:
+        """Why ``task`` must go out as a dead letter instead of its event when
+        published at ``now_ms`` (None: publish it): its failures ran out, or
+        its late-fire policy (else ``default_late``) says it is too late."""
+        if task.attempts and self.exhausted(task):
+            return Dead(UNDELIVERABLE, f"not delivered after {task.attempts} attempts")
+        late = (task.meta.late or default_late).too_late(task.due_ms, now_ms)
+        return None if late is None else Dead(LATE, late)
 
     def exhausted(self, task: Task) -> bool:
         """A task armed again after its failures ran out (its dead letter

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from triggerhook.domain.meta import HeaderValue, LatePolicy, make_meta
 from triggerhook.domain.recurrence import Recurrence, make_recurrence
-from triggerhook.domain.task import Task, make_task
+from triggerhook.domain.task import MIN_DUE_MS, Task, make_task, validate_due_ms
 from triggerhook.domain.timeparse import due_from, parse_at
 from triggerhook.errors import ValidationError
 
@@ -25,8 +25,9 @@ class TaskSpec:
     """One task to schedule. Exactly one of ``at``, ``at_ms`` and ``delay_ms``
     (a series may give none: see below).
 
-    ``at``: a datetime (naive = UTC), epoch seconds, or an ISO-8601 string;
-    ``at_ms``: epoch milliseconds; ``delay_ms``: milliseconds from now.
+    ``at``: a datetime or an RFC 3339 string (either without an offset: UTC;
+    a number is taken as epoch seconds, kept for compatibility: prefer
+    ``at_ms``); ``at_ms``: epoch milliseconds; ``delay_ms``: milliseconds from now.
     ``id``: None for a new UUIDv4; ``routing_key``: None for the configured
     default; ``payload``: text is sent as UTF-8. The rest is metadata
     (``domain/meta.py``): ``tags`` to find it by, the event's
@@ -35,7 +36,8 @@ class TaskSpec:
 
     A series (``domain/recurrence.py``): ``every`` (an ISO 8601 duration, or
     milliseconds as an int) or ``cron`` (5 fields, in ``timezone``, default
-    UTC), and ``until`` (its end, given like ``at``). Its first occurrence is
+    UTC), and its end: ``until`` (given like ``at``) or ``until_ms`` (epoch
+    milliseconds; any time before 1970 is the epoch). Its first occurrence is
     the time given (for cron: the first matching minute at or after it), or
     without one: one ``every`` from now, or the first matching minute at or after now.
     """
@@ -55,6 +57,7 @@ class TaskSpec:
     cron: str | None = None
     timezone: str | None = None
     until: Due | None = None
+    until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +75,7 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
     when given (``tasks[3].routing_key``).
     """
     try:
-        recur = make_recurrence(
-            every=spec.every,
-            cron=spec.cron,
-            timezone=spec.timezone,
-            until_ms=None if spec.until is None else parse_at(spec.until, "until", past_ok=True),
-        )
+        recur = _recurrence(spec)
         return make_task(
             task_id=spec.id,
             due_ms=_first_due(spec, recur, now_ms),
@@ -101,6 +99,34 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
         raise ValidationError(f"{field}.{exc.field}", exc.message) from None
 
 
+def _recurrence(spec: TaskSpec) -> Recurrence | None:
+    """The series ``spec`` asks for (None: a one-off task); an error about its
+    end names the field the caller gave it in."""
+    until_ms = _until_ms(spec)
+    try:
+        return make_recurrence(
+            every=spec.every, cron=spec.cron, timezone=spec.timezone, until_ms=until_ms
+        )
+    except ValidationError as exc:
+        if exc.field == "until" and spec.until_ms is not None:
+            raise ValidationError("until_ms", exc.message) from None
+        raise
+
+
+def _until_ms(spec: TaskSpec) -> int | None:
+    """A series' end from at most one of ``until`` and ``until_ms``."""
+    if spec.until_ms is None:
+        return None if spec.until is None else parse_at(spec.until, "until", past_ok=True)
+    if spec.until is not None:
+        raise ValidationError("until", "give at most one of until and until_ms")
+    if isinstance(spec.until_ms, bool) or not isinstance(spec.until_ms, int):
+        raise ValidationError("until_ms", "must be an integer number of epoch milliseconds")
+    try:
+        return validate_due_ms(max(spec.until_ms, MIN_DUE_MS))
+    except ValidationError as exc:
+        raise ValidationError("until_ms", exc.message) from None
+
+
 def _first_due(spec: TaskSpec, recur: Recurrence | None, now_ms: float) -> int:
     """The due time given, or for a series without one its first occurrence."""
     if recur is None:
@@ -110,5 +136,6 @@ def _first_due(spec: TaskSpec, recur: Recurrence | None, now_ms: float) -> int:
     else:
         due = recur.aligned_ms(due_from(spec.at, spec.at_ms, spec.delay_ms, now_ms))
     if recur.until_ms is not None and due > recur.until_ms:
-        raise ValidationError("until", "is before the series' first occurrence")
+        until = "until" if spec.until_ms is None else "until_ms"
+        raise ValidationError(until, "is before the series' first occurrence")
     return due

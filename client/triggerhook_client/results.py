@@ -1,0 +1,156 @@
+"""What the clients take and give back: :class:`TaskRequest`, and the results
+(frozen dataclasses, every instant in epoch milliseconds, named ``*_ms``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from triggerhook_client.checks import deprecated
+from triggerhook_client.rules import TaskState
+
+# An instant: a datetime or RFC 3339 text (either without an offset: UTC); a
+# number is epoch seconds, deprecated (give the ``*_ms`` argument instead).
+At = datetime | str | float
+HeaderValue = str | int | bool
+# A late-fire policy, as the API writes it: "fire", {"skip_after_ms": N},
+# {"deadline_ms": N} or {"deadline": At}.
+Late = Literal["fire"] | Mapping[str, int | At]
+State = TaskState | str  # a listing's state filter: scheduled or firing
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """One task to schedule, for :meth:`Client.schedule_many`: the arguments of
+    :meth:`Client.schedule` (exactly one of ``at``, ``at_ms`` and
+    ``delay_ms``; a series, with ``every`` or ``cron``, may give none).
+    ``delay_s`` is deprecated: give ``delay_ms``."""
+
+    id: str | None = None
+    at: At | None = None
+    delay_s: float | None = None  # deprecated: delay_ms
+    routing_key: str | None = None
+    payload: str | bytes | None = None
+    _: KW_ONLY
+    at_ms: int | None = None  # epoch milliseconds
+    delay_ms: int | None = None  # milliseconds from now
+    tags: Iterable[str] | None = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+    headers: Mapping[str, HeaderValue] | None = None
+    late: Late | None = None
+    every: str | None = None  # a series: an ISO 8601 duration (PT15M, P1D)
+    cron: str | None = None  # a series: 5 cron fields, in ``timezone``
+    timezone: str | None = None  # an IANA name, for cron (default UTC)
+    until: At | None = None  # a series' end (inclusive)
+    until_ms: int | None = None  # the same in epoch milliseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A stored task's id and due time (epoch ms). ``created`` is False when the
+    same task existed already (a safe repeat), and always False for a reschedule."""
+
+    id: str
+    due_ms: int
+    created: bool
+
+    @property
+    def at_ms(self) -> int:
+        """Deprecated: :attr:`due_ms`."""
+        deprecated("Scheduled.at_ms is deprecated: use due_ms")
+        return self.due_ms
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """A stored task not yet fired, as a listing shows it (no payload).
+
+    The metadata is what the task was scheduled with: ``tags`` (sorted, a
+    set), the event's ``content_type``, ``content_encoding`` and ``headers``,
+    and ``late`` (None: the daemon's ``late_policy``; a deadline is shown as
+    ``{"deadline_ms": N}``). Passing them back to ``schedule`` makes the same task.
+
+    A series shows its schedule — ``every`` (normalized: ``PT15M``, ``P1D``)
+    or ``cron`` and ``timezone`` — its end ``until_ms`` (epoch ms), and
+    ``occurrence``: which occurrence ``due_ms`` is (1, 2, ...; None: not a
+    series). ``stopping``: a cancel came while this occurrence was being
+    published, so it is the series' last. Once an occurrence has fired, the
+    row stands for the next one: scheduling it again as shown is a conflict.
+    """
+
+    id: str
+    due_ms: int
+    routing_key: str
+    state: TaskState  # SCHEDULED (cancellable) or FIRING (being published)
+    _: KW_ONLY
+    tags: tuple[str, ...] = ()
+    content_type: str | None = None
+    content_encoding: str | None = None
+    # Left out of the hash (a dict has none); still compared.
+    headers: dict[str, HeaderValue] = field(default_factory=dict, hash=False)
+    late: Late | None = field(default=None, hash=False)
+    every: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    until_ms: int | None = None
+    occurrence: int | None = None
+    stopping: bool = False
+
+    @property
+    def at_ms(self) -> int:
+        """Deprecated: :attr:`due_ms`."""
+        deprecated(f"{type(self).__name__}.at_ms is deprecated: use due_ms")
+        return self.due_ms
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus(TaskSummary):
+    """A stored task not yet fired, as ``GET /v1/tasks/{id}`` describes it: a
+    :class:`TaskSummary` and its payload."""
+
+    payload: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of a listing, in due order (ties by id); ``next_cursor``: pass
+    it to get the next page (None: this was the last)."""
+
+    tasks: tuple[TaskSummary, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Tasks due per routing key in ``buckets`` spans of ``bucket_ms`` from
+    ``start_ms``: ``counts[key][i]`` are due in ``[start_ms + i * bucket_ms,
+    start_ms + (i + 1) * bucket_ms)``; keys with no task in the span are absent."""
+
+    start_ms: int
+    bucket_ms: int
+    buckets: int
+    counts: dict[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.bucket_ms * self.buckets
+
+
+@dataclass(frozen=True, slots=True)
+class BulkCancelled:
+    """What a bulk cancel did: tasks cancelled (they never fire), and matching
+    tasks that were being published already (too late to cancel)."""
+
+    cancelled: int
+    too_late: int
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The daemon's readiness: MySQL and RabbitMQ reachable, engine threads alive."""
+
+    ready: bool
+    reasons: tuple[str, ...] = ()  # why not, when not ready

@@ -1,0 +1,151 @@
+"""Instants and durations as the client sends them (docs/api.md, "Units"): an
+instant is epoch milliseconds in a ``*_ms`` field or RFC 3339 text in a field
+without a suffix; a duration is milliseconds. A number given where an instant
+is due (epoch seconds) is deprecated: it is warned of, and sent in milliseconds.
+
+The rules are the daemon's (triggerhook/domain/timeparse.py, which the client
+may not import; tests/unit/test_client_contract.py holds them to the same
+answers): sub-millisecond parts round up, never early; a time before 1970
+means "now"; the latest is 9999-12-31T23:59:59.999Z.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from triggerhook_client.checks import deprecated, invalid, is_int, is_number, utf8
+from triggerhook_client.rules import DUE_RULE, MAX_DUE_MS, MIN_DUE_MS
+
+# Epoch seconds read as a compact date (20261201) too: refused, as the daemon does.
+_COMPACT_DATE = range(10_000_000, 100_000_000)
+_MAX_SECONDS = MAX_DUE_MS // 1000 + 1
+_AMBIGUOUS = (
+    "{seconds} is ambiguous: epoch seconds in 1970 or the date {seconds}? "
+    "give the date as RFC 3339 text, or epoch milliseconds"
+)
+
+
+def now_ms() -> Decimal:
+    """This machine's clock, in epoch ms (exact: no float rounding)."""
+    return Decimal(time.time_ns()) / 1_000_000
+
+
+def due_ms(at_ms: int, name: str) -> int:
+    """``at_ms`` if it is within 1970-9999, else :class:`InvalidRequest` for ``name``."""
+    if not MIN_DUE_MS <= at_ms <= MAX_DUE_MS:
+        raise invalid(name, DUE_RULE)
+    return at_ms
+
+
+def delay_at_ms(delay_ms: object, name: str) -> int:
+    """Now + ``delay_ms`` (whole milliseconds) in epoch ms."""
+    if not is_int(delay_ms) or delay_ms < 0:
+        raise invalid(name, "must be a non-negative integer number of milliseconds")
+    if delay_ms > MAX_DUE_MS:  # compared before any arithmetic
+        raise invalid(name, DUE_RULE)
+    return due_ms(math.ceil(now_ms()) + delay_ms, name)
+
+
+def delay_s_at_ms(delay_s: object, name: str) -> int:
+    """Now + ``delay_s`` (deprecated: seconds) in epoch ms, rounded up: the
+    delay never ends early."""
+    if not is_number(delay_s) or not math.isfinite(delay_s) or delay_s < 0:
+        raise invalid(name, "must be a finite, non-negative number of seconds")
+    return due_ms(math.ceil(now_ms() + Decimal(str(delay_s)) * 1000), name)
+
+
+def epoch_ms(value: object, name: str) -> int:
+    """An instant given in epoch milliseconds (``at_ms``, ``until_ms``,
+    ``deadline_ms``): an int, sent as it is (the daemon checks its range)."""
+    if not is_int(value):
+        raise invalid(name, "must be an integer number of epoch milliseconds")
+    return value
+
+
+def instant(value: object, name: str) -> str | int:
+    """An instant given as ``name`` (``at``, ``until``, ``late.deadline``) as
+    it is sent: a datetime or text as RFC 3339 text (a str), under the same
+    name; a number (deprecated: epoch seconds) as epoch milliseconds (an int),
+    under ``<name>_ms``."""
+    if isinstance(value, datetime):
+        return rfc_3339(value)
+    if isinstance(value, str):
+        return utf8(value, name)
+    if is_number(value):
+        deprecated(
+            f"{name} as a number (epoch seconds) is deprecated: give {name}_ms or a datetime"
+        )
+        return _seconds_ms(value, name)
+    raise invalid(name, "must be a datetime or an RFC 3339 string")
+
+
+def rfc_3339(value: datetime) -> str:
+    """A datetime as RFC 3339 text; a naive one is UTC."""
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).isoformat()
+
+
+def _seconds_ms(seconds: float, name: str) -> int:
+    """Epoch seconds as epoch ms, exactly as the daemon reads them."""
+    if not math.isfinite(seconds):
+        raise invalid(name, "must be a finite number")
+    if isinstance(seconds, int) and seconds in _COMPACT_DATE:
+        raise invalid(name, _AMBIGUOUS.format(seconds=seconds))
+    if seconds < 0:
+        return MIN_DUE_MS  # before 1970: already due
+    if seconds > _MAX_SECONDS:  # compared before any arithmetic
+        raise invalid(name, DUE_RULE)
+    # The shortest decimal that reads back as the float: the number written.
+    return due_ms(math.ceil(Decimal(repr(seconds)) * 1000), name)
+
+
+def moment(value: object, name: str) -> str | float:
+    """An instant where the API has no ``*_ms`` form (a listing's ``due_after``,
+    a timeline's ``start``): RFC 3339 text; a number (deprecated) as given,
+    epoch seconds."""
+    if isinstance(value, datetime):
+        return rfc_3339(value)
+    if isinstance(value, str):
+        return utf8(value, name)
+    if is_number(value) and math.isfinite(value):
+        deprecated(f"{name} as a number (epoch seconds) is deprecated: give a datetime or text")
+        return value
+    raise invalid(name, "must be a datetime or an RFC 3339 string")
+
+
+def moment_param(value: object, name: str) -> str:
+    """:func:`moment` in a query string: epoch seconds written out in full
+    (``1e-05`` is no number to the daemon)."""
+    given = moment(value, name)
+    return given if isinstance(given, str) else format(Decimal(repr(given)), "f")
+
+
+# An ISO 8601 duration as the daemon takes it (triggerhook/domain/recurrence.py's
+# parse_every): weeks, days, hours, minutes, seconds to the millisecond.
+_DURATION = re.compile(
+    r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
+    r"(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,9})M)?(?:([0-9]{1,9})(?:[.,]([0-9]{1,3}))?S)?)?"
+)
+_DURATION_UNIT_MS = (7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000)
+_MIN_EVERY_MS = 1000
+
+
+def every_ms(every: object, name: str) -> int:
+    """``every``'s length in ms: the client needs it for a series' first time."""
+    found = _DURATION.fullmatch(every) if isinstance(every, str) and len(every) <= 64 else None
+    if found is None or every in ("P", "PT") or str(every).endswith("T"):
+        raise invalid(
+            name,
+            "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)",
+        )
+    *parts, fraction = found.groups()
+    ms = sum(int(part) * unit for part, unit in zip(parts, _DURATION_UNIT_MS, strict=True) if part)
+    ms += int((fraction or "0").ljust(3, "0"))
+    if ms < _MIN_EVERY_MS:
+        raise invalid(name, "must be at least 1 s (PT1S)")
+    if ms > MAX_DUE_MS:  # at most 1970 to 9999
+        raise invalid(name, "is too long (more than 8,000 years)")
+    return ms
