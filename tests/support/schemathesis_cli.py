@@ -8,11 +8,16 @@ constructor recursion depth mismatch`` — a crash inside the fuzzer, not an
 answer of the API under test. Descriptions are only cosmetic, so they are
 replaced by a fixed text before Schemathesis starts.
 
-The hook fills in, for positive cases (ones every schema admits, so they must
-be accepted), what no schema can state; negative cases keep what was drawn:
+The hook (``map_case``, and ``before_call`` again: the stateful phase fills in
+fields from earlier answers after ``map_case``) fills in, for positive cases
+(ones every schema admits, so they must be accepted), what no schema can
+state; negative cases keep what was drawn:
 
 * a listing's ``cursor`` is opaque — valid only as a ``next_cursor`` the API
   gave out: a positive case gets a real cursor, made from the drawn one;
+* the coverage phase ignores ``dependentRequired`` and ``dependentSchemas``
+  in a batch's tasks: the task is made to keep them (one of ``at``/``at_ms``/...,
+  a timezone only with cron, an end only in a series);
 * a series' bounds depend on the current time and on its schedule (the
   document describes them): ``until`` (``until_ms``) must not come before the
   first occurrence, so it becomes the latest time; and a cron series' first
@@ -43,6 +48,7 @@ from schemathesis.cli import schemathesis as st_command
 from schemathesis.generation.case import Case
 from schemathesis.hooks import HookContext
 
+from triggerhook.api.openapi import EXCLUSIVE
 from triggerhook.domain.listing import encode_cursor
 from triggerhook.domain.task import MAX_DUE_MS
 
@@ -100,6 +106,26 @@ def earlier_if_last_ms(at_ms: object) -> object:
     return at_ms
 
 
+def dependencies_kept(body: object) -> None:
+    """A batch task's fields made to keep the document's dependencies, which
+    the coverage phase ignores in an array's items (``dependentRequired``,
+    ``dependentSchemas``), so a "positive" task of a batch may break them —
+    and the server rightly refuses it: one field of each exclusive group
+    (``at``/``at_ms``/..., cron before every), a timezone only with cron, an
+    end only in a series."""
+    if not isinstance(body, dict):
+        return
+    for group in EXCLUSIVE:
+        present = sorted((name for name in group if name in body), key=lambda n: n != "cron")
+        for name in present[1:]:
+            del body[name]
+    if "cron" not in body:
+        body.pop("timezone", None)
+    if "every" not in body and "cron" not in body:
+        body.pop("until", None)
+        body.pop("until_ms", None)
+
+
 def create_bodies(case: Case[Any], path: str) -> list[object]:
     """The create bodies of a case of ``POST /v1/tasks`` or ``POST /v1/tasks/batch``."""
     body = case.body
@@ -120,6 +146,7 @@ def positive_case(context: HookContext, case: Case[Any]) -> Case[Any]:
         real_cursor(case.query)
     elif method == "POST" and path in ("/v1/tasks", "/v1/tasks/batch"):
         for body in create_bodies(case, path):
+            dependencies_kept(body)
             series_in_time(body)
     return case
 
@@ -201,8 +228,16 @@ def matches_a_date(text: str) -> bool:
     return True
 
 
+def positive_case_as_sent(context: HookContext, case: Case[Any], kwargs: dict[str, Any]) -> None:
+    """``before_call``: :func:`positive_case` again, on what is sent: the
+    stateful phase fills fields from earlier answers after ``map_case`` (a
+    listed series' past ``until_ms`` into a new series, say)."""
+    positive_case(context, case)
+
+
 def register_hooks() -> None:
     schemathesis.hook("map_case")(positive_case)
+    schemathesis.hook("before_call")(positive_case_as_sent)
     schemathesis.openapi.format("cron", cron_expressions().filter(matches_a_date))
 
 

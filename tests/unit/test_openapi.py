@@ -829,6 +829,37 @@ def test_the_fuzzer_moves_a_cron_series_out_of_its_last_50_years(at: object, mov
 
 
 @pytest.mark.parametrize(
+    ("body", "kept"),
+    [
+        (
+            {
+                "at": "2030-01-01T00:00:00Z",
+                "at_ms": 5,
+                "delay": 1,
+                "payload": "a",
+                "payload_b64": "",
+            },
+            {"at": "2030-01-01T00:00:00Z", "payload": "a"},
+        ),
+        (
+            {"every": "PT1M", "cron": "* * * * *", "timezone": "UTC", "until": 5, "until_ms": 5},
+            {"cron": "* * * * *", "timezone": "UTC", "until": 5},
+        ),
+        ({"every": "PT1M", "timezone": "UTC", "until_ms": 5}, {"every": "PT1M", "until_ms": 5}),
+        ({"at_ms": 5, "timezone": "UTC", "until": 5, "until_ms": 5}, {"at_ms": 5}),
+    ],
+    ids=str,
+)
+def test_the_fuzzer_keeps_a_batch_tasks_dependencies(
+    body: dict[str, object], kept: dict[str, object]
+) -> None:
+    assert not CREATE.is_valid(body)
+    schemathesis_cli.dependencies_kept(body)
+    assert body == kept
+    assert CREATE.is_valid(body)
+
+
+@pytest.mark.parametrize(
     ("at_ms", "moved"),
     [
         (LATEST_MS, LATEST_MS - 146_097 * 86_400_000),
