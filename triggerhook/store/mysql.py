@@ -88,6 +88,8 @@ from triggerhook.store.rows import (
     meta_of,
     next_step,
     repeat_outcome,
+    row_mark,
+    row_shard,
     split_repeats,
     stopped_series,
 )
@@ -113,14 +115,6 @@ def _schema_hint(version: int) -> str:
     if version < sql.SCHEMA_VERSION:
         return "stop every instance, then run `triggerhook db upgrade`"
     return "this release is older than the database: run the release that upgraded it"
-
-
-def _mark(row: TaskRow) -> Mark:
-    return row.mark
-
-
-def _shard(row: TaskRow) -> int:
-    return row.shard
 
 
 def _pairs(leases: Iterable[Lease]) -> list[int]:
@@ -404,7 +398,7 @@ class MySQLStore:
             if not held:
                 return Armed([], lost)
             reads = self._read_for_arming(cur, held, horizon_ms, limit)
-            result = plan_pass(held, reads, horizon_ms, limit, _mark)
+            result = plan_pass(held, reads, horizon_ms, limit, row_mark)
             self._write_marks(cur, result.marks)
             for part in chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
                 cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
@@ -447,8 +441,8 @@ class MySQLStore:
         parts: tuple[list[TaskRow], list[TaskRow]] = ([], [])
         for r in cur.fetchall():
             parts[int(r[0])].append(TaskRow(*r[1:]))
-        ranged_by, ranged_frontier = split_read(parts[0], limit, _shard, _mark)
-        fresh_by, fresh_frontier = split_read(parts[1], limit, _shard, _mark)
+        ranged_by, ranged_frontier = split_read(parts[0], limit, row_shard, row_mark)
+        fresh_by, fresh_frontier = split_read(parts[1], limit, row_shard, row_mark)
         return PassReads(ranged_by, fresh_by, ranged_frontier, fresh_frontier)
 
     @staticmethod

@@ -73,6 +73,15 @@ class ShardRow(NamedTuple):
         return self.owner == instance and self.epoch == epoch
 
 
+def row_mark(row: TaskRow) -> Mark:
+    """A row's mark (the arming order's key: for ``split_read``/``plan_pass``)."""
+    return row.mark
+
+
+def row_shard(row: TaskRow) -> int:
+    return row.shard
+
+
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]

@@ -79,6 +79,8 @@ from triggerhook.store.rows import (
     meta_of,
     next_step,
     repeat_outcome,
+    row_mark,
+    row_shard,
     split_repeats,
     stopped_series,
 )
@@ -90,14 +92,6 @@ log = logging.getLogger(__name__)
 
 # Ids per IN list: far below SQLite's bound on variables (32,766 since 3.32).
 _IN_LIST_CHUNK = 500
-
-
-def _mark(row: TaskRow) -> Mark:
-    return row.mark
-
-
-def _shard(row: TaskRow) -> int:
-    return row.shard
 
 
 def _read_shards(
@@ -124,7 +118,7 @@ def _arm_reads(
     ranged = [(q.ARM_RANGED, (s, *m.armed, arm_horizon(horizon_ms, m))) for s, m in shards]
     fresh = [(q.ARM_FRESH, (s, m.gen, *m.armed)) for s, m in shards]
     (ranged_by, ranged_cut), (fresh_by, fresh_cut) = (
-        split_read(_read_shards(cur, reads, limit + 1), limit, _shard, _mark)
+        split_read(_read_shards(cur, reads, limit + 1), limit, row_shard, row_mark)
         for reads in (ranged, fresh)
     )
     return PassReads(ranged_by, fresh_by, ranged_cut, fresh_cut)
@@ -327,7 +321,7 @@ class SQLiteStore:
             if _nothing_to_arm(cur, held, horizon_ms, limit, urgent_ms):
                 return Armed([], lost, skipped=urgent_ms is not None)
             result = plan_pass(
-                held, _arm_reads(cur, held, horizon_ms, limit), horizon_ms, limit, _mark
+                held, _arm_reads(cur, held, horizon_ms, limit), horizon_ms, limit, row_mark
             )
             marks = [(m.armed[0], m.armed[1], m.gen, s) for s, m in result.marks.items()]
             cur.executemany(q.SET_MARKS, marks)
