@@ -27,6 +27,7 @@ from triggerhook_client.calls import (
     Late,
     Retry,
     Scheduled,
+    Span,
     State,
     T,
     TaskPage,
@@ -169,13 +170,24 @@ class AsyncClient(BaseClient):
         routing_key: str | None = None,
         tag: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         state: State | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> AsyncIterator[TaskSummary]:
         """See :meth:`Client.list`: ``async for task in client.list(...)``
         (not awaited; the arguments are checked at the call)."""
-        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            state,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         first = self._list_call(where, page_size, None, "page_size")
         return self._walk(first, where, page_size)
 
@@ -197,13 +209,24 @@ class AsyncClient(BaseClient):
         routing_key: str | None = None,
         tag: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         state: State | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> TaskPage:
         """See :meth:`Client.list_page`."""
-        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            state,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         return await self._run(self._list_call(where, limit, cursor))
 
     async def count(
@@ -213,11 +236,22 @@ class AsyncClient(BaseClient):
         routing_key: str | None = None,
         tag: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         state: State | None = None,
     ) -> int:
         """See :meth:`Client.count`."""
-        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            state,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         return await self._run(self._count_call(where))
 
     async def timeline(
@@ -226,13 +260,17 @@ class AsyncClient(BaseClient):
         prefix: str | None = None,
         routing_key: str | None = None,
         tag: str | None = None,
-        bucket_s: int | None = None,
+        bucket_ms: int | None = None,
         buckets: int | None = None,
         start: At | None = None,
+        start_ms: int | None = None,
+        bucket_s: int | None = None,
     ) -> Timeline:
         """See :meth:`Client.timeline`."""
         where = Filter(prefix, routing_key, tag)
-        return await self._run(self._timeline_call(where, bucket_s, buckets, start))
+        return await self._run(
+            self._timeline_call(where, Span(bucket_ms, buckets, start, start_ms, bucket_s))
+        )
 
     async def cancel_where(
         self,
@@ -241,11 +279,21 @@ class AsyncClient(BaseClient):
         tag: str | None = None,
         routing_key: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         timeout_s: float = DEFAULT_BULK_TIMEOUT_S,
     ) -> BulkCancelled:
         """See :meth:`Client.cancel_where` (idempotent, so retried safely)."""
-        where = Filter(prefix, routing_key, tag, due_after, due_before)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         return await self._run(self._cancel_where_call(where, timeout_s))
 
     async def status(self) -> dict[str, Any]:

@@ -26,8 +26,7 @@ from triggerhook_client.times import (
     epoch_ms,
     every_ms,
     instant,
-    moment,
-    moment_param,
+    instant_field,
 )
 
 # Not task ids in a path: /v1/tasks/<these> are other endpoints (the daemon
@@ -217,7 +216,9 @@ def positive(value: object, name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Which tasks a listing, count, timeline or bulk cancel is about (every
-    field given must match): the keyword arguments of those calls."""
+    field given must match): the keyword arguments of those calls. A bound of
+    the due range is given as a datetime or RFC 3339 text, or in epoch ms
+    (``due_after_ms``), at most one of the two."""
 
     prefix: str | None = None  # of the id
     routing_key: str | None = None
@@ -225,19 +226,35 @@ class Filter:
     due_after: At | None = None  # inclusive
     due_before: At | None = None  # exclusive
     state: TaskState | str | None = None
+    due_after_ms: int | None = None
+    due_before_ms: int | None = None
 
     @property
     def narrowed(self) -> bool:
         """It names tasks by id prefix, tag or routing key, as a bulk cancel must."""
         return any(v is not None for v in (self.prefix, self.tag, self.routing_key))
 
+    def due_range(self) -> tuple[dict[str, str | int], Renames]:
+        """The due range's bounds as sent, and the renames of the fields the
+        daemon's errors name to the caller's (a deprecated number given as
+        ``due_after`` is sent as ``due_after_ms``)."""
+        sent: dict[str, str | int] = {}
+        renames: Renames = {}
+        for name, value, value_ms in (
+            ("due_after", self.due_after, self.due_after_ms),
+            ("due_before", self.due_before, self.due_before_ms),
+        ):
+            found = instant_field(name, value, value_ms)
+            if found is not None:
+                field, sent[field] = found
+                if value is not None and field != name:
+                    renames[field] = name
+        return sent, renames
+
     def params(self) -> dict[str, str]:
         """As query parameters (the names the daemon's errors use are these)."""
         params = self._selection()
-        for name in ("due_after", "due_before"):
-            value = getattr(self, name)
-            if value is not None:
-                params[name] = moment_param(value, name)
+        params.update((name, str(value)) for name, value in self.due_range()[0].items())
         if isinstance(self.state, TaskState):
             params["state"] = self.state.value
         elif self.state is not None:
@@ -248,10 +265,7 @@ class Filter:
         """As a bulk cancel's body."""
         body: dict[str, object] = {}
         body.update(self._selection())
-        for name in ("due_after", "due_before"):
-            value = getattr(self, name)
-            if value is not None:
-                body[name] = moment(value, name)
+        body.update(self.due_range()[0])
         return body
 
     def _selection(self) -> dict[str, str]:
@@ -261,3 +275,16 @@ class Filter:
             if value is not None:
                 selection[name] = utf8(value, name)
         return selection
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A timeline's buckets: their length (``bucket_ms``; ``bucket_s``
+    deprecated), how many, and the first one's start (``start``, as ``at``,
+    or ``start_ms``); None: the daemon's default."""
+
+    bucket_ms: int | None = None
+    buckets: int | None = None
+    start: At | None = None
+    start_ms: int | None = None
+    bucket_s: int | None = None

@@ -19,13 +19,14 @@ from triggerhook_client import answers
 from triggerhook_client.bodies import (
     RESERVED_IDS,
     Filter,
+    Span,
     encode,
     positive,
     task_body,
     task_path,
     when_body,
 )
-from triggerhook_client.checks import invalid, is_number, utf8
+from triggerhook_client.checks import deprecated, invalid, is_number, utf8
 from triggerhook_client.results import (
     At,
     BulkCancelled,
@@ -41,7 +42,7 @@ from triggerhook_client.results import (
     Timeline,
 )
 from triggerhook_client.retry import Attempts, Call, Retry, T
-from triggerhook_client.times import moment_param
+from triggerhook_client.times import instant_field
 
 __all__ = [
     "DEFAULT_BACKOFF_S",
@@ -60,6 +61,7 @@ __all__ = [
     "Late",
     "Retry",
     "Scheduled",
+    "Span",
     "State",
     "T",
     "TaskPage",
@@ -160,25 +162,38 @@ class BaseClient:
             params["limit"] = positive(limit, limit_name)
         if cursor is not None:
             params["cursor"] = utf8(cursor, "cursor")
-        rename = {"limit": limit_name}
+        rename = {"limit": limit_name, **where.due_range()[1]}
         return Call("GET", "/v1/tasks", _OK_STATUS, answers.page, rename=rename, params=params)
 
     @staticmethod
     def _count_call(where: Filter) -> Call[int]:
-        return Call("GET", "/v1/tasks/count", _OK_STATUS, answers.counted, params=where.params())
+        return Call(
+            "GET",
+            "/v1/tasks/count",
+            _OK_STATUS,
+            answers.counted,
+            rename=where.due_range()[1],
+            params=where.params(),
+        )
 
     @staticmethod
-    def _timeline_call(
-        where: Filter, bucket_s: int | None, buckets: int | None, start: At | None
-    ) -> Call[Timeline]:
-        params = where.params()
-        if bucket_s is not None:
-            params["bucket"] = positive(bucket_s, "bucket_s")
-        if buckets is not None:
-            params["buckets"] = positive(buckets, "buckets")
+    def _timeline_call(where: Filter, span: Span) -> Call[Timeline]:
+        params, rename = where.params(), {}
+        if span.bucket_s is not None:
+            if span.bucket_ms is not None:
+                raise invalid("bucket_s", "give at most one of bucket_ms and bucket_s")
+            deprecated("bucket_s is deprecated: give bucket_ms (milliseconds)")
+            params["bucket_ms"] = str(int(positive(span.bucket_s, "bucket_s")) * 1000)
+            rename["bucket_ms"] = "bucket_s"
+        elif span.bucket_ms is not None:
+            params["bucket_ms"] = positive(span.bucket_ms, "bucket_ms")
+        if span.buckets is not None:
+            params["buckets"] = positive(span.buckets, "buckets")
+        start = instant_field("start", span.start, span.start_ms)
         if start is not None:
-            params["start"] = moment_param(start, "start")
-        rename = {"bucket": "bucket_s"}
+            params[start[0]] = str(start[1])
+            if span.start is not None and start[0] == "start_ms":
+                rename["start_ms"] = "start"
         return Call(
             "GET", "/v1/tasks/timeline", _OK_STATUS, answers.timeline, rename=rename, params=params
         )
@@ -197,6 +212,7 @@ class BaseClient:
             _OK_STATUS,
             answers.bulk_cancelled,
             content,
+            rename=where.due_range()[1],
             timeout_s=timeout_s,
         )
 

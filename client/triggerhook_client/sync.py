@@ -26,6 +26,7 @@ from triggerhook_client.calls import (
     Late,
     Retry,
     Scheduled,
+    Span,
     State,
     T,
     TaskPage,
@@ -199,7 +200,9 @@ class Client(BaseClient):
         routing_key: str | None = None,
         tag: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         state: State | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> Iterator[TaskSummary]:
@@ -208,13 +211,23 @@ class Client(BaseClient):
 
         ``prefix``: of the id; ``due_after`` inclusive, ``due_before``
         exclusive (as ``at``: a datetime or RFC 3339 text, without an offset
-        UTC; epoch seconds, deprecated);
+        UTC; epoch seconds, deprecated), or ``due_after_ms`` and
+        ``due_before_ms`` in epoch ms (at most one of each pair);
         ``state``: ``scheduled`` or ``firing``. Pages follow each other by
         key, not by offset: a task is never seen twice, and tasks created or
         moved behind the walk meanwhile are not seen. Arguments are checked
         here; the daemon's errors are raised by the iteration.
         """
-        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            state,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         first = self._list_call(where, page_size, None, "page_size")
         return self._walk(first, where, page_size)
 
@@ -233,7 +246,9 @@ class Client(BaseClient):
         routing_key: str | None = None,
         tag: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         state: State | None = None,
         limit: int | None = None,
         cursor: str | None = None,
@@ -242,7 +257,16 @@ class Client(BaseClient):
         tasks from the start, or after ``cursor`` (a page's ``next_cursor``,
         with the same filters). A page shorter than ``limit`` is the last; a
         full one always has a cursor (its next page may be empty)."""
-        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            state,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         return self._run(self._list_call(where, limit, cursor))
 
     def count(
@@ -252,12 +276,23 @@ class Client(BaseClient):
         routing_key: str | None = None,
         tag: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         state: State | None = None,
     ) -> int:
         """How many tasks match the filters (those of :meth:`list`); exact,
         which costs the daemon a read of every match."""
-        where = Filter(prefix, routing_key, tag, due_after, due_before, state)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            state,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         return self._run(self._count_call(where))
 
     def timeline(
@@ -266,15 +301,21 @@ class Client(BaseClient):
         prefix: str | None = None,
         routing_key: str | None = None,
         tag: str | None = None,
-        bucket_s: int | None = None,
+        bucket_ms: int | None = None,
         buckets: int | None = None,
         start: At | None = None,
+        start_ms: int | None = None,
+        bucket_s: int | None = None,
     ) -> Timeline:
         """How many matching tasks are due per routing key in each of
-        ``buckets`` (1-1440, default 60) spans of ``bucket_s`` whole seconds
-        (default 60) from ``start`` (default: the start of the current span)."""
+        ``buckets`` (1-1440, default 60) spans of ``bucket_ms`` milliseconds
+        (1 s to 31 days, default 60,000) from ``start`` (as ``at``) or
+        ``start_ms`` (epoch ms), at most one (default: the start of the
+        current span). ``bucket_s`` (whole seconds) is deprecated."""
         where = Filter(prefix, routing_key, tag)
-        return self._run(self._timeline_call(where, bucket_s, buckets, start))
+        return self._run(
+            self._timeline_call(where, Span(bucket_ms, buckets, start, start_ms, bucket_s))
+        )
 
     def cancel_where(
         self,
@@ -283,7 +324,9 @@ class Client(BaseClient):
         tag: str | None = None,
         routing_key: str | None = None,
         due_after: At | None = None,
+        due_after_ms: int | None = None,
         due_before: At | None = None,
+        due_before_ms: int | None = None,
         timeout_s: float = DEFAULT_BULK_TIMEOUT_S,
     ) -> BulkCancelled:
         """Cancel every task matching the filters — at least one of
@@ -298,7 +341,15 @@ class Client(BaseClient):
         daemon cancels each task once with it). After a retry the counts are
         the last attempt's only.
         """
-        where = Filter(prefix, routing_key, tag, due_after, due_before)
+        where = Filter(
+            prefix,
+            routing_key,
+            tag,
+            due_after,
+            due_before,
+            due_after_ms=due_after_ms,
+            due_before_ms=due_before_ms,
+        )
         return self._run(self._cancel_where_call(where, timeout_s))
 
     def status(self) -> dict[str, Any]:

@@ -102,25 +102,18 @@ def _seconds_ms(seconds: float, name: str) -> int:
     return due_ms(math.ceil(Decimal(repr(seconds)) * 1000), name)
 
 
-def moment(value: object, name: str) -> str | float:
-    """An instant where the API has no ``*_ms`` form (a listing's ``due_after``,
-    a timeline's ``start``): RFC 3339 text; a number (deprecated) as given,
-    epoch seconds."""
-    if isinstance(value, datetime):
-        return rfc_3339(value)
-    if isinstance(value, str):
-        return utf8(value, name)
-    if is_number(value) and math.isfinite(value):
-        deprecated(f"{name} as a number (epoch seconds) is deprecated: give a datetime or text")
-        return value
-    raise invalid(name, "must be a datetime or an RFC 3339 string")
-
-
-def moment_param(value: object, name: str) -> str:
-    """:func:`moment` in a query string: epoch seconds written out in full
-    (``1e-05`` is no number to the daemon)."""
-    given = moment(value, name)
-    return given if isinstance(given, str) else format(Decimal(repr(given)), "f")
+def instant_field(name: str, value: object, value_ms: object) -> tuple[str, str | int] | None:
+    """An instant the caller gave as ``name`` (see :func:`instant`) or as
+    ``name_ms`` (epoch ms), at most one: the field it is sent as and its
+    value; None when neither is given."""
+    if value_ms is not None:
+        if value is not None:
+            raise invalid(name, f"give at most one of {name} and {name}_ms (given: both)")
+        return f"{name}_ms", epoch_ms(value_ms, f"{name}_ms")
+    if value is None:
+        return None
+    sent = instant(value, name)
+    return (name, sent) if isinstance(sent, str) else (f"{name}_ms", sent)
 
 
 # An ISO 8601 duration as the daemon takes it (triggerhook/domain/recurrence.py's

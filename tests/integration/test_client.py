@@ -121,7 +121,9 @@ class Hook(Protocol):
         routing_key: str | None = ...,
         tag: str | None = ...,
         due_after: AtType | None = ...,
+        due_after_ms: int | None = ...,
         due_before: AtType | None = ...,
+        due_before_ms: int | None = ...,
         state: TaskState | str | None = ...,
         page_size: int = ...,
     ) -> Iterator[TaskSummary]: ...
@@ -133,7 +135,9 @@ class Hook(Protocol):
         routing_key: str | None = ...,
         tag: str | None = ...,
         due_after: AtType | None = ...,
+        due_after_ms: int | None = ...,
         due_before: AtType | None = ...,
+        due_before_ms: int | None = ...,
         state: TaskState | str | None = ...,
         limit: int | None = ...,
         cursor: str | None = ...,
@@ -146,7 +150,9 @@ class Hook(Protocol):
         routing_key: str | None = ...,
         tag: str | None = ...,
         due_after: AtType | None = ...,
+        due_after_ms: int | None = ...,
         due_before: AtType | None = ...,
+        due_before_ms: int | None = ...,
         state: TaskState | str | None = ...,
     ) -> int: ...
 
@@ -156,9 +162,11 @@ class Hook(Protocol):
         prefix: str | None = ...,
         routing_key: str | None = ...,
         tag: str | None = ...,
-        bucket_s: int | None = ...,
+        bucket_ms: int | None = ...,
         buckets: int | None = ...,
         start: AtType | None = ...,
+        start_ms: int | None = ...,
+        bucket_s: int | None = ...,
     ) -> Timeline: ...
 
     def cancel_where(
@@ -168,7 +176,9 @@ class Hook(Protocol):
         tag: str | None = ...,
         routing_key: str | None = ...,
         due_after: AtType | None = ...,
+        due_after_ms: int | None = ...,
         due_before: AtType | None = ...,
+        due_before_ms: int | None = ...,
         timeout_s: float = ...,
     ) -> BulkCancelled: ...
 
@@ -913,6 +923,8 @@ def test_list_page_count_and_filters(hook: Hook) -> None:
     assert hook.count(prefix=tenant, due_before="2096-10-02T07:06:41Z") == 2
     with pytest.warns(DeprecationWarning, match="due_before as a number"):
         assert hook.count(prefix=tenant, due_before=FAR_S + 1) == 2  # deprecated: seconds
+    assert hook.count(prefix=tenant, due_before_ms=FAR_S * 1000 + 1000) == 2
+    assert hook.count(prefix=tenant, due_after_ms=FAR_S * 1000 + 1000) == 10
     assert hook.count(prefix=tenant, state=TaskState.FIRING) == 0
     assert hook.count(prefix=tenant, state="scheduled") == 12
 
@@ -921,7 +933,8 @@ def test_timeline_counts_per_routing_key(hook: Hook) -> None:
     tenant = uid("line")
     schedule_tenant(hook, tenant)
     start = datetime.fromtimestamp(FAR_S, UTC)
-    line = hook.timeline(prefix=tenant, bucket_s=2, buckets=3, start=start)
+    line = hook.timeline(prefix=tenant, bucket_ms=2000, buckets=3, start=start)
+    assert hook.timeline(prefix=tenant, bucket_ms=2000, buckets=3, start_ms=FAR_S * 1000) == line
     assert line == Timeline(FAR_S * 1000, 2000, 3, {"fire.a": (2, 2, 2), "fire.b": (2, 2, 2)})
     assert line.end_ms == (FAR_S + 6) * 1000
     assert hook.timeline(prefix=uid("none"), start="2096-10-02T07:06:40Z").counts == {}
@@ -981,8 +994,8 @@ def test_listing_errors_name_the_callers_arguments(hook: Hook) -> None:
         hook.list_page(cursor="bm9wZQ")
     assert (cursor.value.status, cursor.value.field) == (422, "cursor")
     with pytest.raises(InvalidRequest) as bucket:
-        hook.timeline(bucket_s=10**8)
-    assert (bucket.value.status, bucket.value.field) == (422, "bucket_s")
+        hook.timeline(bucket_ms=10**11)
+    assert (bucket.value.status, bucket.value.field) == (422, "bucket_ms")
     with pytest.raises(InvalidRequest) as local:
         hook.count(due_after=[1])  # type: ignore[arg-type]
     assert (local.value.status, local.value.field) == (None, "due_after")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -204,18 +205,38 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
     }
     by_key = http.get("/v1/tasks", params={"prefix": tenant, "routing_key": "fire.b"}).json()
     assert [t["id"] for t in by_key["tasks"]] == [t["id"] for t in tasks[1::2]]
-    ranged = {"prefix": tenant, "due_after": str(FAR_S + 2), "due_before": str(FAR_S + 4)}
-    assert [t["id"] for t in http.get("/v1/tasks", params=ranged).json()["tasks"]] == [
-        t["id"] for t in tasks[4:8]
-    ]
+    # The same range in each unit: epoch ms, RFC 3339, deprecated epoch seconds.
+    far = datetime.fromtimestamp(FAR_S, UTC)
+    for after, before in (
+        ({"due_after_ms": str(FAR_S * 1000 + 2000)}, {"due_before_ms": str(FAR_S * 1000 + 4000)}),
+        (
+            {"due_after": (far + timedelta(seconds=2)).isoformat()},
+            {"due_before": (far + timedelta(seconds=4)).isoformat()},
+        ),
+        ({"due_after": str(FAR_S + 2)}, {"due_before_ms": str(FAR_S * 1000 + 4000)}),
+    ):
+        ranged = {"prefix": tenant, **after, **before}
+        assert [t["id"] for t in http.get("/v1/tasks", params=ranged).json()["tasks"]] == [
+            t["id"] for t in tasks[4:8]
+        ], ranged
     assert http.get("/v1/tasks/count", params={"tag": tenant}).json() == {"count": 12}
     assert http.get("/v1/tasks/count", params={"prefix": tenant, "state": "firing"}).json() == {
         "count": 0
     }
     line = http.get(
         "/v1/tasks/timeline",
+        params={
+            "prefix": tenant,
+            "start_ms": str(FAR_S * 1000),
+            "bucket_ms": "2000",
+            "buckets": "3",
+        },
+    ).json()
+    deprecated = http.get(
+        "/v1/tasks/timeline",
         params={"prefix": tenant, "start": str(FAR_S), "bucket": "2", "buckets": "3"},
     ).json()
+    assert deprecated == line
     assert line == {
         "start_ms": FAR_S * 1000,
         "bucket_ms": 2000,
@@ -226,7 +247,9 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
     }
     done = http.post("/v1/tasks/cancel", json={"tag": tenant, "routing_key": "fire.a"})
     assert done.json() == {"cancelled": 6, "too_late": 0}
-    done = http.post("/v1/tasks/cancel", json={"prefix": tenant, "due_after": FAR_S + 5})
+    done = http.post(
+        "/v1/tasks/cancel", json={"prefix": tenant, "due_after_ms": FAR_S * 1000 + 5000}
+    )
     assert done.json() == {"cancelled": 1, "too_late": 0}
     assert http.get("/v1/tasks/count", params={"prefix": tenant}).json() == {"count": 5}
     assert http.post("/v1/tasks/cancel", json={"tag": tenant}).json()["cancelled"] == 5
@@ -275,7 +298,14 @@ def table(api: Api) -> Iterator[TaskTable]:
         ("/v1/tasks", {"colour": "red"}, "colour"),
         ("/v1/tasks", {"routing_key": "x" * 301}, "routing_key"),
         ("/v1/tasks/count", {"limit": "5"}, "limit"),
+        ("/v1/tasks", {"due_after_ms": "1.5"}, "due_after_ms"),
+        ("/v1/tasks", {"due_before_ms": str(10**16)}, "due_before_ms"),
+        ("/v1/tasks/count", {"due_after": "2030-01-01", "due_after_ms": "5"}, "due_after"),
         ("/v1/tasks/timeline", {"bucket": "0"}, "bucket"),
+        ("/v1/tasks/timeline", {"bucket_ms": "999"}, "bucket_ms"),
+        ("/v1/tasks/timeline", {"bucket_ms": "60000", "bucket": "60"}, "bucket"),
+        ("/v1/tasks/timeline", {"start_ms": "now"}, "start_ms"),
+        ("/v1/tasks/timeline", {"due_after_ms": "5"}, "due_after_ms"),
         ("/v1/tasks/timeline", {"buckets": "1441"}, "buckets"),
         ("/v1/tasks/timeline", {"state": "firing"}, "state"),
     ],
@@ -290,7 +320,14 @@ def test_a_parameter_given_twice_and_a_bulk_cancel_naming_nothing_are_refused(
     http: httpx.Client,
 ) -> None:
     assert error_of(http.get("/v1/tasks?tag=a&tag=b")) == (422, "invalid", "tag")
-    for body in ({}, {"due_before": FAR_S}, {"state": "firing", "tag": "a"}, ["a"]):
+    for body in (
+        {},
+        {"due_before": FAR_S},
+        {"state": "firing", "tag": "a"},
+        ["a"],
+        {"tag": "a", "due_before": FAR_S, "due_before_ms": FAR_S * 1000},
+        {"tag": "a", "due_after_ms": "5"},
+    ):
         response = http.post("/v1/tasks/cancel", json=body)
         assert response.status_code == 422, response.text
     assert http.get("/v1/tasks/cancel").status_code == 405

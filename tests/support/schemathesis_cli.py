@@ -15,6 +15,10 @@ state; negative cases keep what was drawn:
 
 * a listing's ``cursor`` is opaque — valid only as a ``next_cursor`` the API
   gave out: a positive case gets a real cursor, made from the drawn one;
+* a listing's, count's or timeline's pairs of parameters (``due_after`` and
+  ``due_after_ms``, ``bucket`` and ``bucket_ms``, ...) are at most one of
+  each: the document says so in words, as a parameter list cannot; a
+  positive case keeps the ``*_ms`` one;
 * the coverage phase ignores ``dependentRequired`` and ``dependentSchemas``
   in a batch's tasks: the task is made to keep them (one of ``at``/``at_ms``/...,
   a timezone only with cron, an end only in a series);
@@ -48,6 +52,7 @@ from schemathesis.cli import schemathesis as st_command
 from schemathesis.generation.case import Case
 from schemathesis.hooks import HookContext
 
+from triggerhook.api.listing import DUE_RANGE_PAIRS, TIMELINE_PAIRS
 from triggerhook.api.openapi import EXCLUSIVE
 from triggerhook.domain.listing import encode_cursor
 from triggerhook.domain.task import MAX_DUE_MS
@@ -74,6 +79,14 @@ def real_cursor(query: object) -> None:
     """A real cursor in place of the drawn one (``GET /v1/tasks``)."""
     if isinstance(query, dict) and isinstance(query.get("cursor"), str):
         query["cursor"] = cursor_like(query["cursor"])
+
+
+def one_of_each_pair(query: object) -> None:
+    """Of each pair of parameters given, only the ``*_ms`` one kept."""
+    if isinstance(query, dict):
+        for text, ms in (*DUE_RANGE_PAIRS, *TIMELINE_PAIRS):
+            if ms in query:
+                query.pop(text, None)
 
 
 def series_in_time(body: object) -> None:
@@ -142,7 +155,8 @@ def positive_case(context: HookContext, case: Case[Any]) -> Case[Any]:
     if operation is None or not positive:
         return case
     method, path = operation.method.upper(), operation.path
-    if (method, path) == ("GET", "/v1/tasks"):
+    if method == "GET" and path in ("/v1/tasks", "/v1/tasks/count", "/v1/tasks/timeline"):
+        one_of_each_pair(case.query)
         real_cursor(case.query)
     elif method == "POST" and path in ("/v1/tasks", "/v1/tasks/batch"):
         for body in create_bodies(case, path):

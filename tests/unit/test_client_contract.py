@@ -543,8 +543,21 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
         assert await client.count(prefix="tenant-7:", state=TaskState.FIRING) == 0
         assert await client.count(prefix="tenant-7:", state="scheduled") == 9
         start = datetime.fromtimestamp(base_s, UTC)
-        line = await client.timeline(prefix="tenant-7:", bucket_s=2, buckets=3, start=start)
+        assert await client.count(due_after_ms=base_s * 1000 + 1000, prefix="tenant-7:") == 7
+        assert await client.count(due_before_ms=base_s * 1000 + 1000, tag="vip") == 2
+        line = await client.timeline(prefix="tenant-7:", bucket_ms=2000, buckets=3, start=start)
         assert line == Timeline(base_s * 1000, 2000, 3, {"fire.a": (2, 2, 1), "fire.b": (2, 2, 0)})
+        assert (
+            await client.timeline(
+                prefix="tenant-7:", bucket_ms=2000, buckets=3, start_ms=base_s * 1000
+            )
+            == line
+        )
+        with pytest.warns(DeprecationWarning, match="bucket_s"):
+            assert (
+                await client.timeline(prefix="tenant-7:", bucket_s=2, buckets=3, start=start)
+                == line
+            )
         done = await client.cancel_where(tag="tenant:7", routing_key="fire.a")
         assert done == BulkCancelled(5, 0)
         assert await client.cancel_where(tag="tenant:7", routing_key="fire.a") == BulkCancelled(
@@ -568,7 +581,9 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
         (lambda c: c.count(prefix="bad prefix"), "prefix"),
         (lambda c: c.count(due_after="soon"), "due_after"),
         (lambda c: c.count(state="done"), "state"),
-        (lambda c: c.timeline(bucket_s=10**8), "bucket_s"),
+        (lambda c: c.timeline(bucket_ms=10**11), "bucket_ms"),
+        (lambda c: c.timeline(start_ms=10**16), "start_ms"),
+        (lambda c: c.count(due_after_ms=10**16), "due_after_ms"),
         (lambda c: c.timeline(buckets=1441), "buckets"),
         (lambda c: c.cancel_where(tag="not a tag"), "tag"),
         (lambda c: c.schedule(at_ms=AT_MS, headers={"X-Mine": "a"}), "headers.X-Mine"),

@@ -705,13 +705,17 @@ def test_filters_in_the_query_string(clients: Callable[..., Client]) -> None:
         "due_before": "1970-01-01T00:00:00.000015Z",
         "state": "firing",
     }
+    # Epoch ms as they are; a number as the text form (deprecated: epoch
+    # seconds) goes out in ms, rounded up as the daemon rounds it.
+    client.count(due_after_ms=4_000_000_000_000, due_before_ms=-5)
+    assert script.params() == {"due_after_ms": "4000000000000", "due_before_ms": "-5"}
     with pytest.warns(DeprecationWarning):
-        client.count(due_before=1.5e-05)  # written out: "1.5e-05" is no number to the daemon
-    assert script.params() == {"due_before": "0.000015"}
+        client.count(due_before=1.5e-05)
+    assert script.params() == {"due_before_ms": "1"}
     with pytest.warns(DeprecationWarning, match="due_after as a number"):
         client.count(due_after=4_000_000_000, due_before="2096-10-02T07:06:40+01:00")
     assert script.params() == {
-        "due_after": "4000000000",
+        "due_after_ms": "4000000000000",
         "due_before": "2096-10-02T07:06:40+01:00",
     }
     # "+" is a space in a query string: it must go out encoded.
@@ -730,9 +734,16 @@ def test_filters_in_the_query_string(clients: Callable[..., Client]) -> None:
         (lambda c: c.list(page_size=True), "page_size"),
         (lambda c: c.list_page(limit=-1), "limit"),
         (lambda c: c.list_page(cursor=5), "cursor"),
+        (lambda c: c.count(due_after="2030-01-01", due_after_ms=5), "due_after"),
+        (lambda c: c.count(due_before_ms=1.5), "due_before_ms"),
+        (lambda c: c.count(due_before_ms="5"), "due_before_ms"),
         (lambda c: c.timeline(bucket_s=1.5), "bucket_s"),
+        (lambda c: c.timeline(bucket_ms=0), "bucket_ms"),
+        (lambda c: c.timeline(bucket_ms=1000, bucket_s=1), "bucket_s"),
         (lambda c: c.timeline(buckets=0), "buckets"),
         (lambda c: c.timeline(start=float("inf")), "start"),
+        (lambda c: c.timeline(start="2030-01-01", start_ms=5), "start"),
+        (lambda c: c.timeline(start_ms=True), "start_ms"),
         (lambda c: c.cancel_where(), None),  # names no tasks: never "all of them"
         (lambda c: c.cancel_where(due_before=4e9), None),
         (lambda c: c.cancel_where(tag="t", timeout_s=0), "timeout_s"),
@@ -758,10 +769,28 @@ def test_the_daemons_errors_name_the_callers_arguments(clients: Callable[..., Cl
     with pytest.raises(InvalidRequest) as one_page:
         client.list_page(limit=5000)
     assert one_page.value.field == "limit"
-    script.answers = [error(422, "invalid", "bucket")]
-    with pytest.raises(InvalidRequest) as timeline:
+    script.answers = [error(422, "invalid", "bucket_ms")]
+    with pytest.raises(InvalidRequest) as timeline, pytest.warns(DeprecationWarning):
         client.timeline(bucket_s=10**9)
     assert timeline.value.field == "bucket_s"
+    # A deprecated number sent in ms: the daemon's error names the caller's field.
+    calls: list[tuple[str, Callable[[], int]]] = [
+        ("due_after", lambda: client.count(due_after=4e9)),
+        ("due_before", lambda: client.count(due_before=4e9)),
+    ]
+    for name, call in calls:
+        script.answers = [error(422, "invalid", f"{name}_ms")]
+        with pytest.raises(InvalidRequest) as bound, pytest.warns(DeprecationWarning):
+            call()
+        assert bound.value.field == name
+    script.answers = [error(422, "invalid", "start_ms")]
+    with pytest.raises(InvalidRequest) as start, pytest.warns(DeprecationWarning):
+        client.timeline(start=4e9)
+    assert start.value.field == "start"
+    script.answers = [error(422, "invalid", "start_ms")]
+    with pytest.raises(InvalidRequest) as start_ms:
+        client.timeline(start_ms=5)
+    assert start_ms.value.field == "start_ms"
 
 
 def test_list_page_and_its_cursor(clients: Callable[..., Client]) -> None:
@@ -786,14 +815,19 @@ def test_timeline(clients: Callable[..., Client]) -> None:
     }
     script = Script(httpx.Response(200, json=answer))
     start = "2096-10-02T07:06:40Z"
-    line = clients(script).timeline(tag="t", bucket_s=2, buckets=3, start=start)
+    line = clients(script).timeline(tag="t", bucket_ms=2000, buckets=3, start=start)
     assert line == Timeline(4_000_000_000_000, 2000, 3, {"fire.a": (2, 0, 1), "fire.b": (0, 0, 4)})
     assert line.end_ms == 4_000_000_006_000
     assert script.paths() == ["/v1/tasks/timeline"]
-    assert script.params() == {"tag": "t", "bucket": "2", "buckets": "3", "start": start}
+    assert script.params() == {"tag": "t", "bucket_ms": "2000", "buckets": "3", "start": start}
+    clients(script).timeline(start_ms=AT_MS)
+    assert script.params() == {"start_ms": str(AT_MS)}
     with pytest.warns(DeprecationWarning, match="start as a number"):
         clients(script).timeline(start=4e9)
-    assert script.params() == {"start": "4000000000.0"}
+    assert script.params() == {"start_ms": "4000000000000"}
+    with pytest.warns(DeprecationWarning, match="bucket_s is deprecated"):
+        clients(script).timeline(bucket_s=2)
+    assert script.params() == {"bucket_ms": "2000"}
 
 
 @pytest.mark.parametrize(
@@ -913,7 +947,7 @@ def test_async_client_lists_counts_and_cancels_the_same_way() -> None:
             one = await client.list_page(prefix="p", limit=1)
             assert (one.tasks[0].id, one.next_cursor) == ("c", "more")
             assert await client.count(tag="t") == 2
-            assert await client.timeline(bucket_s=60) == Timeline(60_000, 60_000, 1, {})
+            assert await client.timeline(bucket_ms=60_000) == Timeline(60_000, 60_000, 1, {})
             with pytest.raises(InvalidRequest):
                 await client.cancel_where(due_after="1970-01-01T00:00:01Z")
             assert await client.cancel_where(tag="t") == BulkCancelled(2, 0)

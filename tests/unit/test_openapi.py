@@ -25,6 +25,7 @@ import jsonschema_rs
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from multidict import MultiDict
 from support import schemathesis_cli
 
 from triggerhook.api import openapi, openapi_schedule
@@ -35,11 +36,18 @@ from triggerhook.api.bodies import (
     parse_create,
     parse_reschedule,
 )
-from triggerhook.api.listing import parse_bulk_cancel, parse_filter
+from triggerhook.api.listing import (
+    parse_bulk_cancel,
+    parse_filter,
+    query_values,
+    timeline_bucket_ms,
+)
 from triggerhook.api.render import task_json, timeline_json
 from triggerhook.domain.bounds import MAX_DUE_MS as LATEST_MS
 from triggerhook.domain.listing import (
+    MAX_BUCKET_MS,
     MAX_PAGE,
+    MIN_BUCKET_MS,
     Timeline,
     encode_cursor,
     page_limit,
@@ -859,6 +867,18 @@ def test_the_fuzzer_keeps_a_batch_tasks_dependencies(
     assert CREATE.is_valid(body)
 
 
+def test_the_fuzzer_keeps_one_parameter_of_each_pair() -> None:
+    query = {
+        **{"tag": "t", "due_after": "x", "due_after_ms": 5, "due_before": "y"},
+        **{"start": "z", "start_ms": 6, "bucket": 1, "bucket_ms": 1000},
+    }
+    schemathesis_cli.one_of_each_pair(query)
+    assert query == {
+        **{"tag": "t", "due_after_ms": 5, "due_before": "y"},
+        **{"start_ms": 6, "bucket_ms": 1000},
+    }
+
+
 @pytest.mark.parametrize(
     ("at_ms", "moved"),
     [
@@ -1008,11 +1028,67 @@ def test_the_timeline_span(bucket: int, buckets: int) -> None:
     assert admitted == accepts(lambda: timeline_span(bucket * 1000, buckets))
 
 
+@pytest.mark.parametrize(
+    "bucket_ms", [MIN_BUCKET_MS - 1, MIN_BUCKET_MS, 1500, MAX_BUCKET_MS, MAX_BUCKET_MS + 1]
+)
+def test_the_timeline_bucket_in_ms(bucket_ms: int) -> None:
+    admitted = param_validator("/v1/tasks/timeline", "bucket_ms").is_valid(bucket_ms)
+    values = query_values(MultiDict(bucket_ms=str(bucket_ms)), frozenset({"bucket_ms"}))
+    assert admitted == accepts(lambda: timeline_span(timeline_bucket_ms(values), 1))
+    assert admitted == accepts(lambda: timeline_bucket_ms(values))  # refused naming bucket_ms
+
+
+def test_a_timeline_bucket_given_twice_is_refused() -> None:
+    with pytest.raises(ValidationError) as both:
+        timeline_bucket_ms({"bucket": "60", "bucket_ms": "60000"})
+    assert both.value.field == "bucket"
+    assert timeline_bucket_ms({"bucket": "2"}) == 2000  # deprecated: seconds
+    assert timeline_bucket_ms({}) == 60_000
+
+
+@settings(deadline=None)
+@given(
+    st.integers(min_value=-(10**20), max_value=10**20)
+    | st.sampled_from([0, -1, MAX_DUE_MS, MAX_DUE_MS + 1])
+)
+def test_an_epoch_ms_parameter_as_the_document_says(ms: int) -> None:
+    for path, name in (
+        ("/v1/tasks", "due_after_ms"),
+        ("/v1/tasks/count", "due_before_ms"),
+        ("/v1/tasks/timeline", "start_ms"),
+    ):
+        admitted = param_validator(path, name).is_valid(ms)
+        query = query_values(MultiDict({name: str(ms)}), frozenset({name}))
+        assert admitted == accepts(functools.partial(parse_filter, {"due_after_ms": query[name]}))
+
+
+@pytest.mark.parametrize(
+    "text", ["1.5", "5e3", "", " 5", "+5", "0x10", "\u0665"]
+)  # the last: ARABIC-INDIC DIGIT FIVE
+def test_an_epoch_ms_parameter_is_digits_only(text: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        query_values(MultiDict(start_ms=text), frozenset({"start_ms"}))
+    assert refused.value.field == "start_ms"
+
+
+@pytest.mark.parametrize("name", ["due_after", "due_before"])
+def test_a_bound_given_as_text_and_in_ms_is_refused(name: str) -> None:
+    with pytest.raises(ValidationError) as both:
+        parse_filter({name: "2030-01-01T00:00:00Z", f"{name}_ms": 5})
+    assert both.value.field == name
+    assert "given: both" in both.value.message
+
+
 def test_the_timeline_has_no_state_and_count_no_page() -> None:
     names = {p["name"] for p in DOC["paths"]["/v1/tasks/timeline"]["get"]["parameters"]}
-    assert names == {"prefix", "routing_key", "tag", "start", "bucket", "buckets"}
+    assert names == {
+        *("prefix", "routing_key", "tag", "start", "start_ms", "bucket_ms", "bucket", "buckets")
+    }
     names = {p["name"] for p in DOC["paths"]["/v1/tasks/count"]["get"]["parameters"]}
-    assert names == {"prefix", "routing_key", "tag", "due_after", "due_before", "state"}
+    assert names == {
+        *("prefix", "routing_key", "tag", "state"),
+        *("due_after", "due_after_ms", "due_before", "due_before_ms"),
+    }
 
 
 @pytest.mark.parametrize(
@@ -1034,6 +1110,15 @@ def test_every_cursor_the_api_gives_out_is_one_the_document_admits(key: tuple[in
         {"prefix": "tenant-7"},
         {"tag": "t", "due_after": "2026-01-01T00:00:00Z", "due_before": FAR_S},
         {"routing_key": "fire.a/b", "due_after": -5},
+        {"tag": "t", "due_after_ms": -5, "due_before_ms": MAX_DUE_MS},
+        {"tag": "t", "due_before_ms": MAX_DUE_MS + 1},
+        {"tag": "t", "due_before_ms": 4e12},
+        {"tag": "t", "due_before_ms": 4.5e12 + 0.5},
+        {"tag": "t", "due_after_ms": "5"},
+        {"tag": "t", "due_after_ms": True},
+        {"tag": "t", "due_after": "2026-01-01T00:00:00Z", "due_after_ms": 5},
+        {"tag": "t", "due_before": FAR_S, "due_before_ms": 5},
+        {"tag": "t", "due_after": FAR_S, "due_before_ms": 5},
         {"prefix": "p", "tag": "t", "routing_key": "r"},
         {},
         {"due_before": FAR_S},

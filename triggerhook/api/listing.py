@@ -4,7 +4,11 @@
 The query parameters are parsed here (pure functions: a mapping of strings
 in, a :class:`~triggerhook.domain.listing.TaskFilter` out, or a
 :class:`ValidationError` naming the parameter); the store calls run on the
-API's thread pool. Times are given as ``at`` is: epoch seconds or RFC 3339.
+API's thread pool. An instant is given as a due time is (docs/api.md,
+"Units"): epoch milliseconds in a ``*_ms`` parameter (``due_after_ms``), or
+RFC 3339 text in one without the suffix (``due_after``; epoch seconds there
+are deprecated); at most one of the two. A timeline's ``bucket_ms`` is
+milliseconds (``bucket``, whole seconds, is deprecated).
 """
 
 from __future__ import annotations
@@ -18,19 +22,32 @@ from typing import Any, TypeVar
 from aiohttp import web
 from multidict import MultiMapping
 
+from triggerhook.api.bodies import epoch_ms
 from triggerhook.api.render import task_json, timeline_json
 from triggerhook.app import TriggerHook
-from triggerhook.domain.listing import TaskFilter, make_filter
+from triggerhook.domain.listing import MAX_BUCKET_MS, MIN_BUCKET_MS, TaskFilter, make_filter
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ValidationError
 
 T = TypeVar("T")
 
-FILTER_PARAMS = frozenset({"prefix", "routing_key", "tag", "due_after", "due_before", "state"})
+SELECTION_PARAMS = frozenset({"prefix", "routing_key", "tag"})
+DUE_RANGE_PARAMS = frozenset({"due_after", "due_after_ms", "due_before", "due_before_ms"})
+FILTER_PARAMS = SELECTION_PARAMS | DUE_RANGE_PARAMS | {"state"}
 LIST_PARAMS = FILTER_PARAMS | {"limit", "cursor"}
-TIMELINE_PARAMS = frozenset({"prefix", "routing_key", "tag", "start", "bucket", "buckets"})
-BULK_FIELDS = frozenset({"prefix", "routing_key", "tag", "due_after", "due_before"})
-_INTEGER = re.compile(r"[0-9]{1,9}")
+TIMELINE_PARAMS = SELECTION_PARAMS | {"start", "start_ms", "bucket", "bucket_ms", "buckets"}
+BULK_FIELDS = SELECTION_PARAMS | DUE_RANGE_PARAMS
+# Parameters of which at most one of each pair may be given (an OpenAPI
+# parameter list cannot say so; the bulk cancel's body schema does).
+DUE_RANGE_PAIRS = (("due_after", "due_after_ms"), ("due_before", "due_before_ms"))
+TIMELINE_PAIRS = (("start", "start_ms"), ("bucket", "bucket_ms"))
+# Query parameters in epoch ms, read as integers before the filter sees them.
+_EPOCH_MS_PARAMS = ("due_after_ms", "due_before_ms", "start_ms")
+_INTEGER = re.compile(r"[0-9]{1,12}")  # the range is checked where the value is used
+_EPOCH_MS_TEXT = re.compile(r"-?[0-9]+")  # at most _LONGEST_VALUE characters: cheap
+_DEFAULT_BUCKET_MS = 60_000
+_BUCKET_MS_RULE = f"must be {MIN_BUCKET_MS} to {MAX_BUCKET_MS} (1 s to 31 days)"
+_DEFAULT_BUCKETS = 60
 _LONGEST_VALUE = 300  # characters of any parameter (a cursor, a routing key)
 
 
@@ -50,21 +67,53 @@ def single_values(query: MultiMapping[str], allowed: frozenset[str]) -> dict[str
     return values
 
 
-def _integer(values: Mapping[str, str], key: str) -> int | None:
-    if key not in values:
+def query_values(query: MultiMapping[str], allowed: frozenset[str]) -> dict[str, object]:
+    """:func:`single_values`, with the epoch ms parameters as integers."""
+    values: dict[str, object] = dict(single_values(query, allowed))
+    for key in _EPOCH_MS_PARAMS:
+        text = values.get(key)
+        if isinstance(text, str):
+            if not _EPOCH_MS_TEXT.fullmatch(text):
+                raise ValidationError(key, "must be a whole number of epoch milliseconds")
+            values[key] = int(text)
+    return values
+
+
+def _integer(values: Mapping[str, object], key: str) -> int | None:
+    value = values.get(key)
+    if value is None:
         return None
-    if not _INTEGER.fullmatch(values[key]):
+    if not isinstance(value, str) or not _INTEGER.fullmatch(value):
         raise ValidationError(key, "must be a whole number")
-    return int(values[key])
+    return int(value)
 
 
 def _time_ms(values: Mapping[str, object], key: str) -> int | None:
+    """An instant given as ``key`` (RFC 3339 text; deprecated: epoch seconds)
+    or as ``key_ms`` (epoch ms), at most one of them; None: neither."""
+    ms_key = f"{key}_ms"
+    if ms_key in values:
+        if key in values:
+            raise ValidationError(key, f"give at most one of {key} and {ms_key} (given: both)")
+        return epoch_ms(values[ms_key], ms_key)
     if key not in values:
         return None
     value = values[key]
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValidationError(key, "must be epoch seconds (a number) or an RFC 3339 string")
+        raise ValidationError(key, "must be an RFC 3339 string (or epoch seconds, a number)")
     return parse_at(value, key, past_ok=True)
+
+
+def timeline_bucket_ms(values: Mapping[str, object]) -> int:
+    """``bucket_ms``, or the deprecated ``bucket`` (whole seconds); at most one."""
+    bucket_ms, bucket_s = _integer(values, "bucket_ms"), _integer(values, "bucket")
+    if bucket_s is None:
+        if bucket_ms is not None and not MIN_BUCKET_MS <= bucket_ms <= MAX_BUCKET_MS:
+            raise ValidationError("bucket_ms", _BUCKET_MS_RULE)
+        return _DEFAULT_BUCKET_MS if bucket_ms is None else bucket_ms
+    if bucket_ms is not None:
+        raise ValidationError("bucket", "give at most one of bucket and bucket_ms (given: both)")
+    return bucket_s * 1000
 
 
 def parse_filter(values: Mapping[str, object]) -> TaskFilter:
@@ -80,8 +129,8 @@ def parse_filter(values: Mapping[str, object]) -> TaskFilter:
 
 
 def parse_bulk_cancel(body: object) -> TaskFilter:
-    """``{"prefix"?, "tag"?, "routing_key"?, "due_after"?, "due_before"?}``, at
-    least one of the first three."""
+    """``{"prefix"?, "tag"?, "routing_key"?, "due_after"? | "due_after_ms"?,
+    "due_before"? | "due_before_ms"?}``, at least one of the first three."""
     if not isinstance(body, Mapping):
         raise ValidationError("body", "must be a JSON object")
     for key, value in body.items():
@@ -122,9 +171,9 @@ class ListingApi:
         return asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def list(self, request: web.Request) -> web.Response:
-        values = single_values(request.query, LIST_PARAMS)
+        values = query_values(request.query, LIST_PARAMS)
         where, limit = parse_filter(values), _integer(values, "limit")
-        cursor = values.get("cursor")
+        cursor = request.query.get("cursor")  # given once: checked above
         page = await self._blocking(
             lambda: self._hook.list_tasks(where, limit=limit, cursor=cursor)
         )
@@ -136,21 +185,20 @@ class ListingApi:
         )
 
     async def count(self, request: web.Request) -> web.Response:
-        where = parse_filter(single_values(request.query, FILTER_PARAMS))
+        where = parse_filter(query_values(request.query, FILTER_PARAMS))
         number = await self._blocking(lambda: self._hook.count(where))
         return web.json_response({"count": number})
 
     async def timeline(self, request: web.Request) -> web.Response:
-        values = single_values(request.query, TIMELINE_PARAMS)
-        where = parse_filter({k: v for k, v in values.items() if k in FILTER_PARAMS})
-        bucket_s = _integer(values, "bucket")
-        buckets = _integer(values, "buckets")
+        values = query_values(request.query, TIMELINE_PARAMS)
+        where = parse_filter({k: v for k, v in values.items() if k in SELECTION_PARAMS})
+        bucket_ms, buckets = timeline_bucket_ms(values), _integer(values, "buckets")
         start_ms = _time_ms(values, "start")
         found = await self._blocking(
             lambda: self._hook.timeline(
                 where,
-                bucket_ms=60_000 if bucket_s is None else bucket_s * 1000,
-                buckets=60 if buckets is None else buckets,
+                bucket_ms=bucket_ms,
+                buckets=_DEFAULT_BUCKETS if buckets is None else buckets,
                 start_ms=start_ms,
             )
         )

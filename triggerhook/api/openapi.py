@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from triggerhook.api.bodies import MAX_DELAY_MS, MAX_DELAY_S, RESERVED_IDS
+from triggerhook.api.listing import DUE_RANGE_PAIRS
 from triggerhook.api.openapi_schedule import (
     CRON_SPACE,
     EVERY_SCHEMA,
@@ -142,18 +143,25 @@ def _epoch_text_pattern() -> str:
     return f"^(-[0-9]+(\\.[0-9]*)?|\\+?({'|'.join(f'({p})' for p in positive)}))$"
 
 
-def _time_param(name: str, description: str) -> Schema:
-    """A time as a query parameter: epoch seconds or an RFC 3339 string."""
-    return _query(
+def _instant_params(name: str, description: str) -> list[Schema]:
+    """An instant as query parameters: ``name`` (an RFC 3339 string, or
+    deprecated epoch seconds) or ``name_ms`` (epoch ms), at most one."""
+    text = _query(
         name,
         {
             "type": "string",
             "maxLength": 64,
             "anyOf": [{"pattern": _epoch_text_pattern()}, _DATE_TIME],
         },
-        f"{description} An RFC 3339 time (without an offset: UTC), or epoch seconds "
-        "(fraction allowed; deprecated).",
+        f"{description} An RFC 3339 time (without an offset: UTC); epoch seconds (fraction "
+        f"allowed) are deprecated. At most one of {name} and {name}_ms.",
     )
+    ms = _query(
+        f"{name}_ms",
+        _epoch_ms_schema(f"{description} Epoch milliseconds (before 1970: the epoch)."),
+        f"{description} Epoch milliseconds. At most one of {name} and {name}_ms.",
+    )
+    return [text, ms]
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -446,8 +454,8 @@ def _selection_params() -> list[Schema]:
 def _filter_params() -> list[Schema]:
     return [
         *_selection_params(),
-        _time_param("due_after", "Tasks due at or after this time."),
-        _time_param("due_before", "Tasks due before this time."),
+        *_instant_params("due_after", "Tasks due at or after this time."),
+        *_instant_params("due_before", "Tasks due before this time."),
         _query(
             "state", STATE_SCHEMA, "scheduled: may still be cancelled; firing: being published."
         ),
@@ -520,7 +528,7 @@ def _count_operation() -> Schema:
 
 def _timeline_operation() -> Schema:
     bucket_s = {"minimum": MIN_BUCKET_MS // 1000, "maximum": MAX_BUCKET_MS // 1000}
-    bucket_ms = {"minimum": MIN_BUCKET_MS, "maximum": MAX_BUCKET_MS, "multipleOf": 1000}
+    bucket_ms = {"minimum": MIN_BUCKET_MS, "maximum": MAX_BUCKET_MS}
     answer = _object(
         {
             "start_ms": EPOCH_MS,
@@ -528,7 +536,6 @@ def _timeline_operation() -> Schema:
             "start": EPOCH_S,
             "bucket": {
                 "type": "number",
-                "multipleOf": 1,
                 **bucket_s,
                 "deprecated": True,
                 "description": "Deprecated: bucket_ms in seconds.",
@@ -549,10 +556,16 @@ def _timeline_operation() -> Schema:
         "security": _SECURITY,
         "parameters": [
             *_selection_params(),
-            _time_param("start", "The first bucket's start (default: the current bucket's)."),
+            *_instant_params("start", "The first bucket's start (default: the current bucket's)."),
             _query(
-                "bucket", {"type": "integer", "default": 60, **bucket_s}, "Bucket length, seconds."
+                "bucket_ms",
+                {"type": "integer", "default": 60_000, **bucket_ms},
+                "Bucket length, milliseconds. At most one of bucket_ms and bucket.",
             ),
+            {
+                **_query("bucket", {"type": "integer", **bucket_s}, "Deprecated: bucket_ms, in s."),
+                "deprecated": True,
+            },
             _query(
                 "buckets",
                 {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS, "default": 60},
@@ -576,10 +589,14 @@ def _bulk_cancel_operation() -> Schema:
             "tag": TAG_SCHEMA,
             "routing_key": ROUTING_KEY_SCHEMA,
             "due_after": _time_schema(f"Tasks due at or after this. {time}"),
+            "due_after_ms": _epoch_ms_schema("Tasks due at or after this, in epoch ms."),
             "due_before": _time_schema(f"Tasks due before this. {time}"),
+            "due_before_ms": _epoch_ms_schema("Tasks due before this, in epoch ms."),
         },
         anyOf=[{"required": ["prefix"]}, {"required": ["tag"]}, {"required": ["routing_key"]}],
-        description="Every given field must match; at least one of prefix, tag, routing_key.",
+        dependentSchemas=_exclusive(DUE_RANGE_PAIRS, {}),
+        description="Every given field must match; at least one of prefix, tag, routing_key; "
+        "at most one of due_after and due_after_ms, and of due_before and due_before_ms.",
     )
     done = _object({"cancelled": _COUNT, "too_late": _COUNT}, ["cancelled", "too_late"])
     return {

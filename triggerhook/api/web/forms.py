@@ -16,12 +16,15 @@ from dataclasses import dataclass, replace
 
 from multidict import MultiDict, MultiMapping
 
-from triggerhook.api.listing import BULK_FIELDS, FILTER_PARAMS, parse_filter, single_values
+from triggerhook.api.listing import parse_filter, single_values
 from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.task import ID_PATTERN, CancelResult
 from triggerhook.errors import ValidationError
 
+# The form's fields: the listing's filter, its times as RFC 3339 text only.
 FILTER_ORDER = ("prefix", "routing_key", "tag", "due_after", "due_before", "state")
+FILTER_PARAMS = frozenset(FILTER_ORDER)
+BULK_FIELDS = FILTER_PARAMS - {"state"}
 NOTICE_PARAMS = frozenset({"task", "outcome", "cancelled", "too_late"})
 PAGE_PARAMS = FILTER_PARAMS | NOTICE_PARAMS | {"cursor"}
 VIEW_FIELD = "view"  # a single cancel's form: the listing to go back to
