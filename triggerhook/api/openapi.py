@@ -12,14 +12,40 @@ matching a date within 50 years) are in descriptions.
 OpenAPI 3.1 because its schemas are JSON Schema 2020-12: ``propertyNames``
 (the header names) means nothing to a 3.0 (draft 4) validator. In that data
 model 5.0 is an integer and 20261201.0 equals 20261201.
+
+The shared building blocks are in :mod:`triggerhook.api.openapi_parts`, the
+listing operations in :mod:`triggerhook.api.openapi_listing` and the schemas of a
+series' schedule in :mod:`triggerhook.api.openapi_schedule`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from triggerhook.api.bodies import MAX_DELAY_MS, MAX_DELAY_S, RESERVED_IDS
-from triggerhook.api.listing import DUE_RANGE_PAIRS
+from triggerhook.api.bodies import MAX_DELAY_MS, MAX_DELAY_S
+from triggerhook.api.openapi_listing import (
+    bulk_cancel_operation,
+    count_operation,
+    list_operation,
+    timeline_operation,
+)
+from triggerhook.api.openapi_parts import (
+    BODY_ERRORS,
+    COMMON,
+    EPOCH_MS,
+    EPOCH_S,
+    ID_SCHEMA,
+    NEW_ID_SCHEMA,
+    ROUTING_KEY_SCHEMA,
+    SECURITY,
+    STATE_SCHEMA,
+    TAG_SCHEMA,
+    Schema,
+    epoch_ms_schema,
+    error,
+    exclusive,
+    json_content,
+    object_schema,
+    time_schema,
+)
 from triggerhook.api.openapi_schedule import (
     CRON_SPACE,
     EVERY_SCHEMA,
@@ -28,59 +54,18 @@ from triggerhook.api.openapi_schedule import (
     timezone_schema,
 )
 from triggerhook.domain.bounds import MAX_DUE_MS
-from triggerhook.domain.listing import (
-    DEFAULT_PAGE,
-    MAX_BUCKET_MS,
-    MAX_BUCKETS,
-    MAX_PAGE,
-    MIN_BUCKET_MS,
-)
 from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
 
-Schema = dict[str, Any]
-
-_ID_CHARS = "[A-Za-z0-9._:-]"
-_KEY_CHARS = "[A-Za-z0-9._:/-]"  # routing keys and tags
-ID_SCHEMA = {"type": "string", "pattern": f"^{_ID_CHARS}+$", "minLength": 1, "maxLength": 64}
-# /v1/tasks/batch, /count, /timeline and /cancel are other endpoints, never task ids.
-NEW_ID_SCHEMA = {**ID_SCHEMA, "not": {"enum": sorted(RESERVED_IDS)}}
-ROUTING_KEY_SCHEMA = {"type": "string", "pattern": f"^{_KEY_CHARS}{{1,255}}$"}
-TAG_SCHEMA = {"type": "string", "pattern": f"^{_KEY_CHARS}{{1,64}}$"}
-PREFIX_SCHEMA = {"type": "string", "pattern": f"^{_ID_CHARS}{{1,64}}$"}
-STATE_SCHEMA = {"type": "string", "enum": ["scheduled", "firing"]}
-MAX_AT_S = 253_402_300_799.999  # 9999-12-31T23:59:59.999Z
 _INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
-_COUNT = {"type": "integer", "minimum": 0}
-_DATE_TIME = {"type": "string", "format": "date-time", "pattern": "^[0-9]{4}-"}
-
-
-_DEPRECATED_SECONDS = {
-    "type": "number",
-    "maximum": MAX_AT_S,
-    "deprecated": True,
-    "description": "Deprecated: epoch seconds (fraction allowed). Use the *_ms field, or text.",
-}
-
-
-def _time_schema(description: str) -> Schema:
-    """A time in a JSON body: an RFC 3339 string (without an offset: UTC), or
-    epoch seconds (a number: deprecated)."""
-    return {"description": description, "oneOf": [_DATE_TIME, _DEPRECATED_SECONDS]}
-
-
-def _epoch_ms_schema(description: str) -> Schema:
-    """An instant in epoch milliseconds: any whole number up to 9999 (before 1970: the epoch)."""
-    return {"type": "integer", "maximum": MAX_DUE_MS, "description": description}
-
 
 _RFC_3339 = "an RFC 3339 string; without an offset it is UTC"
-AT_SCHEMA = _time_schema(
+AT_SCHEMA = time_schema(
     f"Due time: {_RFC_3339} (deprecated: epoch seconds, a number, fraction allowed). "
     "Any past time (even before 1970) fires at once; the latest is 9999-12-31T23:59:59.999Z. "
     "An 8-digit integer (20261201) is refused: it reads as 1970 and as a date alike "
     "(write 20261201.0, or the date as RFC 3339)."
 )
-AT_MS_SCHEMA = _epoch_ms_schema(
+AT_MS_SCHEMA = epoch_ms_schema(
     "Due time in epoch milliseconds. Any past time (even before 1970) fires at once; the "
     f"latest is {MAX_DUE_MS} (9999-12-31T23:59:59.999Z)."
 )
@@ -106,102 +91,6 @@ _WHEN_PROPERTIES = {
     "delay_ms": DELAY_MS_SCHEMA,
     "delay": DELAY_SCHEMA,
 }
-EPOCH_MS = {"type": "integer", "description": "Epoch milliseconds."}
-EPOCH_S = {
-    "type": "number",
-    "deprecated": True,
-    "description": "Deprecated: the same time in epoch seconds, millisecond precision.",
-}
-
-
-def _below(limit: str) -> str:
-    """A regex for the decimal numbers of ``len(limit)`` digits below ``limit``."""
-    branches = []
-    for i, digit in enumerate(limit):
-        if digit != "0":
-            rest = len(limit) - i - 1
-            branches.append(
-                f"{limit[:i]}[0-{int(digit) - 1}]" + (f"[0-9]{{{rest}}}" if rest else "")
-            )
-    return "|".join(branches)
-
-
-def _epoch_text_pattern() -> str:
-    """Epoch seconds as text, exactly as the parser takes them: any negative
-    number (before 1970: already due), else at most 253402300799.999 (a
-    sub-millisecond part rounds up); a bare 8-digit integer is refused."""
-    latest = str(int(MAX_AT_S))  # 253402300799, 12 digits
-    fewer = f"0*[0-9]{{1,{len(latest) - 1}}}"  # fewer significant digits
-    below = f"0*({_below(latest)})"
-    fraction_up_to_999 = "([0-8][0-9]*|9([0-8][0-9]*)?|99([0-8][0-9]*)?|9990*)?"
-    whole_not_8 = f"[0-9]{{1,7}}|[0-9]{{9,{len(latest) - 1}}}|0+[0-9]{{{len(latest) - 1}}}"
-    positive = [
-        f"({fewer}|{below})\\.[0-9]*",
-        f"0*{latest}\\.{fraction_up_to_999}",
-        f"{whole_not_8}|{below}|0*{latest}",
-    ]
-    return f"^(-[0-9]+(\\.[0-9]*)?|\\+?({'|'.join(f'({p})' for p in positive)}))$"
-
-
-def _instant_params(name: str, description: str) -> list[Schema]:
-    """An instant as query parameters: ``name`` (an RFC 3339 string, or
-    deprecated epoch seconds) or ``name_ms`` (epoch ms), at most one."""
-    text = _query(
-        name,
-        {
-            "type": "string",
-            "maxLength": 64,
-            "anyOf": [{"pattern": _epoch_text_pattern()}, _DATE_TIME],
-        },
-        f"{description} An RFC 3339 time (without an offset: UTC); epoch seconds (fraction "
-        f"allowed) are deprecated. At most one of {name} and {name}_ms.",
-    )
-    ms = _query(
-        f"{name}_ms",
-        _epoch_ms_schema(f"{description} Epoch milliseconds (before 1970: the epoch)."),
-        f"{description} Epoch milliseconds. At most one of {name} and {name}_ms.",
-    )
-    return [text, ms]
-
-
-_ERROR = {"$ref": "#/components/schemas/Error"}
-_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {}]
-
-
-def _json(schema: Schema) -> Schema:
-    return {"content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> Schema:
-    return {"description": description, **_json(_ERROR)}
-
-
-def _object(properties: Schema, required: list[str] | None = None, **more: Any) -> Schema:
-    """A JSON object with exactly these properties."""
-    schema: Schema = {"type": "object", "additionalProperties": False, "properties": properties}
-    if required:
-        schema["required"] = required
-    return {**schema, **more}
-
-
-_BODY_ERRORS = {
-    "400": _error("Malformed JSON."),
-    "408": _error("The body did not arrive within http_body_timeout_s."),
-    "413": _error("Body larger than http_max_body_bytes."),
-    "415": _error("Content-Type is not application/json."),
-    "422": _error("A field is invalid; error.field names it."),
-}
-_COMMON = {
-    "401": _error("Missing or wrong bearer token (when api_token is set)."),
-    "503": _error("Database unavailable or daemon stopping; retry."),
-}
-
-
-def _only(*methods: str) -> Schema:
-    """The 405 of any other method on the path (Allow lists these)."""
-    allowed = ", ".join(methods)
-    return {"405": _error(f"A method other than {allowed} on this path (Allow: {allowed}).")}
-
 
 _TASK_PATH_PARAM = {
     "name": "id",
@@ -260,20 +149,20 @@ def _late_schema(deadlines: list[Schema]) -> Schema:
         "than skip_after_ms late or past a deadline. Absent: the daemon's late_policy.",
         "oneOf": [
             {"type": "string", "enum": ["fire"]},
-            _object({"skip_after_ms": _SKIP_AFTER}, ["skip_after_ms"]),
+            object_schema({"skip_after_ms": _SKIP_AFTER}, ["skip_after_ms"]),
             *deadlines,
         ],
     }
 
 
 # A deadline as a create body gives it (one field), and as an answer shows it (both).
-_DEADLINE_MS = _epoch_ms_schema("The deadline in epoch milliseconds (any past time: the epoch).")
+_DEADLINE_MS = epoch_ms_schema("The deadline in epoch milliseconds (any past time: the epoch).")
 _GIVEN_DEADLINES = [
-    _object({"deadline_ms": _DEADLINE_MS}, ["deadline_ms"]),
-    _object({"deadline": _time_schema(f"The deadline: {_RFC_3339}, as at.")}, ["deadline"]),
+    object_schema({"deadline_ms": _DEADLINE_MS}, ["deadline_ms"]),
+    object_schema({"deadline": time_schema(f"The deadline: {_RFC_3339}, as at.")}, ["deadline"]),
 ]
 _SHOWN_DEADLINES = [
-    _object({"deadline_ms": EPOCH_MS, "deadline": EPOCH_S}, ["deadline_ms", "deadline"])
+    object_schema({"deadline_ms": EPOCH_MS, "deadline": EPOCH_S}, ["deadline_ms", "deadline"])
 ]
 
 
@@ -312,11 +201,11 @@ def _series_fields() -> Schema:
             "minute at or after that time; it must come by 9999-12-31T23:59:59.999Z (else 422).",
         ),
         "timezone": {"$ref": "#/components/schemas/TimeZone", "default": "UTC"},
-        "until": _time_schema(
+        "until": time_schema(
             f"The series' end: its last occurrence is the last one at or before it. {_RFC_3339} "
             "(deprecated: epoch seconds), as at; not before the first occurrence (else 422)."
         ),
-        "until_ms": _epoch_ms_schema(
+        "until_ms": epoch_ms_schema(
             "The series' end in epoch milliseconds (before 1970: the epoch), as until."
         ),
     }
@@ -356,7 +245,7 @@ _SHOWN_SERIES_RULES = {
 
 
 def _create_schema(max_payload_bytes: int) -> Schema:
-    return _object(
+    return object_schema(
         {
             "id": NEW_ID_SCHEMA,
             **_WHEN_PROPERTIES,
@@ -377,7 +266,7 @@ def _create_schema(max_payload_bytes: int) -> Schema:
         },
         anyOf=[*_ONE_WHEN, *_SERIES["anyOf"]],
         dependentRequired={"timezone": ["cron"]},
-        dependentSchemas=_exclusive(EXCLUSIVE, {"until": _SERIES, "until_ms": _SERIES}),
+        dependentSchemas=exclusive(EXCLUSIVE, {"until": _SERIES, "until_ms": _SERIES}),
         description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
         "series: every or cron) none; at most one of payload and payload_b64, of every and "
         "cron, and of until and until_ms; timezone only with cron, until only in a series "
@@ -389,19 +278,6 @@ def _create_schema(max_payload_bytes: int) -> Schema:
 
 # The fields of a create body of which at most one may be given, by group.
 EXCLUSIVE = (WHEN, ("until", "until_ms"), ("payload", "payload_b64"), ("every", "cron"))
-
-
-def _exclusive(groups: tuple[tuple[str, ...], ...], more: dict[str, Schema]) -> Schema:
-    """``dependentSchemas``: each field of a group excludes the others of its
-    group (``{"properties": {"other": false}}``), and ``more``'s schemas hold
-    too. Stated so rather than as ``not`` (any two present), which a fuzzer's
-    coverage phase takes minutes to generate for."""
-    dependent: Schema = {}
-    for group in groups:
-        for name in group:
-            others = {other: False for other in group if other != name}
-            dependent[name] = {**more.get(name, {}), "properties": others}
-    return {**more, **dependent}
 
 
 def _task_schema(payload: bool) -> Schema:
@@ -418,202 +294,15 @@ def _task_schema(payload: bool) -> Schema:
     properties["tags"] = {**properties["tags"], "uniqueItems": True}
     required = ["id", "due_ms", "at", "routing_key", "state"]
     if not payload:
-        return _object(properties, required, allOf=[_SHOWN_SERIES_RULES])
+        return object_schema(properties, required, allOf=[_SHOWN_SERIES_RULES])
     properties["payload"] = {"type": "string", "description": "The payload, if UTF-8 text."}
     properties["payload_b64"] = {"type": "string", "format": "byte", "description": "Else base64."}
-    return _object(
+    return object_schema(
         properties,
         required,
         allOf=[_SHOWN_SERIES_RULES],
         oneOf=[{"required": ["payload"]}, {"required": ["payload_b64"]}],
     )
-
-
-# -- finding tasks --------------------------------------------------------------------------------
-
-
-def _query(name: str, schema: Schema, description: str) -> Schema:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "description": description,
-        "schema": schema,
-    }
-
-
-def _selection_params() -> list[Schema]:
-    """Which tasks: id prefix, routing key, tag (every one given must match)."""
-    return [
-        _query("prefix", PREFIX_SCHEMA, "Tasks whose id starts with this."),
-        _query("routing_key", ROUTING_KEY_SCHEMA, "Tasks with this routing key."),
-        _query("tag", TAG_SCHEMA, "Tasks with this tag."),
-    ]
-
-
-def _filter_params() -> list[Schema]:
-    return [
-        *_selection_params(),
-        *_instant_params("due_after", "Tasks due at or after this time."),
-        *_instant_params("due_before", "Tasks due before this time."),
-        _query(
-            "state", STATE_SCHEMA, "scheduled: may still be cancelled; firing: being published."
-        ),
-    ]
-
-
-CURSOR_SCHEMA = {  # URL-safe base64 (padded) of "due_ms:id", at most 120 characters
-    "type": "string",
-    "minLength": 4,
-    "maxLength": 120,
-    "pattern": "^([A-Za-z0-9_-]{4})*([A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?$",
-    "description": "Opaque: a next_cursor this API gave out (any other is refused, 422).",
-}
-_QUERY_ERRORS = {
-    "422": _error("A parameter is invalid, unknown or given twice; error.field names it."),
-}
-
-
-def _list_operation() -> Schema:
-    page = _object(
-        {
-            "tasks": {"type": "array", "maxItems": MAX_PAGE, "items": _task_schema(False)},
-            "next_cursor": {
-                **CURSOR_SCHEMA,
-                "type": ["string", "null"],
-                "description": "Where the next page starts; null after the last page. A page "
-                "shorter than limit is the last; a full one always has a cursor (the next "
-                "page may be empty).",
-            },
-        },
-        ["tasks", "next_cursor"],
-    )
-    return {
-        "summary": "List tasks in due order (ties by id), a page at a time",
-        "security": _SECURITY,
-        "parameters": [
-            *_filter_params(),
-            _query(
-                "limit",
-                {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE},
-                "Tasks per page.",
-            ),
-            _query("cursor", CURSOR_SCHEMA, "The next_cursor of the previous page."),
-        ],
-        "responses": {
-            "200": {"description": "A page (no payloads).", **_json(page)},
-            **_QUERY_ERRORS,
-            **_only("GET", "POST"),
-            **_COMMON,
-        },
-    }
-
-
-def _count_operation() -> Schema:
-    return {
-        "summary": "Count tasks (exact; reads every match)",
-        "security": _SECURITY,
-        "parameters": _filter_params(),
-        "responses": {
-            "200": {
-                "description": "How many match.",
-                **_json(_object({"count": _COUNT}, ["count"])),
-            },
-            **_QUERY_ERRORS,
-            **_only("GET"),
-            **_COMMON,
-        },
-    }
-
-
-def _timeline_operation() -> Schema:
-    bucket_s = {"minimum": MIN_BUCKET_MS // 1000, "maximum": MAX_BUCKET_MS // 1000}
-    bucket_ms = {"minimum": MIN_BUCKET_MS, "maximum": MAX_BUCKET_MS}
-    answer = _object(
-        {
-            "start_ms": EPOCH_MS,
-            "bucket_ms": {"type": "integer", **bucket_ms},
-            "start": EPOCH_S,
-            "bucket": {
-                "type": "number",
-                **bucket_s,
-                "deprecated": True,
-                "description": "Deprecated: bucket_ms in seconds.",
-            },
-            "buckets": {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS},
-            "routing_keys": {
-                "type": "object",
-                "propertyNames": ROUTING_KEY_SCHEMA,
-                "additionalProperties": {"type": "array", "items": _COUNT, "minItems": 1},
-                "description": "Per routing key, the tasks due in each bucket (buckets "
-                "counts); keys with no task in the span are absent.",
-            },
-        },
-        ["start_ms", "bucket_ms", "start", "bucket", "buckets", "routing_keys"],
-    )
-    return {
-        "summary": "Tasks due per routing key in consecutive time buckets",
-        "security": _SECURITY,
-        "parameters": [
-            *_selection_params(),
-            *_instant_params("start", "The first bucket's start (default: the current bucket's)."),
-            _query(
-                "bucket_ms",
-                {"type": "integer", "default": 60_000, **bucket_ms},
-                "Bucket length, milliseconds. At most one of bucket_ms and bucket.",
-            ),
-            {
-                **_query("bucket", {"type": "integer", **bucket_s}, "Deprecated: bucket_ms, in s."),
-                "deprecated": True,
-            },
-            _query(
-                "buckets",
-                {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS, "default": 60},
-                "How many buckets.",
-            ),
-        ],
-        "responses": {
-            "200": {"description": "The counts.", **_json(answer)},
-            **_QUERY_ERRORS,
-            **_only("GET"),
-            **_COMMON,
-        },
-    }
-
-
-def _bulk_cancel_operation() -> Schema:
-    time = "An RFC 3339 string, without an offset UTC (deprecated: epoch seconds), as at."
-    body = _object(
-        {
-            "prefix": PREFIX_SCHEMA,
-            "tag": TAG_SCHEMA,
-            "routing_key": ROUTING_KEY_SCHEMA,
-            "due_after": _time_schema(f"Tasks due at or after this. {time}"),
-            "due_after_ms": _epoch_ms_schema("Tasks due at or after this, in epoch ms."),
-            "due_before": _time_schema(f"Tasks due before this. {time}"),
-            "due_before_ms": _epoch_ms_schema("Tasks due before this, in epoch ms."),
-        },
-        anyOf=[{"required": ["prefix"]}, {"required": ["tag"]}, {"required": ["routing_key"]}],
-        dependentSchemas=_exclusive(DUE_RANGE_PAIRS, {}),
-        description="Every given field must match; at least one of prefix, tag, routing_key; "
-        "at most one of due_after and due_after_ms, and of due_before and due_before_ms.",
-    )
-    done = _object({"cancelled": _COUNT, "too_late": _COUNT}, ["cancelled", "too_late"])
-    return {
-        "summary": "Cancel every matching task (blocks until done, in batches of 500)",
-        "security": _SECURITY,
-        "requestBody": {"required": True, **_json(body)},
-        "responses": {
-            "200": {
-                "description": "Cancelled (they never fire), and matched but too late "
-                "(being published).",
-                **_json(done),
-            },
-            **_BODY_ERRORS,
-            **_only("POST"),
-            **_COMMON,
-        },
-    }
 
 
 # -- single tasks ---------------------------------------------------------------------------------
@@ -632,20 +321,23 @@ _CREATED = {
 def _create_operation() -> Schema:
     return {
         "summary": "Schedule one task",
-        "security": _SECURITY,
-        "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/CreateTask"})},
+        "security": SECURITY,
+        "requestBody": {
+            "required": True,
+            **json_content({"$ref": "#/components/schemas/CreateTask"}),
+        },
         "responses": {
-            "201": {"description": "Created.", **_json(_CREATED)},
-            "200": {"description": "Existed with the same content.", **_json(_CREATED)},
-            "409": _error("The id exists with different content."),
-            **_BODY_ERRORS,
-            **_COMMON,
+            "201": {"description": "Created.", **json_content(_CREATED)},
+            "200": {"description": "Existed with the same content.", **json_content(_CREATED)},
+            "409": error("The id exists with different content."),
+            **BODY_ERRORS,
+            **COMMON,
         },
     }
 
 
 def _batch_operation(max_batch_tasks: int) -> Schema:
-    body = _object(
+    body = object_schema(
         {
             "tasks": {
                 "type": "array",
@@ -663,13 +355,16 @@ def _batch_operation(max_batch_tasks: int) -> Schema:
     }
     return {
         "summary": "Schedule many tasks, all or nothing",
-        "security": _SECURITY,
-        "requestBody": {"required": True, **_json(body)},
+        "security": SECURITY,
+        "requestBody": {"required": True, **json_content(body)},
         "responses": {
-            "201": {"description": "All stored (or existed with the same content).", **_json(ids)},
-            "409": _error("An id exists with different content; nothing stored."),
-            **_BODY_ERRORS,
-            **_COMMON,
+            "201": {
+                "description": "All stored (or existed with the same content).",
+                **json_content(ids),
+            },
+            "409": error("An id exists with different content; nothing stored."),
+            **BODY_ERRORS,
+            **COMMON,
         },
     }
 
@@ -679,21 +374,24 @@ def _task_path() -> Schema:
         "parameters": [_TASK_PATH_PARAM],
         "get": {
             "summary": "Look a task up",
-            "security": _SECURITY,
+            "security": SECURITY,
             "responses": {
-                "200": {"description": "Stored, not yet fired.", **_json(_task_schema(True))},
-                "404": _error("Unknown, or fired and deleted."),
-                "422": _error("Invalid id."),
-                **_COMMON,
+                "200": {
+                    "description": "Stored, not yet fired.",
+                    **json_content(_task_schema(True)),
+                },
+                "404": error("Unknown, or fired and deleted."),
+                "422": error("Invalid id."),
+                **COMMON,
             },
         },
         "patch": {
             "summary": "Reschedule a task",
-            "security": _SECURITY,
+            "security": SECURITY,
             "requestBody": {
                 "required": True,
-                **_json(
-                    _object(
+                **json_content(
+                    object_schema(
                         _WHEN_PROPERTIES,
                         oneOf=_ONE_WHEN,
                         description="Exactly one of at, at_ms and delay_ms (or the "
@@ -702,22 +400,22 @@ def _task_path() -> Schema:
                 ),
             },
             "responses": {
-                "200": {"description": "Moved to the new time.", **_json(_CREATED)},
-                "404": _error("Unknown, or fired and deleted."),
-                "409": _error("Too late: being published at its old time."),
-                **_BODY_ERRORS,
-                **_COMMON,
+                "200": {"description": "Moved to the new time.", **json_content(_CREATED)},
+                "404": error("Unknown, or fired and deleted."),
+                "409": error("Too late: being published at its old time."),
+                **BODY_ERRORS,
+                **COMMON,
             },
         },
         "delete": {
             "summary": "Cancel a task",
-            "security": _SECURITY,
+            "security": SECURITY,
             "responses": {
                 "204": {"description": "Cancelled: it will never fire."},
-                "404": _error("Unknown, or fired and deleted."),
-                "409": _error("Too late: being published."),
-                "422": _error("Invalid id."),
-                **_COMMON,
+                "404": error("Unknown, or fired and deleted."),
+                "409": error("Too late: being published."),
+                "422": error("Invalid id."),
+                **COMMON,
             },
         },
     }
@@ -745,15 +443,15 @@ def _probe_paths() -> Schema:
         "/healthz": {
             "get": {
                 "summary": "The process is alive",
-                "responses": {"200": {"description": "Alive.", **_json(_HEALTH)}},
+                "responses": {"200": {"description": "Alive.", **json_content(_HEALTH)}},
             }
         },
         "/readyz": {
             "get": {
                 "summary": "MySQL and RabbitMQ reachable, engine threads alive",
                 "responses": {
-                    "200": {"description": "Ready.", **_json(_HEALTH)},
-                    "503": {"description": "Not ready; reasons listed.", **_json(unready)},
+                    "200": {"description": "Ready.", **json_content(_HEALTH)},
+                    "503": {"description": "Not ready; reasons listed.", **json_content(unready)},
                 },
             }
         },
@@ -776,10 +474,13 @@ def _figure_paths() -> Schema:
         "/v1/status": {
             "get": {
                 "summary": "Live figures: the last metrics period and totals since start",
-                "security": _SECURITY,
+                "security": SECURITY,
                 "responses": {
-                    "200": {"description": "Field meanings: docs/metrics.md.", **_json(status)},
-                    "401": _COMMON["401"],
+                    "200": {
+                        "description": "Field meanings: docs/metrics.md.",
+                        **json_content(status),
+                    },
+                    "401": COMMON["401"],
                 },
             }
         },
@@ -790,13 +491,13 @@ def _figure_paths() -> Schema:
                     "Open unless metrics_scrape_token, or metrics_require_token (and "
                     "api_token), is set; then Bearer <metrics_scrape_token> (or api_token)."
                 ),
-                "security": _SECURITY,
+                "security": SECURITY,
                 "responses": {
                     "200": {
                         "description": "Prometheus text format 0.0.4 (OpenMetrics on request).",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
-                    "401": _COMMON["401"],
+                    "401": COMMON["401"],
                 },
             }
         },
@@ -843,11 +544,14 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> Schema:
             },
         },
         "paths": {
-            "/v1/tasks": {"post": _create_operation(), "get": _list_operation()},
+            "/v1/tasks": {
+                "post": _create_operation(),
+                "get": list_operation(_task_schema(False)),
+            },
             "/v1/tasks/batch": {"post": _batch_operation(max_batch_tasks)},
-            "/v1/tasks/count": {"get": _count_operation()},
-            "/v1/tasks/timeline": {"get": _timeline_operation()},
-            "/v1/tasks/cancel": {"post": _bulk_cancel_operation()},
+            "/v1/tasks/count": {"get": count_operation()},
+            "/v1/tasks/timeline": {"get": timeline_operation()},
+            "/v1/tasks/cancel": {"post": bulk_cancel_operation()},
             "/v1/tasks/{id}": _task_path(),
             **_probe_paths(),
             **_figure_paths(),
