@@ -34,6 +34,7 @@ _INSTANCE_ID = ID_PATTERN
 _ROUTING_KEY = ROUTING_KEY_PATTERN
 # More would only share the same cores; each holds its own database connections.
 MAX_API_PROCESSES = 32
+QUEUE_TYPES = ("classic", "quorum")
 _MAX_SHARDS = 4096
 # Settings of the claim protocol (schema v2), renamed or gone with the shard
 # protocol (v3): a configuration naming one gets told what to write instead.
@@ -58,7 +59,18 @@ class Settings:
         "mysql+mysqldb:// or mysql+pymysql:// names the driver.",
     )
     amqp_url: str = _setting(
-        "amqp://guest:guest@127.0.0.1:5672/%2F", "RabbitMQ URL (pika URLParameters syntax)."
+        "amqp://guest:guest@127.0.0.1:5672/%2F",
+        "RabbitMQ URL (pika URLParameters syntax); or several, separated by spaces or commas "
+        "(the nodes of a cluster): connections go to the first, and after a failure to the "
+        "next at once, in turn (the back-off only once every node failed in a row).",
+    )
+    amqp_queue_type: str = _setting(
+        "classic",
+        "Type of the queues the daemon declares (dead_letter_queue, command_queue and "
+        "its .dead): `classic`, or `quorum` on a RabbitMQ cluster (replicated, so they "
+        "stay available when a node is lost; a classic queue is down with its node, and "
+        "publishing with it). RabbitMQ refuses to redeclare a queue with another type: "
+        "delete the old queues when changing it.",
     )
     exchange: str = _setting("triggerhook", "Durable topic exchange events are published to.")
     default_routing_key: str = _setting(
@@ -344,6 +356,8 @@ class Settings:
         self._check_names()
         self._check_http()
         self.default_late_policy()
+        if self.amqp_queue_type not in QUEUE_TYPES:
+            raise ConfigError(f"amqp_queue_type: must be one of {', '.join(QUEUE_TYPES)}")
         if self.metrics_influx_version not in (1, 2):
             raise ConfigError("metrics_influx_version: must be 1 or 2")
 
@@ -384,6 +398,10 @@ class Settings:
         if name.strip() == "skip_after_ms" and re.fullmatch(r"[0-9]{1,15}", value.strip()):
             return LatePolicy(LateKind.SKIP_AFTER, int(value.strip()))
         raise ConfigError("late_policy: must be `fire` or `skip_after_ms=N` (N: milliseconds)")
+
+    def queue_arguments(self) -> dict[str, str]:
+        """The arguments of every queue the daemon declares (amqp_queue_type)."""
+        return {} if self.amqp_queue_type == "classic" else {"x-queue-type": self.amqp_queue_type}
 
     def command_users(self) -> list[str]:
         """command_allowed_users as a list (empty setting: none)."""

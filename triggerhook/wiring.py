@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from triggerhook.amqp.connection import AmqpParameters, amqp_parameters
+from triggerhook.amqp.connection import AmqpNodes, amqp_parameters
 from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.api.config import CommandConfig, HttpConfig
 from triggerhook.app import Figures, TriggerHook
@@ -122,7 +122,7 @@ def build_api_process(settings: Settings, link: EngineLink) -> ApiService:
 def _attach_interfaces(
     service: Service,
     settings: Settings,
-    params: AmqpParameters | None,
+    params: AmqpNodes | None,
     figures: Callable[[], Figures] | None = None,
     reuse_port: bool = False,
 ) -> None:
@@ -167,11 +167,12 @@ def command_config(settings: Settings) -> CommandConfig:
         allowed_users=frozenset(settings.command_users()),
         reply_prefix=settings.command_reply_prefix,
         max_payload_bytes=settings.max_payload_bytes,
+        queue_arguments=settings.queue_arguments(),
     )
 
 
 def _build(
-    settings: Settings, params: AmqpParameters, wake_armer: Callable[[], None] | None = None
+    settings: Settings, params: AmqpNodes, wake_armer: Callable[[], None] | None = None
 ) -> TriggerHook:
     """``wake_armer``: an engine that only writes, waking another's armer."""
     sink = sink_from_settings(settings)
@@ -269,7 +270,7 @@ def engine_config(settings: Settings) -> EngineConfig:
     )
 
 
-def publisher_factory(settings: Settings, params: AmqpParameters, clock: Clock) -> PublisherFactory:
+def publisher_factory(settings: Settings, params: AmqpNodes, clock: Clock) -> PublisherFactory:
     """The AMQP publisher, built when the engine asks (it hands over its stages)."""
     policy = delivery_policy(settings)
 
@@ -287,6 +288,7 @@ def publisher_factory(settings: Settings, params: AmqpParameters, clock: Clock) 
             policy,
             settings.dead_letter_routing_key,
             settings.dead_letter_queue,
+            settings.queue_arguments(),
             clock,
             settings.default_late_policy(),
         )

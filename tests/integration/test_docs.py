@@ -92,6 +92,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "scripts/run"): "starts local services and a daemon in the foreground until "
     "Ctrl-C; its parts are scripts/_services.sh (used by every test run) and `triggerhook run`",
     ("README.md", "scripts/test"): "the whole test suite, this test included",
+    ("docs/operations.md", "scripts/cluster"): "starts three MariaDB and three RabbitMQ "
+    "nodes, HAProxy and three daemons (and kills some); tests/cluster/test_cluster.py runs "
+    "`up`, `kill` and `down`",
     ("README.md", "scripts/compose-env && docker compose"): _DOCKER,
     ("README.md", "python -m benchmarks"): "a full benchmark run against placeholder servers; "
     "tests/integration/test_benchmarks_quick.py runs `--quick` on the test services",

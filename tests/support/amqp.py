@@ -72,10 +72,17 @@ class EventConsumer:
     reconnects within the same call's deadline; unacked messages are redelivered.
     """
 
-    def __init__(self, amqp_url: str, names: AmqpNames, binding: str = "#") -> None:
-        self.amqp_url = amqp_url
+    def __init__(
+        self,
+        amqp_url: str,
+        names: AmqpNames,
+        binding: str = "#",
+        queue_arguments: dict[str, object] | None = None,
+    ) -> None:
+        self.amqp_url = amqp_url  # or several, space-separated: the nodes, tried in turn
         self.names = names
         self.binding = binding  # routing keys of the events kept
+        self.queue_arguments = queue_arguments  # e.g. a quorum queue's type
         self._connection: Any = None
         self._channel: Any = None
         self._buffer: deque[Received] = deque()
@@ -147,13 +154,17 @@ class EventConsumer:
         if self._channel is not None and self._channel.is_open:
             return
         self.close()
-        connection = pika.BlockingConnection(pika.URLParameters(self.amqp_url))
+        connection = pika.BlockingConnection(
+            [pika.URLParameters(url) for url in self.amqp_url.split()]
+        )
         try:
             channel = connection.channel()
             channel.exchange_declare(
                 exchange=self.names.exchange, exchange_type="topic", durable=True
             )
-            channel.queue_declare(queue=self.names.queue, durable=True)
+            channel.queue_declare(
+                queue=self.names.queue, durable=True, arguments=self.queue_arguments
+            )
             channel.queue_bind(
                 queue=self.names.queue, exchange=self.names.exchange, routing_key=self.binding
             )

@@ -7,8 +7,12 @@ state, and reconnects after the owner's back-off (the one
 :class:`~triggerhook.retry.Backoff`, through :meth:`Worker.back_off`). Other
 threads reach the I/O thread only through :meth:`ConnectionLoop.call_soon`.
 
-The broker URL is parsed once, by :func:`amqp_parameters`, where a process is
-wired; the loop is handed the parsed parameters.
+The broker URLs (``amqp_url``: one, or several nodes of a RabbitMQ cluster)
+are parsed once, by :func:`amqp_parameters`, where a process is wired; the
+loop is handed the parsed nodes. It connects to the first; whenever a
+connection ends or cannot be made it moves on to the next node (round robin),
+at once while some node of the round is untried, after the back-off once all
+of them failed in a row.
 
 The few private pika attributes the publisher relies on are reached only
 through the adapters at the end of this module, each naming the pika version
@@ -19,6 +23,7 @@ fails when one disappears).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -31,22 +36,45 @@ from triggerhook.runtime.worker import Worker
 
 # pika.URLParameters (pika has no type hints: to mypy this is Any).
 AmqpParameters: TypeAlias = pika.URLParameters
+# The nodes a process may connect to, in the order they are tried.
+AmqpNodes: TypeAlias = tuple[AmqpParameters, ...]
+_URL_SEPARATORS = re.compile(r"[\s,]+")  # a URL itself has neither (percent-encode them)
+_MAX_NODES = 16
 
 
-def amqp_parameters(url: str) -> AmqpParameters:
-    """The connection parameters of ``amqp_url`` (:class:`ConfigError` if malformed).
+def amqp_parameters(urls: str) -> AmqpNodes:
+    """The connection parameters of ``amqp_url``: one URL, or several
+    separated by spaces or commas (the nodes of a cluster, tried in that
+    order); :class:`ConfigError` naming the bad one if any is malformed.
 
     pika copies them into every connection it makes, so one parsed object
-    serves every connection of a process.
+    per node serves every connection of a process.
     """
+    given = [url for url in _URL_SEPARATORS.split(urls) if url]
+    if not given:
+        raise ConfigError("amqp_url: give at least one amqp:// or amqps:// URL")
+    if len(given) > _MAX_NODES:
+        raise ConfigError(f"amqp_url: at most {_MAX_NODES} URLs")
+    return tuple(_node(url, index, len(given)) for index, url in enumerate(given))
+
+
+def _node(url: str, index: int, count: int) -> AmqpParameters:
+    where = f"amqp_url (URL {index + 1} of {count})" if count > 1 else "amqp_url"
+    if not url.startswith(("amqp://", "amqps://")):
+        raise ConfigError(f"{where}: must start with amqp:// or amqps://")
     try:
         params = pika.URLParameters(url)
     except Exception as exc:
-        raise ConfigError(f"amqp_url: {exc}") from exc
+        raise ConfigError(f"{where}: {exc}") from exc
     params.connection_attempts = 1
     params.socket_timeout = 5
     params.blocked_connection_timeout = 30
     return params
+
+
+def node_name(params: AmqpParameters) -> str:
+    """``host:port`` of a node, for logs (never its credentials)."""
+    return f"{params.host}:{params.port}"
 
 
 def close_connection(conn: pika.SelectConnection) -> None:
@@ -81,18 +109,20 @@ class ConnectionLoop:
     __slots__ = (
         "_closed_msg",
         "_conn",
+        "_failed_in_row",
         "_log",
+        "_next",
+        "_nodes",
         "_on_open",
         "_on_reset",
         "_open_error_msg",
         "_owner",
-        "_params",
         "_what",
     )
 
     def __init__(
         self,
-        params: AmqpParameters,
+        nodes: AmqpNodes,
         owner: Worker,
         what: str,
         on_open: Callable[[pika.SelectConnection], None],
@@ -100,16 +130,18 @@ class ConnectionLoop:
         logger: logging.Logger,
         prefix: str = "",
     ) -> None:
-        self._params = params
+        self._nodes = nodes
+        self._next = 0  # index of the node the next connection goes to
+        self._failed_in_row = 0  # connections ended or not made since one opened
         self._owner = owner
         self._what = what  # names the back-off's log lines: "<what> failed (attempt n) ..."
         self._on_open = on_open
         self._on_reset = on_reset
         self._log = logger
         self._open_error_msg = f"{prefix} cannot connect" if prefix else "cannot connect"
-        self._open_error_msg += " to RabbitMQ: %s"
+        self._open_error_msg += " to RabbitMQ at %s: %s"
         self._closed_msg = f"{prefix}: RabbitMQ" if prefix else "RabbitMQ"
-        self._closed_msg += " connection closed: %s"
+        self._closed_msg += " connection closed (%s): %s"
         # Written by the owner's thread only; read by any (a reference read is atomic).
         self._conn: pika.SelectConnection | None = None
 
@@ -127,14 +159,22 @@ class ConnectionLoop:
             self.serve()
             if done():
                 return
-            self._owner.back_off(BrokerUnavailable("connection to RabbitMQ lost"), self._what)
-            if done():  # a stop came during the wait
-                return
+            self._failed_in_row += 1
+            if self._failed_in_row % len(self._nodes) == 0:  # every node failed: wait
+                self._owner.back_off(BrokerUnavailable("connection to RabbitMQ lost"), self._what)
+                if done():  # a stop came during the wait
+                    return
+
+    @property
+    def node(self) -> str:
+        """``host:port`` of the node the current (or next) connection is to."""
+        return node_name(self._nodes[self._next])
 
     def serve(self) -> None:
-        """Make one connection and serve its I/O loop until it stops."""
+        """Make one connection (to the next node) and serve its I/O loop until it stops."""
+        params = self._nodes[self._next]
         conn = pika.SelectConnection(
-            self._params,
+            params,
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_open_error,
             on_close_callback=self._on_closed,
@@ -144,6 +184,7 @@ class ConnectionLoop:
             conn.ioloop.start()
         finally:
             self._conn = None
+            self._next = (self._next + 1) % len(self._nodes)
             self._on_reset()
             conn.ioloop.close()
 
@@ -173,13 +214,17 @@ class ConnectionLoop:
         if conn is not None:
             close_connection(conn)
 
+    def opened(self) -> None:
+        """The owner's ``on_open`` succeeded: a later loss starts a new round of nodes."""
+        self._failed_in_row = 0
+
     def _on_open_error(self, conn: pika.SelectConnection, error: BaseException | str) -> None:
-        self._log.warning(self._open_error_msg, error)
+        self._log.warning(self._open_error_msg, self.node, error)
         conn.ioloop.stop()
 
     def _on_closed(self, conn: pika.SelectConnection, reason: BaseException) -> None:
         if not self._owner.stopping:
-            self._log.warning(self._closed_msg, reason)
+            self._log.warning(self._closed_msg, self.node, reason)
         conn.ioloop.stop()
 
 

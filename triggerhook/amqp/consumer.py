@@ -37,7 +37,7 @@ import pika.channel
 import pika.frame
 import pika.spec
 
-from triggerhook.amqp.connection import AmqpParameters, ConnectionLoop
+from triggerhook.amqp.connection import AmqpNodes, ConnectionLoop
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class QueueConsumer(Worker):
 
     def __init__(
         self,
-        params: AmqpParameters,
+        nodes: AmqpNodes,
         queue: str,
         dead_queue: str,
         prefetch: int,
@@ -120,17 +120,19 @@ class QueueConsumer(Worker):
         error_header: str,
         private_headers: Collection[str] = (),
         name: str = "th-commands",
+        queue_arguments: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(name, on_failure)
         self.queue = queue
         self.dead_queue = dead_queue
+        self._queue_arguments = dict(queue_arguments or {})  # both queues' (their type)
         self._prefetch = prefetch
         self._on_message_cb = on_message
         self._on_end = on_end
         self._error_header = error_header
         self._private_headers = frozenset(private_headers)
         self._loop = ConnectionLoop(
-            params, self, "command consumer", self._on_open, self._reset, log, "command consumer"
+            nodes, self, "command consumer", self._on_open, self._reset, log, "command consumer"
         )
         self._drain_deadline_s = math.inf  # settling in-flight deliveries, once stopping
         self._connected = threading.Event()
@@ -211,11 +213,16 @@ class QueueConsumer(Worker):
         channel.add_on_return_callback(self._on_return)
         channel.add_on_cancel_callback(self._on_cancelled)
         # Durable, shared (never exclusive): several daemons consume one queue.
+        arguments = self._queue_arguments
         channel.queue_declare(
             queue=self.dead_queue,
             durable=True,
+            arguments=arguments,
             callback=lambda _frame: channel.queue_declare(
-                queue=self.queue, durable=True, callback=lambda _f: self._on_declared(channel)
+                queue=self.queue,
+                durable=True,
+                arguments=arguments,
+                callback=lambda _f: self._on_declared(channel),
             ),
         )
 
@@ -243,8 +250,9 @@ class QueueConsumer(Worker):
             self.reconnects += 1
         self._ever_consumed = True
         self.succeeded("command consumer")
+        self._loop.opened()
         self._connected.set()
-        log.info("consuming commands from queue %r", self.queue)
+        log.info("consuming commands from queue %r at %s", self.queue, self._loop.node)
 
     def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
         self._channel = None

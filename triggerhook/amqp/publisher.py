@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import pika
@@ -34,7 +35,7 @@ import pika.frame
 import pika.spec
 
 from triggerhook.amqp.connection import (
-    AmqpParameters,
+    AmqpNodes,
     ConnectionLoop,
     body_frame_max,
     write_frames,
@@ -58,7 +59,7 @@ _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
 class AmqpPublisher(Worker):
     def __init__(
         self,
-        params: AmqpParameters,
+        nodes: AmqpNodes,
         exchange: str,
         buffer: FiredSource,
         confirms: ConfirmSink,
@@ -68,16 +69,19 @@ class AmqpPublisher(Worker):
         policy: DeliveryPolicy,
         dead_letter_routing_key: str,
         dead_letter_queue: str,
+        queue_arguments: Mapping[str, str],
         clock: Clock,
         late_policy: LatePolicy,
     ) -> None:
-        """``late_policy``: for tasks that have none of their own."""
+        """``late_policy``: for tasks that have none of their own;
+        ``queue_arguments``: the dead-letter queue's (its type)."""
         super().__init__("th-publisher", on_failure)
         self._clock = clock  # x-fired-ms and the lateness: the database's time
-        self._loop = ConnectionLoop(params, self, "publishing", self._on_open, self._reset, log)
+        self._loop = ConnectionLoop(nodes, self, "publishing", self._on_open, self._reset, log)
         self._exchange = exchange
         self._policy = policy
         self._dead_key = dead_letter_routing_key
+        self._queue_arguments = queue_arguments
         self._dead_queue = dead_letter_queue
         self._late_policy = late_policy
         # Owned by the I/O thread: dead letters to publish, and those in flight
@@ -202,6 +206,7 @@ class AmqpPublisher(Worker):
         channel.queue_declare(
             queue=self._dead_queue,
             durable=True,
+            arguments=dict(self._queue_arguments),
             callback=lambda _frame: channel.queue_bind(
                 self._dead_queue, self._exchange, self._dead_key, callback=confirm
             ),
@@ -221,7 +226,8 @@ class AmqpPublisher(Worker):
         if self._backoff.attempt:
             self.reconnects += 1
         self.succeeded("publishing")
-        log.info("publishing to exchange %r", self._exchange)
+        self._loop.opened()
+        log.info("publishing to exchange %r at %s", self._exchange, self._loop.node)
         self.connected.set()
         self._drain()
 

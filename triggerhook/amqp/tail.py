@@ -59,7 +59,7 @@ def tail(
     params = amqp_parameters(amqp_url)
     deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
     try:
-        conn = pika.BlockingConnection(params)
+        conn = pika.BlockingConnection(list(params))  # tried in order
     except pika.exceptions.AMQPError as exc:
         raise BrokerUnavailable(f"message broker unavailable: {exc!r}") from exc
     try:

@@ -51,7 +51,7 @@ import queue
 import threading
 import time
 
-from triggerhook.amqp.connection import AmqpParameters
+from triggerhook.amqp.connection import AmqpNodes
 from triggerhook.amqp.consumer import Delivery, QueueConsumer, Settle, Settlement
 from triggerhook.api.command_auth import AUTH_HEADER, LOG_INTERVAL_S, CommandGuard, Unauthorized
 from triggerhook.api.command_messages import Command, Rejected, Reply, execute, max_body_bytes
@@ -98,7 +98,7 @@ class CommandConsumer:
     ``stop(timeout_s)`` stops taking messages, lets those being applied commit
     and be acked (until the timeout; the rest stay unacked, so the broker
     delivers them again), closes the connection and returns. ``on_failure``
-    is called only if a thread of the consumer dies of a bug. ``params``: the
+    is called only if a thread of the consumer dies of a bug. ``nodes``: the
     broker's connection parameters, parsed once where the process is wired
     (the publisher uses the same).
     """
@@ -107,7 +107,7 @@ class CommandConsumer:
         self,
         hook: TriggerHook,
         config: CommandConfig,
-        params: AmqpParameters,
+        nodes: AmqpNodes,
         on_failure: FailureHandler,
     ) -> None:
         self._hook = hook
@@ -126,7 +126,7 @@ class CommandConsumer:
             )
         self._stopping = threading.Event()
         self._broker = QueueConsumer(
-            params,
+            nodes,
             self.queue,
             self.dead_queue,
             self._prefetch,
@@ -136,6 +136,7 @@ class CommandConsumer:
             error_header=ERROR_HEADER,
             # The token stays out of the dead-letter queue, whoever may read it.
             private_headers=(AUTH_HEADER,),
+            queue_arguments=config.queue_arguments,
         )
         self._work: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []

@@ -6,7 +6,8 @@ sees the rest: no database URL or broker password in the HTTP layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +37,4 @@ class CommandConfig:
     allowed_users: frozenset[str]  # AMQP user ids allowed without a token
     reply_prefix: str  # replies only to direct reply-to or queues with this prefix
     max_payload_bytes: int
+    queue_arguments: Mapping[str, str] = field(default_factory=dict)  # the queues' (type)

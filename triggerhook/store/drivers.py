@@ -30,6 +30,7 @@ _TRANSIENT_CODES = frozenset(
     {
         0,  # connection already closed (InterfaceError)
         1040,  # too many connections
+        1047,  # Galera: this node is not (yet) in the primary component
         1053,  # server shutdown in progress
         1205,  # lock wait timeout
         1213,  # deadlock, transaction rolled back
