@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -36,8 +36,10 @@ from triggerhook.logs import redact
 from triggerhook.metrics.collector import Collector
 from triggerhook.metrics.influx import InfluxV1Sink, InfluxV2Sink, check_url
 from triggerhook.metrics.reporter import MetricsReporter
+from triggerhook.runtime.points import Field
 from triggerhook.runtime.worker import FailureHandler
 from triggerhook.settings import Settings
+from triggerhook.store.galera import GaleraWatch
 from triggerhook.store.mysql import MySQLStore
 
 if TYPE_CHECKING:
@@ -186,7 +188,18 @@ def _build(
     clock, sync = _database_clock(settings, store)
     publisher = publisher_factory(settings, params, clock)
     database = f"{redact(settings.database_url)} through {store.driver}"
-    return assemble(settings, store, clock, publisher, sink, sync, database, wake_armer=wake_armer)
+    galera = GaleraWatch(store.galera_status)
+    return assemble(
+        settings,
+        store,
+        clock,
+        publisher,
+        sink,
+        sync,
+        database,
+        wake_armer=wake_armer,
+        more_gauges=galera.figures,
+    )
 
 
 def _database_clock(settings: Settings, store: TaskStore) -> tuple[DatabaseClock, ClockSync]:
@@ -207,11 +220,12 @@ def assemble(
     database: str = "",
     *,
     wake_armer: Callable[[], None] | None = None,
+    more_gauges: Callable[[], Mapping[str, Field]] | None = None,
 ) -> TriggerHook:
     """The engine and the façade over ``store``, ``clock`` and ``publisher``
     (and ``clock_sync``, the thread keeping a database clock current).
     ``wake_armer``: the engine only writes (an API process), and its soon-due
-    rows go there."""
+    rows go there. ``more_gauges``: figures of the store's own (Galera's)."""
     config = replace(engine_config(settings), fires=wake_armer is None)
     engine = Engine(config, store, clock, publisher, wake_armer)
     tags = {"instance": engine.instance, "host": socket.gethostname()}
@@ -223,7 +237,7 @@ def assemble(
             tags,
             settings.metrics_recount_s * 1000,
             int(clock.now_ms()),
-            None if clock_sync is None else clock_sync.figures,
+            gauges_of(clock_sync, more_gauges),
         )
         if metrics_sink is not None:
             log.info(
@@ -242,6 +256,21 @@ def assemble(
 
     rules = TaskRules(settings.default_routing_key, settings.max_payload_bytes)
     return TriggerHook(engine, store, clock, rules, start_metrics, clock_sync, database)
+
+
+def gauges_of(
+    clock_sync: ClockSync | None, more: Callable[[], Mapping[str, Field]] | None
+) -> Callable[[], Mapping[str, Field]]:
+    """The collector's extra gauges: the database clock's, and ``more``."""
+    sources = [source for source in (clock_sync and clock_sync.figures, more) if source]
+
+    def gauges() -> dict[str, Field]:
+        found: dict[str, Field] = {}
+        for source in sources:
+            found.update(source())
+        return found
+
+    return gauges
 
 
 # A lease counts as lapsed this much (plus the clock's bound) before its end,

@@ -102,6 +102,12 @@ GAUGES: dict[str, tuple[str, str, int]] = {
         "The host's clock minus the database's (positive: the host is ahead).",
         _MS_PER_S,
     ),
+    "galera_conflicts": (
+        "triggerhook_galera_conflicts",
+        "Certification conflicts the Galera node this instance writes to counted since it "
+        "started (absent: no Galera); growing: writes reach more than one node.",
+        1,
+    ),
 }
 RUNNING_FAMILY = "triggerhook_running"
 

@@ -69,6 +69,7 @@ from triggerhook.store.connection import (
     is_duplicate_key,
     target,
 )
+from triggerhook.store.galera import GaleraStatus, status_of
 from triggerhook.store.rows import (
     INSERT_CHUNK_BYTES,
     INSERT_CHUNK_ROWS,
@@ -779,6 +780,12 @@ class MySQLStore:
             cur.execute(sql.EARLIEST_DUE)
             row = cur.fetchone()
         return None if row is None or row[0] is None else int(row[0])
+
+    def galera_status(self) -> GaleraStatus | None:
+        """The Galera node's view (cluster size, conflicts); None: no Galera."""
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.GALERA_STATUS)
+            return status_of(cur.fetchall())
 
     def database_time_us(self) -> int:
         with self._autocommit_pool.transaction() as cur:

@@ -405,3 +405,9 @@ SESSION_CIPHER = "SHOW SESSION STATUS LIKE 'Ssl_cipher'"
 
 # The server's clock, in epoch microseconds (see NOW_MS).
 DATABASE_TIME_US = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+
+# Galera's view of this node (triggerhook/store/galera.py); no rows elsewhere.
+GALERA_STATUS = (
+    "SHOW GLOBAL STATUS WHERE Variable_name IN "
+    "('wsrep_cluster_size', 'wsrep_local_cert_failures', 'wsrep_local_bf_aborts')"
+)
