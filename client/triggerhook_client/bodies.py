@@ -234,39 +234,34 @@ class Filter:
         """It names tasks by id prefix, tag or routing key, as a bulk cancel must."""
         return any(v is not None for v in (self.prefix, self.tag, self.routing_key))
 
-    def due_range(self) -> tuple[dict[str, str | int], Renames]:
-        """The due range's bounds as sent, and the renames of the fields the
-        daemon's errors name to the caller's (a deprecated number given as
-        ``due_after`` is sent as ``due_after_ms``)."""
+    def params(self) -> tuple[dict[str, str], Renames]:
+        """As query parameters, and the renames of the fields the daemon's
+        errors name to the caller's arguments."""
+        params = self._selection()
+        bounds, renames = self._due_range()
+        params.update((name, str(value)) for name, value in bounds.items())
+        if isinstance(self.state, TaskState):
+            params["state"] = self.state.value
+        elif self.state is not None:
+            params["state"] = utf8(self.state, "state")
+        return params, renames
+
+    def body(self) -> tuple[dict[str, object], Renames]:
+        """As a bulk cancel's body, and the renames (see :meth:`params`)."""
+        bounds, renames = self._due_range()
+        return {**self._selection(), **bounds}, renames
+
+    def _due_range(self) -> tuple[dict[str, str | int], Renames]:
         sent: dict[str, str | int] = {}
         renames: Renames = {}
         for name, value, value_ms in (
             ("due_after", self.due_after, self.due_after_ms),
             ("due_before", self.due_before, self.due_before_ms),
         ):
-            found = instant_field(name, value, value_ms)
-            if found is not None:
-                field, sent[field] = found
-                if value is not None and field != name:
-                    renames[field] = name
+            bound, renamed = instant_field(name, value, value_ms)
+            sent.update(bound)
+            renames.update(renamed)
         return sent, renames
-
-    def params(self) -> dict[str, str]:
-        """As query parameters (the names the daemon's errors use are these)."""
-        params = self._selection()
-        params.update((name, str(value)) for name, value in self.due_range()[0].items())
-        if isinstance(self.state, TaskState):
-            params["state"] = self.state.value
-        elif self.state is not None:
-            params["state"] = utf8(self.state, "state")
-        return params
-
-    def body(self) -> dict[str, object]:
-        """As a bulk cancel's body."""
-        body: dict[str, object] = {}
-        body.update(self._selection())
-        body.update(self.due_range()[0])
-        return body
 
     def _selection(self) -> dict[str, str]:
         selection: dict[str, str] = {}

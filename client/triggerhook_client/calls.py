@@ -157,28 +157,24 @@ class BaseClient:
         where: Filter, limit: int | None, cursor: str | None, limit_name: str = "limit"
     ) -> Call[TaskPage]:
         """One page; ``limit_name``: what the caller calls the page size."""
-        params = where.params()
+        params, rename = where.params()
         if limit is not None:
             params["limit"] = positive(limit, limit_name)
         if cursor is not None:
             params["cursor"] = utf8(cursor, "cursor")
-        rename = {"limit": limit_name, **where.due_range()[1]}
+        rename["limit"] = limit_name
         return Call("GET", "/v1/tasks", _OK_STATUS, answers.page, rename=rename, params=params)
 
     @staticmethod
     def _count_call(where: Filter) -> Call[int]:
+        params, rename = where.params()
         return Call(
-            "GET",
-            "/v1/tasks/count",
-            _OK_STATUS,
-            answers.counted,
-            rename=where.due_range()[1],
-            params=where.params(),
+            "GET", "/v1/tasks/count", _OK_STATUS, answers.counted, rename=rename, params=params
         )
 
     @staticmethod
     def _timeline_call(where: Filter, span: Span) -> Call[Timeline]:
-        params, rename = where.params(), {}
+        params, rename = where.params()
         if span.bucket_s is not None:
             if span.bucket_ms is not None:
                 raise invalid("bucket_s", "give at most one of bucket_ms and bucket_s")
@@ -189,11 +185,9 @@ class BaseClient:
             params["bucket_ms"] = positive(span.bucket_ms, "bucket_ms")
         if span.buckets is not None:
             params["buckets"] = positive(span.buckets, "buckets")
-        start = instant_field("start", span.start, span.start_ms)
-        if start is not None:
-            params[start[0]] = str(start[1])
-            if span.start is not None and start[0] == "start_ms":
-                rename["start_ms"] = "start"
+        start, renamed = instant_field("start", span.start, span.start_ms)
+        params.update((name, str(value)) for name, value in start.items())
+        rename.update(renamed)
         return Call(
             "GET", "/v1/tasks/timeline", _OK_STATUS, answers.timeline, rename=rename, params=params
         )
@@ -205,14 +199,15 @@ class BaseClient:
             raise invalid(None, "give at least one of prefix, tag and routing_key")
         if not (is_number(timeout_s) and timeout_s > 0):
             raise invalid("timeout_s", "must be a number of seconds > 0")
-        content = encode(where.body())
+        body, rename = where.body()
+        content = encode(body)
         return Call(
             "POST",
             "/v1/tasks/cancel",
             _OK_STATUS,
             answers.bulk_cancelled,
             content,
-            rename=where.due_range()[1],
+            rename=rename,
             timeout_s=timeout_s,
         )
 

@@ -102,18 +102,23 @@ def _seconds_ms(seconds: float, name: str) -> int:
     return due_ms(math.ceil(Decimal(repr(seconds)) * 1000), name)
 
 
-def instant_field(name: str, value: object, value_ms: object) -> tuple[str, str | int] | None:
+def instant_field(
+    name: str, value: object, value_ms: object
+) -> tuple[dict[str, str | int], dict[str, str]]:
     """An instant the caller gave as ``name`` (see :func:`instant`) or as
-    ``name_ms`` (epoch ms), at most one: the field it is sent as and its
-    value; None when neither is given."""
+    ``name_ms`` (epoch ms), at most one: ``{field: value}`` as it is sent
+    (empty when neither is given), and the rename of the daemon's field to
+    the caller's (a deprecated number given as ``name`` goes as ``name_ms``)."""
     if value_ms is not None:
         if value is not None:
             raise invalid(name, f"give at most one of {name} and {name}_ms (given: both)")
-        return f"{name}_ms", epoch_ms(value_ms, f"{name}_ms")
+        return {f"{name}_ms": epoch_ms(value_ms, f"{name}_ms")}, {}
     if value is None:
-        return None
+        return {}, {}
     sent = instant(value, name)
-    return (name, sent) if isinstance(sent, str) else (f"{name}_ms", sent)
+    if isinstance(sent, str):
+        return {name: sent}, {}
+    return {f"{name}_ms": sent}, {f"{name}_ms": name}
 
 
 # An ISO 8601 duration as the daemon takes it (triggerhook/domain/recurrence.py's
