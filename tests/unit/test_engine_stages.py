@@ -519,6 +519,43 @@ def test_keepers_share_the_shards_and_an_excess_is_handed_over() -> None:
     assert first.released == SHARDS // 2
 
 
+def test_a_keeper_below_its_share_looks_often_only_while_shards_may_come_free() -> None:
+    # 4 shards over 3 keepers, each taking up to ceil(4 / 3) = 2: the last is left
+    # below its share for good.
+    s = make_stages()
+    keepers = [_keeper(s, name, token) for token, name in enumerate((ME, OTHER, "third"), 1)]
+    for keeper in keepers:
+        keeper.step(NOW)  # ME takes all 4; the others find none free
+    for keeper in keepers:
+        keeper.step(NOW)  # ME sees 3 members and hands 2 over, which OTHER takes
+    shares = [len(k.table) for k in keepers]
+    assert shares == [2, 2, 0], shares
+    below = keepers[2]
+    assert below.step(NOW + 1000) is True  # the members changed lately: shards may come free
+    later = NOW + 3 * LEASE_MS  # nothing changed since
+    for keeper in keepers:
+        keeper.step(later)
+    assert below.step(later) is False  # below its share, but nothing can come free: not busy
+    assert len(below.table) == 0
+
+
+def test_a_keeper_that_lost_its_shards_while_paused_looks_often_for_them() -> None:
+    # Two keepers, 2 shards each; ME is paused past its lease and OTHER takes all.
+    s = make_stages()
+    me, other = _keeper(s, ME, 1), _keeper(s, OTHER, 2)
+    for keeper in (me, other, me, other):
+        keeper.step(NOW)
+    assert (len(me.table), len(other.table)) == (2, 2)
+    later = NOW + 3 * LEASE_MS  # past every window of the start
+    s.clock.advance(3 * LEASE_MS)  # ME paused meanwhile: its leases and name lapse
+    other.step(later)  # takes ME's expired shards (ME is not live: one member)
+    assert len(other.table) == SHARDS
+    # ME resumes: still two members as it saw them, but it lost its shards. The
+    # ones OTHER hands back come free within a lease: ME looks often meanwhile.
+    assert me.step(later) is True
+    assert len(me.table) == 0
+
+
 def test_a_draining_shard_is_released_only_once_its_copies_left_memory() -> None:
     s = make_stages()
     first = _keeper(s, ME, 1)

@@ -25,8 +25,16 @@ from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 
-# While below its fair share or draining, the keeper looks again this often.
+# While draining, or below its fair share while shards may come free, the
+# keeper looks again this often.
 _BUSY_ROUND_S = 0.25
+# Shards come free after a membership change (the others drain their excess
+# at their next round and release each within a lease), also one this
+# instance did not see itself: it lost shards while paused, and the others
+# hand some back once they see it live. Looking often for this long after
+# either, and not forever: with shards not divisible by the members (64 over
+# 3: 22, 22, 20) one stays below ceil(N / M) for good.
+_CHANGE_WINDOW_LEASES = 2
 
 
 class Verdict(enum.Enum):
@@ -218,6 +226,7 @@ class ShardKeeper(Worker):
         self._backoff = Backoff(max_s=min(5.0, config.lease_ms / 6000))
         self.members = 1
         self.released = 0
+        self._quick_until_ms = 0.0  # look often until then (members changed, shards lost)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -242,36 +251,49 @@ class ShardKeeper(Worker):
             self._wakeup.clear()
 
     def step(self, now_ms: float) -> bool:
-        """One round; True while it wants more shards or is handing some over."""
+        """One round; True while it hands shards over, or wants more and some
+        may come free (it just got some, or lately the members changed or it
+        lost shards)."""
         cfg = self._config
         if not self._store.heartbeat(cfg.instance, cfg.token, cfg.lease_ms):
             raise InstanceNameLost(
                 f"another process took over the instance name {cfg.instance!r} "
                 "(this one was paused or cut off longer than shard_lease_ms)"
             )
-        self._renew(now_ms)
-        self.members = max(1, self._store.live_members())
-        fair = math.ceil(self._store.shard_count() / self.members)
+        lost = self._renew(now_ms)
+        members = max(1, self._store.live_members())
+        if members != self.members or lost:
+            self._quick_until_ms = now_ms + _CHANGE_WINDOW_LEASES * cfg.lease_ms
+        self.members = members
+        fair = math.ceil(self._store.shard_count() / members)
         owned = len(self.table) - len(self.table.draining())
+        acquired = 0
         if owned < fair:
-            self._acquire(fair - owned, now_ms)
+            acquired = self._acquire(fair - owned, now_ms)
         elif owned > fair:
             self.table.start_draining(owned - fair, now_ms)
         self._release_drained(now_ms)
-        return len(self.table) - len(self.table.draining()) < fair or bool(self.table.draining())
+        wants = len(self.table) - len(self.table.draining()) < fair
+        may_come_free = acquired > 0 or now_ms < self._quick_until_ms
+        return bool(self.table.draining()) or (wants and may_come_free)
 
-    def _renew(self, now_ms: float) -> None:
+    def _renew(self, now_ms: float) -> bool:
+        """Renew every lease; True when some were lost (taken by another instance)."""
         asked = self.table.leases()
-        if asked:
-            kept = self._store.renew(self._config.instance, asked, self._config.lease_ms)
-            self.table.renewed(kept, asked, now_ms + self._config.lease_ms)
+        if not asked:
+            return False
+        kept = self._store.renew(self._config.instance, asked, self._config.lease_ms)
+        self.table.renewed(kept, asked, now_ms + self._config.lease_ms)
+        return len(kept) < len(asked)
 
-    def _acquire(self, count: int, now_ms: float) -> None:
+    def _acquire(self, count: int, now_ms: float) -> int:
+        """Acquire up to ``count`` free or expired shards; how many were."""
         acquired = self._store.acquire(self._config.instance, count, self._config.lease_ms)
         if acquired:
             self.table.add(acquired, now_ms + self._config.lease_ms)
             log.info("acquired %d shards", len(acquired), extra={"shards": len(self.table)})
             self._on_acquired()
+        return len(acquired)
 
     def _release_drained(self, now_ms: float) -> None:
         ready = [
