@@ -12,7 +12,11 @@ benchmarks/engine.py; HTTP: benchmarks/http.py), sending and confirm, burst
 rates stepped up until one is not held (benchmarks/capacity.py), precision
 under hostile input (benchmarks/hostile.py), takeover after kill -9
 (benchmarks/takeover.py), listing and bulk cancel at 1,000,000 pending tasks
-(benchmarks/listing.py).
+(benchmarks/listing.py), firing and single calls at 10,000 and at 10,000,000
+pending tasks, and 1,000,000 due in the same second (benchmarks/pending.py).
+Only when named by ``--only``: ``instances``, burst and steady load with 1, 2
+and 3 daemons on the local cluster (``scripts/cluster up --no-daemons`` first;
+benchmarks/instances.py).
 
 The servers: ``--database-url`` and ``--amqp-url``, else the daemon's own
 variables TRIGGERHOOK_DATABASE_URL and TRIGGERHOOK_AMQP_URL, else the daemon's
@@ -47,11 +51,14 @@ from benchmarks import (
     capacity,
     catalogue,
     ceilings,
+    cluster,
     engine,
     hostile,
     http,
+    instances,
     listing,
     machine,
+    pending,
     plots,
     precision,
     report,
@@ -121,6 +128,20 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
         "listing": lambda rec: listing.run(
             rec, *((20_000, 5_000, 10) if config.quick else (1_000_000, 100_000, 60))
         ),
+        "pending": lambda rec: pending.run(
+            rec, pending.QUICK_LEVELS if config.quick else pending.LEVELS, config.precision_s
+        ),
+        "instances": lambda rec: instances.run(
+            rec,
+            burst_n=instances.QUICK_BURST_N if config.quick else instances.BURST_N,
+            rates=instances.QUICK_RATES if config.quick else instances.RATES,
+            step_s=instances.QUICK_STEP_S if config.quick else instances.STEP_S,
+        ),
+        "same_second": lambda rec: (
+            pending.same_second(rec, pending.QUICK_BURST_N, pending.QUICK_MAX_IN_MEMORY)
+            if config.quick
+            else pending.same_second(rec, pending.BURST_N)
+        ),
     }
 
 
@@ -152,7 +173,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--capacity-step-s", type=int, help="seconds a capacity step (default 20)")
     parser.add_argument("--quick", action="store_true", help="small sizes for CI, no targets")
     parser.add_argument(
-        "--only", nargs="+", choices=catalogue.SCENARIOS, default=catalogue.SCENARIOS
+        "--only", nargs="+", choices=catalogue.SCENARIOS, default=catalogue.DEFAULT_SCENARIOS
     )
     parser.add_argument(
         "--database-url",
@@ -204,7 +225,7 @@ def _config(args: argparse.Namespace) -> Config:
     )
 
 
-def _meta(config: Config, argv: list[str], wall_s: float) -> dict[str, Any]:
+def _meta(config: Config, argv: list[str], wall_s: float, scenarios: list[str]) -> dict[str, Any]:
     settings = {
         k: v
         for k, v in asdict(Settings()).items()
@@ -215,7 +236,11 @@ def _meta(config: Config, argv: list[str], wall_s: float) -> dict[str, Any]:
         "command": " ".join(["python -m benchmarks", *argv]),
         "wall_s": round(wall_s, 1),
         "machine": machine.machine(),
-        "servers": {**servers(), "innodb_buffer_pool_mib": machine.buffer_pool_mib()},
+        "servers": {
+            **servers(),
+            "innodb_buffer_pool_mib": machine.buffer_pool_mib(),
+            **({"cluster": cluster.SERVERS} if "instances" in scenarios else {}),
+        },
         "versions": {**machine.versions(), "driver": _driver()},
         "commit": machine.commit(),
         "config": {**asdict(config), "engine_settings": settings},
@@ -241,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = _scenarios(config)
     recorders = [_run(name, scenarios[name]) for name in catalogue.SCENARIOS if name in args.only]
     wall_s = time.perf_counter() - started
-    meta = _meta(config, argv, wall_s)
-    rows = report.evaluate(recorders, config.quick)
+    meta = _meta(config, argv, wall_s, [rec.scenario for rec in recorders])
+    more = [s for rec in recorders if rec.scenario == "instances" for s in instances.specs(rec)]
+    rows = report.evaluate(recorders, config.quick, more)
     pictures, plot_error = _draw(recorders, out)
     meta.update(plots=[p.name for p in pictures], plot_error=plot_error)
     (out / "results.json").write_text(report.to_json(rows, recorders, meta))
@@ -265,7 +291,11 @@ def _driver() -> str:
 def _draw(recorders: list[Recorder], out: Path) -> tuple[list[Path], str | None]:
     """The plots, or the reason there are none (the figures are written anyway)."""
     try:
-        return plots.draw(recorders, out), None
+        drawn = plots.draw(recorders, out)
+        for rec in recorders:
+            if rec.scenario == "instances" and (path := instances.draw(rec, out)):
+                drawn.append(path)
+        return drawn, None
     except Exception as exc:
         log.exception("plotting failed")
         return [], f"{type(exc).__name__}: {exc}"

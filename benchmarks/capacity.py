@@ -89,10 +89,10 @@ class Step:
 
     @property
     def bound_ms(self) -> int:
-        return _bound_ms(self.start_ms, self.seconds)
+        return receive_bound_ms(self.start_ms, self.seconds)
 
 
-def _bound_ms(start_ms: int, seconds: int) -> int:
+def receive_bound_ms(start_ms: int, seconds: int) -> int:
     """Events not received by then (epoch ms) are missing."""
     return start_ms + (seconds + RECEIVE_BOUND_S) * 1000
 
@@ -125,7 +125,7 @@ def _step(fires_per_s: int, seconds: int) -> Step:
     with isolated() as place, daemon(place.settings) as running:
         start_ms = int((time.time() + LEAD_S + n / POST_TASKS_PER_S) * 1000)
         due_ms = due_times(start_ms, seconds, fires_per_s)
-        bound_ms = _bound_ms(start_ms, seconds)
+        bound_ms = receive_bound_ms(start_ms, seconds)
         with consuming(place.name, n, consume_until(bound_ms / 1000)) as consumer:
             tasks: list[dict[str, object]] = [{"at": d / 1000, "routing_key": "c"} for d in due_ms]
             uvloop.run(post_batches(running.url, tasks))
@@ -137,12 +137,12 @@ def _step(fires_per_s: int, seconds: int) -> Step:
             time.sleep(max(0.0, first_arming_s - time.time()))  # firing's CPU, not idling's
             cpu.start()
             events: list[Event] = consumer.events(bound_ms / 1000 - time.time() + 60)
-            rows_left = _rows_left(place, DRAIN_S if len(events) == n else 0)
+            rows_left = rows_left_after(place, DRAIN_S if len(events) == n else 0)
             cpu.stop()
     return Step(fires_per_s, seconds, start_ms, due_ms, events, cpu, rows_left)
 
 
-def _rows_left(place: Place, timeout_s: float) -> int:
+def rows_left_after(place: Place, timeout_s: float) -> int:
     """Rows left once the daemon deleted the confirmed ones (or after ``timeout_s``):
     the deletes are part of each fire's CPU cost."""
     with contextlib.suppress(TimeoutError):
@@ -161,17 +161,8 @@ def _record(rec: Recorder, step: Step) -> list[str]:
         del rec.series[f"{prefix}.{measure}"]
     p99_ms, early = fired.stats["p99"], fired.early + received.early
     missing = len(step.due_ms) - len(step.events)
-    first_ms, last_ms = _quarter_medians_ms(step)
-    why = [
-        reason
-        for failed, reason in (
-            (p99_ms > HELD_P99_MS, f"p99 {p99_ms:,.1f} ms > {HELD_P99_MS:.0f} ms"),
-            (early > 0, f"{early:,} early"),
-            (missing > 0, f"{missing:,} not received"),
-            (last_ms - first_ms > BACKLOG_GROWTH_MS, "backlog grew"),
-        )
-        if failed
-    ]
+    first_ms, last_ms = quarter_medians_ms(step)
+    why = not_held(p99_ms, early, missing, last_ms - first_ms)
     verdict = "not held: " + ", ".join(why) if why else "held"
     rec.add(
         f"{prefix}.fired_p99",
@@ -199,6 +190,20 @@ def _record(rec: Recorder, step: Step) -> list[str]:
     return why
 
 
+def not_held(p99_ms: float, early: int, missing: int, growth_ms: float) -> list[str]:
+    """Why a step was not held; empty: held."""
+    return [
+        reason
+        for failed, reason in (
+            (p99_ms > HELD_P99_MS, f"p99 {p99_ms:,.1f} ms > {HELD_P99_MS:.0f} ms"),
+            (early > 0, f"{early:,} early"),
+            (missing > 0, f"{missing:,} not received"),
+            (growth_ms > BACKLOG_GROWTH_MS, "backlog grew"),
+        )
+        if failed
+    ]
+
+
 def _record_cpu(rec: Recorder, prefix: str, step: Step) -> None:
     fires = len(step.events)
     for who, name in _METERED.items():
@@ -211,7 +216,7 @@ def _record_cpu(rec: Recorder, prefix: str, step: Step) -> None:
             )
 
 
-def _quarter_medians_ms(step: Step) -> tuple[float, float]:
+def quarter_medians_ms(step: Step) -> tuple[float, float]:
     """Median x-fired - x-due of the events due in the step's first and last
     quarters; an event not received counts as late by (bound - due)."""
     quarter_ms = step.seconds * 250

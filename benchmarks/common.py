@@ -7,6 +7,7 @@ where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing as mp
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
+from urllib.parse import urlsplit
 
 import pika
 from sqlalchemy.engine import make_url
@@ -199,13 +201,14 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
         ),
     )
     init_schema(place.settings.database_url)
-    _amqp(lambda ch: _declare(ch, name))
+    quorum = base.amqp_queue_type == "quorum"  # the cluster's (benchmarks/cluster.py)
+    with_channel(lambda ch: _declare(ch, name, {"x-queue-type": "quorum"} if quorum else None))
     try:
         yield place
     finally:
         # A fresh connection: one held through a long scenario would have missed
         # its heartbeats.
-        _amqp(lambda ch: _undeclare(ch, name))
+        with_channel(lambda ch: _undeclare(ch, name))
         db = admin_connection()
         try:
             db.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
@@ -213,7 +216,7 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
             db.close()
 
 
-def _amqp(work: Callable[[Any], None]) -> None:
+def with_channel(work: Callable[[Any], None]) -> None:
     conn = pika.BlockingConnection(pika.URLParameters(amqp_url()))
     try:
         work(conn.channel())
@@ -221,15 +224,17 @@ def _amqp(work: Callable[[Any], None]) -> None:
         conn.close()
 
 
-def _declare(channel: Any, name: str) -> None:
+def _declare(channel: Any, name: str, arguments: dict[str, str] | None) -> None:
     channel.exchange_declare(name, "topic", durable=True)
-    channel.queue_declare(name, durable=True)
+    channel.queue_declare(name, durable=True, arguments=arguments)
     channel.queue_bind(name, name, "#")
 
 
 def _undeclare(channel: Any, name: str) -> None:
-    channel.queue_delete(name)
-    channel.queue_delete(f"{name}.dead")  # the engine's dead-letter queue
+    # The engine's dead-letter queue and its command queues too (declared by a
+    # daemon of the scenario; deleting a queue that is not there is no error).
+    for queue in (name, f"{name}.dead", f"{name}.commands", f"{name}.commands.dead"):
+        channel.queue_delete(queue)
     channel.exchange_delete(name)
 
 
@@ -396,8 +401,6 @@ def record_lateness(rec: Recorder, prefix: str, label: str, events: Sequence[Eve
 
 # -- CPU accounting ---------------------------------------------------------------------
 
-_SERVICES = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}
-
 
 def child_pids(pid: int) -> tuple[int, ...]:
     """The live children of ``pid`` (a daemon's API processes), from /proc."""
@@ -433,28 +436,84 @@ def _cpu_s(pids: int | tuple[int, ...]) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_SERVERS = ("mariadbd", "mysqld", "beam.smp")
+
+
 def _service_pids() -> dict[str, int]:
+    """The benchmarks' MariaDB and RabbitMQ server processes, when they run
+    here: the processes listening on their URLs' ports (by name alone, another
+    mariadbd, a Galera node of scripts/cluster say, could be taken); by name
+    when only one process has it and the sockets could not be read (not root)."""
+    servers = {
+        "MariaDB": (make_url(database_url("")).port or 3306, ("mariadbd", "mysqld")),
+        "RabbitMQ": (
+            urlsplit(amqp_url().replace(",", " ").split()[0]).port or 5672,
+            ("beam.smp",),
+        ),
+    }
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for name, (port, commands) in servers.items():
+        pid = _listening_pid(port)
+        if pid is None:
+            named = [int(e) for e in os.listdir("/proc") if e.isdigit() and _comm(e) in commands]
+            pid = named[0] if len(named) == 1 else None
+        if pid is not None:
+            found[name] = pid
+    return found
+
+
+def _listening_pid(port: int) -> int | None:
+    """The process with a socket listening on TCP ``port`` (Linux /proc)."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            with open(f"/proc/{entry}/comm") as comm:
-                name = comm.read().strip()
+            with open(table) as lines:
+                rows = [line.split() for line in lines][1:]
         except OSError:
             continue
-        if name in _SERVICES:
-            found[_SERVICES[name]] = int(entry)
-    return found
+        sockets |= {
+            f"socket:[{row[9]}]"
+            for row in rows
+            if row[3] == "0A" and int(row[1].rsplit(":", 1)[1], 16) == port  # 0A: LISTEN
+        }
+    for entry in os.listdir("/proc") if sockets else ():
+        if entry.isdigit() and _holds_any(entry, sockets):
+            # Not a server (a proxy in a test, say): not metered as one.
+            return int(entry) if _comm(entry) in _SERVERS else None
+    return None
+
+
+def _comm(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
+def _holds_any(pid: str, sockets: set[str]) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                return True
+    return False
 
 
 class CpuMeter:
     """CPU seconds each process used between :meth:`start` and :meth:`stop`:
     the named ones plus the local MariaDB and RabbitMQ servers (Linux /proc)."""
 
-    def __init__(self, processes: dict[str, int | tuple[int, ...]]) -> None:
-        """``processes``: name -> its pid, or several pids counted together."""
-        self._pids: dict[str, int | tuple[int, ...]] = {**processes, **_service_pids()}
+    def __init__(self, processes: dict[str, int | tuple[int, ...]], servers: bool = True) -> None:
+        """``processes``: name -> its pid, or several pids counted together;
+        ``servers``: the benchmarks' MariaDB and RabbitMQ too."""
+        self._pids: dict[str, int | tuple[int, ...]] = {
+            **processes,
+            **(_service_pids() if servers else {}),
+        }
         self._before: dict[str, float] = {}
         self._started_s = 0.0
         self.used: dict[str, float] = {}

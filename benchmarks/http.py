@@ -93,7 +93,7 @@ def spawn(
     def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"the daemon exited with status {proc.returncode} before ready")
-        return _ready(url)
+        return answers_ready(url)
 
     try:
         wait_until(ready, 60, "daemon ready", step_s=0.1)
@@ -126,7 +126,7 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
         return -9
 
 
-def _ready(url: str) -> bool:
+def answers_ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=1) as response:
             return bool(response.status == 200)

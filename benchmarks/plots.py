@@ -26,7 +26,7 @@ _MEASURES = {"fired": "x-fired-ms - x-due-ms", "received": "received - due"}
 _BIN_MS = 100
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +35,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -60,7 +60,7 @@ def draw(recorders: Sequence[Recorder], out_dir: Path) -> list[Path]:
 
 
 def _lateness(run: str, title: str, series: dict[str, list[float]], out_dir: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4))
     for measure, label in _MEASURES.items():
         values = series.get(f"{run}.{measure}", [])
@@ -76,7 +76,7 @@ def _lateness(run: str, title: str, series: dict[str, list[float]], out_dir: Pat
     for axes in (hist, cdf):
         axes.legend()
         axes.grid(alpha=0.3)
-    return _save(plt, fig, out_dir / f"lateness-{run.replace('.', '-')}.png")
+    return save(plt, fig, out_dir / f"lateness-{run.replace('.', '-')}.png")
 
 
 def _per_second(times_ms: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -103,7 +103,7 @@ def _counter_rates(
 
 
 def _throughput(rec: Recorder, received_ms: Sequence[float], out_dir: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(figsize=(11, 4))
     for name in ("fired", "confirmed", "deleted"):
         axes.plot(*_counter_rates(rec.timeline, name), label=f"{name} (engine counter)")
@@ -117,7 +117,7 @@ def _throughput(rec: Recorder, received_ms: Sequence[float], out_dir: Path) -> P
     )
     axes.legend()
     axes.grid(alpha=0.3)
-    return _save(plt, fig, out_dir / "burst-throughput.png")
+    return save(plt, fig, out_dir / "burst-throughput.png")
 
 
 _LATENESS_TICKS_MS = (0, *(m * 10**e for e in range(6) for m in (1, 2, 5)))
@@ -127,7 +127,7 @@ _CPU_OF = {"daemon": "daemon", "mariadb": "MariaDB", "rabbitmq": "RabbitMQ"}
 def _capacity(rec: Recorder, out_dir: Path) -> Path:
     """Per step of the capacity scenario: publish lateness percentiles, and CPU
     per 1,000 fires of each process, against the rate (log2: the steps double)."""
-    plt = _pyplot()
+    plt = pyplot()
     steps = sorted(
         (int(d.key.split(".")[1]), d.stats) for d in rec.distributions if d.key.endswith(".fired")
     )
@@ -158,4 +158,4 @@ def _capacity(rec: Recorder, out_dir: Path) -> Path:
         axes.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
         axes.legend()
         axes.grid(alpha=0.3)
-    return _save(plt, fig, out_dir / "capacity.png")
+    return save(plt, fig, out_dir / "capacity.png")

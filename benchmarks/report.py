@@ -62,11 +62,13 @@ def _step_specs(recorders: Sequence[Recorder]) -> list[Spec]:
     ]
 
 
-def evaluate(recorders: Sequence[Recorder], quick: bool) -> list[Row]:
+def evaluate(recorders: Sequence[Recorder], quick: bool, more: Sequence[Spec] = ()) -> list[Row]:
+    """``more``: specs of figures a scenario names itself (instances: a row per
+    daemon count and rate run)."""
     by_scenario = {rec.scenario: rec for rec in recorders}
     values = {f.key: f for rec in recorders for f in rec.figures}
     rows = []
-    specs = [*CEILING_SPECS, *SPECS, *_step_specs(recorders)]
+    specs = [*CEILING_SPECS, *SPECS, *_step_specs(recorders), *more]
     specs.sort(key=lambda s: SCENARIOS.index(s.scenario))  # steps after their scenario's others
     for spec in specs:
         rec = by_scenario.get(spec.scenario)
@@ -232,10 +234,13 @@ def _servers(meta: dict[str, Any]) -> str:
     servers = meta.get("servers")  # absent from runs before the benchmarks took URLs
     if not servers:
         return "- Servers: the local MariaDB and RabbitMQ."
-    return (
+    text = (
         f"- Servers: database `{servers['database']}` (InnoDB buffer pool "
         f"{servers['innodb_buffer_pool_mib']:,} MiB), RabbitMQ `{servers['amqp']}`."
     )
+    if "cluster" in servers:  # the instances scenario's own servers
+        text += f" The instances scenario: {servers['cluster']}."
+    return text
 
 
 def _header(meta: dict[str, Any]) -> list[str]:

@@ -28,6 +28,8 @@ SCENARIOS = {
     "hostile",
     "takeover",
     "listing",
+    "pending",
+    "same_second",
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
@@ -87,6 +89,44 @@ def _check_scenario(scenario: dict[str, Any]) -> None:
             assert scenario["status"] == "failed", figure
 
 
+# benchmarks/pending.py in quick mode: its levels, and its bound on memory.
+PENDING_LEVELS = (1_000, 20_000)
+PENDING_MEASURES = (
+    "fired_p50",
+    "fired_p99",
+    "early",
+    "create_p50",
+    "create_p99",
+    "cancel_p50",
+    "cancel_p99",
+    "arm_read_ms",
+    "any_due_ms",
+    "rows_read_per_fire",
+    "cpu_mariadb_us",
+    "cpu_mariadb_net_us",
+    "rss_mib",
+    "table_mib",
+    "index_mib",
+)
+QUICK_MAX_IN_MEMORY = 5_000
+
+
+def _check_pending(pending: dict[str, Any], same_second: dict[str, Any]) -> None:
+    """Every level's figures side by side, none early; many due at once never
+    held more than max_tasks_in_memory."""
+    if pending["status"] == "ok":
+        values = {f["key"]: f["value"] for f in pending["figures"]}
+        expected = {f"pending.{n}.{m}" for n in PENDING_LEVELS for m in PENDING_MEASURES}
+        assert set(values) == expected, sorted(set(values) ^ expected)
+        assert all(values[f"pending.{n}.early"] == 0 for n in PENDING_LEVELS), values
+        # The bigger level's table is bigger: the fill really grew it.
+        assert values["pending.20000.table_mib"] > values["pending.1000.table_mib"], values
+    if same_second["status"] == "ok":
+        values = {f["key"]: f["value"] for f in same_second["figures"]}
+        assert 0 < values["same_second.in_memory_max"] <= QUICK_MAX_IN_MEMORY, values
+        assert values["same_second.early"] == 0, values
+
+
 def _check_capacity(scenario: dict[str, Any]) -> None:
     """The rate held, and every measure of each step that ran: those held and the
     first not held, which ends the stepping."""
@@ -119,6 +159,7 @@ def test_quick_mode_reports_every_scenario_and_writes_its_outputs(tmp_path: Path
     for scenario in scenarios.values():
         _check_scenario(scenario)
     _check_capacity(scenarios["capacity"])
+    _check_pending(scenarios["pending"], scenarios["same_second"])
     failed = [s["name"] for s in scenarios.values() if s["status"] == "failed"]
     assert (done.returncode == 1) == bool(failed or report["plot_error"]), done.stderr[-5000:]
 
