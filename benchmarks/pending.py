@@ -387,7 +387,11 @@ def _record_steady(rec: Recorder, prefix: str, run: Steady) -> None:
     fires = max(1, len(events))
     rec.add(f"{prefix}.fired_p50", fired.stats["p50"], f"{len(events):,} fires; {cpu.text()}")
     rec.add(f"{prefix}.fired_p99", fired.stats["p99"], f"max {fired.stats['max']:.1f} ms")
-    rec.add(f"{prefix}.early", fired.early + received.early)
+    rec.add(
+        f"{prefix}.early",
+        fired.early + received.early,
+        f"{fired.early} with x-fired-ms < x-due-ms, {received.early} received before due",
+    )
     for key, latencies in (("create", probes.create_ms), ("cancel", probes.cancel_ms)):
         stats = summary(sorted(latencies))
         rec.add(f"{prefix}.{key}_p50", stats["p50"], f"{len(latencies):,} one at a time")
