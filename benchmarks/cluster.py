@@ -32,7 +32,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
 
 from benchmarks.common import (
     AMQP_URL_VARIABLE,
@@ -42,6 +41,7 @@ from benchmarks.common import (
     admin_connection,
     child_pids,
     isolated,
+    query,
     wait_until,
 )
 from benchmarks.http import Daemon, answers_ready, free_port
@@ -191,16 +191,6 @@ def cluster_place() -> Iterator[Place]:
         yield place
 
 
-def _query(place: Place, sql: str) -> list[tuple[Any, ...]]:
-    db = admin_connection(place.name)
-    try:
-        with db.cursor() as cur:
-            cur.execute(sql)
-            return list(cur.fetchall())
-    finally:
-        db.close()
-
-
 # -- the daemons -----------------------------------------------------------------------------
 
 
@@ -273,12 +263,12 @@ _OWNERS = (
 
 
 def _owners(place: Place) -> dict[str, int]:
-    return {str(owner): int(count) for owner, count in _query(place, _OWNERS)}
+    return {str(owner): int(count) for owner, count in query(place.name, _OWNERS)}
 
 
 def _wait_spread(place: Place, k: int) -> float:
     """Seconds until the shards were spread over the ``k`` daemons."""
-    [(shards,)] = _query(place, "SELECT COUNT(*) FROM th_shards")
+    [(shards,)] = query(place.name, "SELECT COUNT(*) FROM th_shards")
     names = [_instance(i) for i in range(1, k + 1)]
     started_s = time.monotonic()
     try:

@@ -182,6 +182,17 @@ class Place:
             db.close()
 
 
+def query(database: str, statement: str, args: Sequence[object] = ()) -> list[Any]:
+    """The rows of one statement, on an admin connection of its own in ``database``."""
+    db = admin_connection(database)
+    try:
+        with db.cursor() as cur:
+            cur.execute(statement, tuple(args))
+            return list(cur.fetchall())
+    finally:
+        db.close()
+
+
 @contextmanager
 def isolated(settings: Settings | None = None) -> Iterator[Place]:
     """A :class:`Place` for one scenario; everything is dropped afterwards."""

@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import httpx
 import uvloop
@@ -59,6 +58,7 @@ from benchmarks.common import (
     consuming,
     daemon_processes,
     isolated,
+    query,
     rate,
     record_lateness,
     summary,
@@ -137,28 +137,18 @@ def fill(place: Place, first: int, last: int, start_ms: int, spread_ms: int) -> 
     return rate(last - first + 1, time.perf_counter() - started)
 
 
-def _query(database: str, statement: str, args: Sequence[object] = ()) -> list[Any]:
-    db = admin_connection(database)
-    try:
-        with db.cursor() as cur:
-            cur.execute(statement, tuple(args))
-            return list(cur.fetchall())
-    finally:
-        db.close()
-
-
 def _sizes_mib(place: Place) -> dict[str, float]:
     """Each index of th_tasks (PRIMARY: the rows) in MiB, by InnoDB's page
     counts after ANALYZE TABLE."""
-    _query(place.name, "ANALYZE TABLE th_tasks")
-    page_size = int(_query(place.name, "SELECT @@innodb_page_size")[0][0])
-    rows = _query("mysql", _INDEX_PAGES, (place.name,))
+    query(place.name, "ANALYZE TABLE th_tasks")
+    page_size = int(query(place.name, "SELECT @@innodb_page_size")[0][0])
+    rows = query("mysql", _INDEX_PAGES, (place.name,))
     return {str(name): int(pages) * page_size / MIB for name, pages in rows}
 
 
 def _rows_read(database: str) -> int:
-    _query(database, "SET GLOBAL userstat = 1")
-    rows = _query(database, _ROWS_READ, (database,))
+    query(database, "SET GLOBAL userstat = 1")
+    rows = query(database, _ROWS_READ, (database,))
     return int(rows[0][0]) if rows else 0
 
 
@@ -332,10 +322,10 @@ def _mariadb_cores(seconds: float) -> float:
 
 
 def _arming_reads(rec: Recorder, prefix: str, place: Place, start_ms: int) -> None:
-    shard_count = int(_query(place.name, sql.READ_SHARD_COUNT)[0][0])
+    shard_count = int(query(place.name, sql.READ_SHARD_COUNT)[0][0])
     middle_ms = start_ms + SPREAD_MS // 2
     # A generation no row has yet, as after a pass when nothing was written since.
-    gen = int(_query(place.name, "SELECT MAX(arm_gen) FROM th_shards")[0][0]) + 1
+    gen = int(query(place.name, "SELECT MAX(arm_gen) FROM th_shards")[0][0]) + 1
     statement, args = _arm_read(
         shard_count, middle_ms, middle_ms + 1000, gen, place.settings.arm_batch_size
     )
@@ -472,7 +462,7 @@ def _memory_reader(url: str, pid: int) -> Callable[[], dict[str, int]]:
 
 
 def _any_row(place: Place) -> bool:
-    return bool(_query(place.name, "SELECT 1 FROM th_tasks LIMIT 1"))
+    return bool(query(place.name, "SELECT 1 FROM th_tasks LIMIT 1"))
 
 
 def _record_same_second(
