@@ -263,6 +263,22 @@ def cancel_throughout(due: dict[str, int], stop: threading.Event) -> Cancels:
     return cancels
 
 
+def received_all(
+    collector: Collector, expected: set[str], faults: list[tuple[Fault, threading.Thread]]
+) -> list[Received]:
+    """Every event once each of ``expected`` arrived (or the wait ran out), the
+    collector stopped; every fault's steps ran, and nothing expected is missing."""
+    wait_for(
+        lambda: not missing_ids(expected, collector.events),
+        120,
+        lambda: f"not received: {sorted(missing_ids(expected, collector.events))[:20]}",
+    )
+    events = collector.stop()
+    assert not [f.errors for f, _ in faults if f.errors]
+    assert not missing_ids(expected, events)
+    return events
+
+
 def lateness_in(events: list[Received], due: dict[str, int], began: int, ended: int) -> int:
     """The worst lateness of the tasks due while a fault lasted (and one lease after)."""
     during = [
@@ -289,15 +305,7 @@ def test_tasks_fire_through_members_failing_one_after_another_and_together(up: N
     canceller.join(60)
     [cancels] = results
     expected = set(due) - cancels.done - cancels.unknown
-    wait_for(
-        lambda: not missing_ids(expected, collector.events),
-        120,
-        lambda: f"not received: {sorted(missing_ids(expected, collector.events))[:20]}",
-    )
-    events = collector.stop()
-
-    assert not [f.errors for f, _ in faults if f.errors]
-    assert not missing_ids(expected, events)
+    events = received_all(collector, expected, faults)
     fired_cancelled = {e.message_id or "" for e in events} & cancels.done
     assert not fired_cancelled, sorted(fired_cancelled)[:10]
     early = [e.message_id for e in events if fired_ms(e) < due[e.message_id or ""]]
@@ -404,14 +412,7 @@ def test_each_fault_alone_is_recovered_from_and_the_time_reported(up: None) -> N
     faults = run_faults(start, plans)
     for _fault, thread in faults:
         thread.join(span_s + 180)
-    wait_for(
-        lambda: not missing_ids(due, collector.events),
-        120,
-        lambda: f"not received: {sorted(missing_ids(due, collector.events))[:20]}",
-    )
-    events = collector.stop()
-
-    assert not [f.errors for f, _ in faults if f.errors]
+    events = received_all(collector, set(due), faults)
     early = [e.message_id for e in events if fired_ms(e) < due[e.message_id or ""]]
     assert not early, early[:10]
     extra = duplicates(events)
