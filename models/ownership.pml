@@ -13,7 +13,9 @@
  * -DUNARM_INHERITED (R8 unarms a row armed in an earlier epoch),
  * -DUNFENCED_REWRITE (R8 without the epoch check), -DCANCEL_ARMED (R7
  * ignores the armed state); and, for the liveness property,
- * -DNO_RENEW (a lapsed lease is never renewed, though nobody took the shard).
+ * -DNO_RENEW (a lapsed lease is never renewed, though nobody took the shard),
+ * -DFORGET_UNANSWERED (an arming pass whose answer was lost after it
+ * committed is forgotten: its rows stay armed in no one's memory).
  *
  * With -DSERIES the task is a recurring series (docs/design/ownership.md,
  * R5s): the confirm of an occurrence rewrites the row to the next one
@@ -38,6 +40,9 @@
 #endif
 #ifndef MAX_RELEASE
 #define MAX_RELEASE 1    /* graceful releases */
+#endif
+#ifndef MAX_LOST
+#define MAX_LOST 1       /* arming passes whose answer is lost after the commit */
 #endif
 #ifndef MAX_OCC
 #define MAX_OCC 3        /* occurrences of a series */
@@ -79,6 +84,7 @@ byte crashes = 0;
 byte expiries = 0;
 byte returns = 0;
 byte releases = 0;
+byte lost = 0;
 
 inline new_rev(incarnation) {
     nrev++;
@@ -92,6 +98,7 @@ proctype Instance(byte me) {
     byte held = 0;      /* the armed copy in memory (its revision) */
     byte checked = 0;   /* held, and the lease checked: about to publish */
     byte sent = 0;      /* published, waiting for the broker's answer */
+    bool unanswered = false;  /* a pass whose commit's answer was lost */
 end:
     do
     /* R2: acquire a free or expired shard; the epoch grows */
@@ -111,17 +118,36 @@ end:
        Only the passes that change something are modelled: a pass that finds
        nothing to do changes no state (and Spin's fairness is per process,
        so an endless run of no-op passes would hide the process's other
-       steps). */
+       steps). A row armed in this epoch is below this owner's watermark:
+       no later pass of the epoch reads it again; one armed in an earlier
+       epoch is inherited. */
     :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch && exists &&
-                held == 0 && (!armed || sent != rev) ->
+                held == 0 && !unanswered &&
+                (!armed || (armed_epoch != my_epoch && sent != rev)) ->
          if
          :: !armed -> armed = true; armed_epoch = my_epoch
          :: else -> skip  /* inherited, or its retry: fired (again) */
          fi;
          held = rev }
+    /* R3, its answer lost: the pass committed, the instance saw an error and
+       holds nothing */
+    :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch && exists &&
+                held == 0 && !unanswered && !armed && lost < MAX_LOST ->
+         lost++; armed = true; armed_epoch = my_epoch; unanswered = true }
+    /* R3a: the next pass first takes what the unanswered one armed: the rows
+       it read that are armed now, in a shard still held in the same epoch */
+    :: atomic { unanswered && my_epoch != 0 && owner == me && epoch == my_epoch ->
+         unanswered = false;
+#ifndef FORGET_UNANSWERED
+         if
+         :: exists && armed && armed_epoch == my_epoch && held == 0 -> held = rev
+         :: else -> skip
+         fi
+#endif
+       }
     :: atomic { my_epoch != 0 && !(owner == me && epoch == my_epoch) ->
          /* lost the shard: drop it (a publish already decided goes on) */
-         my_epoch = 0;
+         my_epoch = 0; unanswered = false;
          if
          :: checked == 0 -> held = 0
          :: else -> skip

@@ -11,6 +11,9 @@ Point the code under test at ``127.0.0.1:proxy.port`` instead of the real server
   stay open, bytes sent meanwhile wait (in the proxy and the kernel's buffers)
   until :meth:`TcpProxy.flow`, which forwards them in order (a stalled network
   path: a peer sees its writes accepted and nothing come back).
+* :meth:`TcpProxy.lose_answer_to` lets the next request holding some bytes
+  through, drops the server's answer and closes that connection: the server
+  did the work (a COMMIT went through), the client sees its connection lost.
 
 One acceptor thread (selector over the listening socket and a wake-up socket)
 and one thread per direction per connection, blocking in ``recv``/``sendall``.
@@ -38,6 +41,34 @@ def _shutdown(sock: socket.socket, how: int) -> None:
         sock.shutdown(how)
 
 
+class _AnswerLoss:
+    """:meth:`TcpProxy.lose_answer_to`'s trigger, shared by every link: once
+    armed with a marker, the first request holding it takes it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._marker: bytes | None = None
+        self.answered = threading.Event()
+
+    def arm(self, marker: bytes) -> threading.Event:
+        with self._lock:
+            self._marker = marker
+            self.answered = threading.Event()
+            return self.answered
+
+    def take(self, data: bytes) -> threading.Event | None:
+        """For the first request holding the marker: the event to set once its
+        answer was dropped; else None."""
+        marker = self._marker
+        if marker is None or marker not in data:
+            return None
+        with self._lock:
+            if self._marker is None:
+                return None
+            self._marker = None
+            return self.answered
+
+
 class _Link:
     """One proxied connection: client <-> upstream, one pump thread per direction."""
 
@@ -48,11 +79,14 @@ class _Link:
         name: str,
         on_finished: Callable[[_Link], None],
         flowing: threading.Event | None = None,
+        loss: _AnswerLoss | None = None,
     ) -> None:
         self._client = client
         self._upstream = upstream
         self._on_finished = on_finished
         self._flowing = flowing  # cleared: hold what was read (TcpProxy.hold)
+        self._loss = loss
+        self._dropping: threading.Event | None = None  # set: drop the next answer, then abort
         self._lock = threading.Lock()
         self._pumps_running = 2
         self._closed = False
@@ -74,7 +108,9 @@ class _Link:
         try:
             while data := src.recv(_BUFSIZE):
                 self._wait_flowing()
-                dst.sendall(data)
+                if not self._forward(src, dst, data):
+                    self.abort()  # an answer dropped (lose_answer_to)
+                    return
         except OSError:
             # Reset, broken pipe, or our own abort(): tear down both directions.
             self.abort()
@@ -85,6 +121,17 @@ class _Link:
                     _shutdown(dst, socket.SHUT_WR)
         finally:
             self._pump_done()
+
+    def _forward(self, src: socket.socket, dst: socket.socket, data: bytes) -> bool:
+        """Send ``data`` on; False for an answer to drop."""
+        if self._dropping is not None and src is self._upstream:
+            self._dropping.set()
+            return False
+        if self._loss is not None and src is self._client:
+            # Before the request goes on: its answer follows it.
+            self._dropping = self._dropping or self._loss.take(data)
+        dst.sendall(data)
+        return True
 
     def _wait_flowing(self) -> None:
         """Block while the proxy holds traffic; OSError once the link is aborted."""
@@ -190,6 +237,7 @@ class TcpProxy:
         self._counter = 0
         self._flowing = threading.Event()
         self._flowing.set()
+        self._loss = _AnswerLoss()
 
     # -- public API --------------------------------------------------------------
 
@@ -258,6 +306,12 @@ class TcpProxy:
     def flow(self) -> None:
         """Forward again, first what was held, in order."""
         self._flowing.set()
+
+    def lose_answer_to(self, marker: bytes) -> threading.Event:
+        """Let the next request holding ``marker`` (on any connection) reach
+        the server, drop the server's answer to it and close that connection.
+        The event is set once the answer came (and was dropped)."""
+        return self._loss.arm(marker)
 
     def stop(self) -> None:
         """Close everything and join all threads. Idempotent."""
@@ -331,7 +385,7 @@ class TcpProxy:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._counter += 1
         name = f"tcpproxy-{self.port}-conn{self._counter}"
-        link = _Link(client, upstream, name, self._forget, self._flowing)
+        link = _Link(client, upstream, name, self._forget, self._flowing, self._loss)
         with self._links_lock:
             self._links.add(link)
         link.start()

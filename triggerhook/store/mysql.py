@@ -62,7 +62,7 @@ from triggerhook.interfaces import (
     new_rev,
 )
 from triggerhook.store import queries, sql
-from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
+from triggerhook.store.arm_pass import PassReads, PassResult, plan_pass, split_read
 from triggerhook.store.connection import (
     ConnectionPool,
     Cursor,
@@ -184,6 +184,9 @@ class MySQLStore:
         # shard had after the last locked pass, and whether it armed nothing.
         self._arm_cache: dict[int, tuple[int, ShardMarks]] = {}
         self._probe_next = False
+        # The ids that failed passes took, by shard: (the epoch, ids). A pass
+        # whose COMMIT lost its answer may have committed: R3a (arm) settles it.
+        self._unanswered: dict[int, tuple[int, set[str]]] = {}
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the database holds the current schema version."""
@@ -388,26 +391,78 @@ class MySQLStore:
         # After a pass that armed nothing, probe the whole horizon: an idle
         # pass costs one statement.
         probe_ms = horizon_ms if self._probe_next else urgent_ms
-        if probe_ms is not None and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit):
+        if (
+            not self._unanswered
+            and probe_ms is not None
+            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit)
+        ):
             return Armed([], [], skipped=True)
-        with self._pool.transaction() as cur:
-            locked = self._lock_shards(cur, epochs, sql.LOCK_SHARDS_FOR_ARMING)
-            held = {
-                r.shard: r.marks for r in locked.values() if r.held_by(instance, epochs[r.shard])
-            }
-            lost = sorted(set(epochs) - set(held))
-            if not held:
-                return Armed([], lost)
-            reads = self._read_for_arming(cur, held, horizon_ms, limit)
-            result = plan_pass(held, reads, horizon_ms, limit, row_mark)
-            self._write_marks(cur, result.marks)
-            for part in chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
-                cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
+        taken: dict[int, list[TaskRow]] = {}
+        try:
+            with self._pool.transaction() as cur:
+                locked = self._lock_shards(cur, epochs, sql.LOCK_SHARDS_FOR_ARMING)
+                held = {
+                    r.shard: r.marks
+                    for r in locked.values()
+                    if r.held_by(instance, epochs[r.shard])
+                }
+                lost = sorted(set(epochs) - set(held))
+                if not held:
+                    self._unanswered.clear()
+                    return Armed([], lost)
+                taken = self._armed_unanswered(cur, {s: epochs[s] for s in held})
+                room = limit - sum(map(len, taken.values()))
+                result = PassResult[TaskRow]()
+                if room > 0:
+                    reads = self._read_for_arming(cur, held, horizon_ms, room)
+                    result = plan_pass(held, reads, horizon_ms, room, row_mark)
+                for shard, rows in result.taken.items():
+                    earlier = taken.get(shard, [])  # R3a's, then this pass's: in mark order
+                    taken[shard] = sorted(earlier + rows, key=row_mark) if earlier else rows
+                self._write_marks(cur, result.marks)
+                for part in chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
+                    cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
+        except Exception:
+            self._remember_unanswered(taken, epochs)
+            raise
+        self._unanswered.clear()
         held.update(result.marks)
         self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
-        self._probe_next = not result.taken
-        tasks = [self._task(row, epochs[s]) for s, rows in result.taken.items() for row in rows]
+        self._probe_next = not taken
+        tasks = [self._task(row, epochs[s]) for s, rows in sorted(taken.items()) for row in rows]
         return Armed(tasks, lost, len(result.settle))
+
+    def _remember_unanswered(self, taken: dict[int, list[TaskRow]], epochs: dict[int, int]) -> None:
+        """A pass failed after taking ``taken``: if its commit went through
+        (the answer lost), they are armed, and no later read finds them."""
+        for shard, rows in taken.items():
+            epoch, ids = self._unanswered.get(shard, (epochs[shard], set()))
+            if epoch != epochs[shard]:  # an older epoch's: R2's inheritance covers them
+                ids = set()
+            self._unanswered[shard] = (epochs[shard], ids | {row.id for row in rows})
+
+    def _armed_unanswered(self, cur: Cursor, held: dict[int, int]) -> dict[int, list[TaskRow]]:
+        """R3a: of the rows failed passes took, in shards still held in the
+        same epoch, those armed now (the pass committed), by shard in mark
+        order; the others are unarmed, and this pass's reads find them."""
+        ids = sorted(
+            task_id
+            for shard, (epoch, shard_ids) in self._unanswered.items()
+            if held.get(shard) == epoch
+            for task_id in shard_ids
+        )
+        found: dict[int, list[TaskRow]] = {}
+        for part in chunks(ids, _IN_LIST_CHUNK):
+            cur.execute(sql.ARMED_OF_IDS.format(ids=sql.placeholders(len(part))), part)
+            for r in cur.fetchall():
+                row = TaskRow(*r)
+                found.setdefault(row.shard, []).append(row)
+        if found:
+            log.warning(
+                "an arming pass committed though its answer was lost: taking its %d tasks",
+                sum(map(len, found.values())),
+            )
+        return {shard: sorted(rows, key=row_mark) for shard, rows in found.items()}
 
     def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, limit: int) -> bool:
         """The pass's reads up to ``horizon_ms``, without a lock or a

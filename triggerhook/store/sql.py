@@ -123,6 +123,15 @@ ARMED = (
     " AND t.gen < s.arm_gen)"
 )
 
+# R3a: of the rows that passes whose commit lost its answer took, those
+# armed now (in the pass's transaction, under its locks on their shard rows).
+ARMED_OF_IDS = (
+    "SELECT "
+    + ", ".join(f"t.{column}" for column in TASK_COLUMNS.split(", "))
+    + " FROM th_tasks t JOIN th_shards s ON s.shard = t.shard"
+    f" WHERE t.id IN ({{ids}}) AND {ARMED}"
+)
+
 # Cancel, reschedule and defer then lock the task rows they decide on.
 LOCK_TASKS = f"SELECT {TASK_COLUMNS} FROM th_tasks WHERE id IN ({{ids}}) FOR UPDATE"
 
