@@ -45,8 +45,8 @@ class Queues:
         self._declared: list[str] = []
         self._channel.exchange_declare(exchange=exchange, exchange_type="topic", durable=True)
 
-    def bind(self, queue: str, pattern: str) -> None:
-        self._channel.queue_declare(queue=queue, durable=True)
+    def bind(self, queue: str, pattern: str, arguments: dict[str, Any] | None = None) -> None:
+        self._channel.queue_declare(queue=queue, durable=True, arguments=arguments)
         self._declared.append(queue)
         self._channel.queue_bind(queue=queue, exchange=self._exchange, routing_key=pattern)
 
@@ -69,6 +69,10 @@ class Queues:
 
         wait_until(arrived, timeout_s)
         return got
+
+    def delete(self, queue: str) -> None:
+        self._channel.queue_delete(queue=queue)
+        self._declared.remove(queue)
 
     def close(self) -> None:
         try:
@@ -123,6 +127,36 @@ def test_unroutable_events_do_not_stop_routable_ones_and_can_be_cancelled(
     # The others stay stored, with their failed attempts counted.
     assert wait_until(lambda: all((r.attempts >= 2) for r in rows.rows().values()), 10)
     assert set(rows.rows()) == {f"lost-{n}" for n in range(1, 5)}
+
+
+def test_a_nacked_event_reopens_the_channel_and_is_retried_until_taken(
+    hooks: HookFactory, rows: RowReader, queues: Queues, amqp_names: AmqpNames
+) -> None:
+    """A queue that refuses every message (full, reject-publish) makes the
+    broker nack each event routed to it, though another queue took it. The
+    publisher retries the event and reopens its channel (a channel can keep
+    nacking after a quorum queue's leader died: amqp/publisher.py), on the
+    same connection. Once the refusing queue is gone the event is taken."""
+    queues.bind(amqp_names.queue, "both.#")
+    full = f"{amqp_names.queue}_full"
+    queues.bind(full, "both.#", {"x-max-length": 0, "x-overflow": "reject-publish"})
+    hook = hooks(publish_retry_max_ms=200, publish_max_attempts=1000)
+    publisher = publisher_of(hook)
+    hook.schedule(TaskSpec("refused", delay_ms=0, routing_key="both.x"))
+
+    assert wait_until(lambda: publisher.nacked >= 3 and publisher.channel_reopens >= 1, 15), (
+        publisher.nacked,
+        publisher.channel_reopens,
+    )
+    assert publisher.reconnects == 0  # the channel was reopened, not the connection
+    row = rows.row("refused")
+    assert row is not None and row.attempts >= 1  # retried, never dropped
+    queues.delete(full)
+
+    assert wait_until(lambda: rows.row("refused") is None, 15)
+    copies = queues.get_all(amqp_names.queue)  # one per publish (each nacked one too)
+    assert {m.message_id for m in copies} == {"refused"}
+    assert len(copies) == publisher.nacked + 1
 
 
 def test_after_its_attempts_an_event_is_dead_lettered_with_why_then_deleted(
