@@ -27,9 +27,14 @@ tuples (parent and child only: nothing else can connect):
 
 Threads: in the firing process, per API process a link thread reading its
 messages and a reaper waiting for its exit; in an API process, one link
-thread reading the engine's state. Sends are blocking with a 1 s timeout
-(``SO_SNDTIMEO``): a side whose peer stopped reading for that long, with the
-socket's buffer full, gives the link up.
+thread reading the engine's state. A side whose peer stopped reading (a
+paused process: SIGSTOP, a stopped VM) skips its messages while the
+socket's buffer is filling (they are periodic state, or a hint) rather than
+wait, and sends again once the peer reads. (Waiting, it gave the link up
+once its buffer was full: an idle daemon paused for 90 s exited after the
+pause; one paused for 30 s did not.) Sends are blocking with a 1 s timeout
+(``SO_SNDTIMEO``) behind that check: a message bigger than the room left
+can still give the link up.
 
 Failures: an API process that exits (or whose link breaks) makes the firing
 process stop gracefully and exit 1 (its supervisor restarts the daemon:
@@ -43,6 +48,7 @@ from __future__ import annotations
 import array
 import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -67,6 +73,15 @@ STALE_S = 5.0
 _PARENT_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 _KILL_WAIT_S = 5.0
 _SEND_TIMEOUT = struct.pack("ll", 1, 0)  # struct timeval: 1 s
+
+
+def room_to_send(conn: Connection) -> bool:
+    """Whether a message sent on ``conn`` now is taken at once: a Unix stream
+    socket polls writable while at most a quarter of its send buffer is in
+    flight (and when the peer hung up: the send then fails, as it should)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLOUT)
+    return bool(poller.poll(0))
 
 
 def api_command(channel_fd: int, index: int, log_format: str = "text") -> list[str]:
@@ -230,7 +245,7 @@ class ApiProcesses:
 
     def _send_all(self, message: tuple[Any, ...]) -> None:
         for member in self._members:
-            if member.connected:
+            if member.connected and room_to_send(member.conn):  # else: paused, skip
                 try:
                     member.conn.send(message)
                 except OSError:  # it hung up, or stopped reading for long
@@ -290,6 +305,7 @@ class EngineLink:
         self._reported_s: float | None = None
         self._thread: threading.Thread | None = None
         self._on_gone: Callable[[], None] = _nothing
+        self._skipping = False  # the firing process stopped reading: sends skipped
 
     @classmethod
     def from_fd(cls, fd: int) -> EngineLink:
@@ -336,10 +352,25 @@ class EngineLink:
         """This process's readiness reasons, its totals, and the request
         latencies since the last report (taken from ``http``)."""
         taken = array.array("d", http.latency.take() if http is not None else [])
+        # Skipped, the latencies are dropped: kept, they would grow while it is paused.
         self._send(("state", reasons, http_totals, engine_totals, taken.tobytes()))
+
+    def _room(self) -> bool:
+        """Whether the firing process reads its channel (else: skip, and say
+        so once)."""
+        room = room_to_send(self._conn)
+        if room == self._skipping:
+            self._skipping = not room
+            if room:
+                log.info("the firing process reads its channel again")
+            else:
+                log.warning("the firing process stopped reading its channel (paused?)")
+        return room
 
     def _send(self, message: tuple[Any, ...]) -> None:
         with self._send_lock:
+            if not self._room():
+                return
             try:
                 self._conn.send(message)
             except OSError as exc:  # hung up, or it stopped reading: the stream may be cut

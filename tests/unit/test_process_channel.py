@@ -130,3 +130,35 @@ def _frame(message: object) -> bytes:
     ForkingPickler(buf).dump(message)
     payload = buf.getvalue()
     return struct.pack("!i", len(payload)) + payload
+
+
+def test_reports_to_a_firing_process_that_stopped_reading_are_skipped_not_fatal() -> None:
+    """A paused firing process reads nothing: the reports skip while the
+    buffer fills (no wait, no giving the link up), and flow again once it reads."""
+    ours, theirs = socket.socketpair()
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 1, 0))  # as run's
+    parent, link = Connection(ours.detach()), EngineLink(Connection(theirs.detach()))
+    gone = threading.Event()
+    link.start(on_gone=gone.set)
+    stats = RequestStats()
+    started_s = time.monotonic()
+    for n in range(20_000):  # far more than the socket's buffer holds
+        if gone.is_set():
+            break
+        stats.record(200, float(n))
+        link.report([], stats, stats.counters(), {"scheduled": n})
+    assert time.monotonic() - started_s < 10  # never waited out the 1 s send timeout
+    assert not gone.is_set()
+    assert _skipping(link)
+    received = []
+    while parent.poll(0):  # the pause ends: the firing process reads the backlog
+        received.append(parent.recv())
+    assert 0 < len(received) < 20_000
+    link.report([], stats, stats.counters(), {"scheduled": -1})
+    assert parent.recv()[3] == {"scheduled": -1}  # then the next report arrives
+    assert not _skipping(link) and not gone.is_set()
+    parent.close()
+
+
+def _skipping(link: EngineLink) -> bool:
+    return link._skipping
