@@ -5,9 +5,12 @@ broker give the documented exit codes, with no traceback."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
 
 import httpx
+import pytest
 from support.amqp import AmqpNames
 from support.daemon import (
     DaemonGroup,
@@ -87,3 +90,31 @@ def test_tail_says_when_the_broker_is_unreachable(amqp_names: AmqpNames) -> None
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("triggerhook: error: ") and "message broker" in line
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.01, 0.3, 0.6])
+def test_ctrl_c_ends_tail_with_status_0(
+    amqp_url: str, amqp_names: AmqpNames, after_s: float
+) -> None:
+    """Ctrl-C at any moment once bound: status 0, no traceback, at once. (A CI
+    run saw tail still running 30 s after Ctrl-C; a KeyboardInterrupt raised
+    inside pika may leave the connection's close waiting: now it is a flag.)"""
+    env = {**base_env(), **settings_env(amqp_url=amqp_url, exchange=amqp_names.exchange)}
+    tail = subprocess.Popen(
+        triggerhook_command("tail", "--routing-key", "nothing.#"),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tail.stderr is not None
+        assert BOUND in tail.stderr.readline()
+        threading.Event().wait(after_s)  # a moment into the wait for events
+        tail.send_signal(signal.SIGINT)
+        out, errors = tail.communicate(timeout=10)
+    finally:
+        tail.kill()
+    assert tail.returncode == EXIT_OK, errors
+    assert out == "" and "Traceback" not in errors

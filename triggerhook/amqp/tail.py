@@ -11,6 +11,7 @@ seen: it is a window on the exchange, not a reader of anyone's queue.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from triggerhook.amqp.connection import amqp_parameters
 from triggerhook.domain.event import describe as describe_event
 from triggerhook.errors import BrokerUnavailable
 
-# How long one wait for an event lasts: Ctrl-C and the deadline are seen this often.
+# How long one wait for an event lasts: a stop and the deadline are seen this often.
 _POLL_S = 0.5
 
 
@@ -48,12 +49,13 @@ def tail(
     on_event: Callable[[dict[str, Any]], bool],
     timeout_s: float | None = None,
     on_bound: Callable[[], None] = lambda: None,
+    stop: threading.Event | None = None,
 ) -> bool:
     """Hand every event published to ``exchange`` whose routing key matches
     ``pattern`` (topic syntax: ``#``, ``billing.*``) to ``on_event`` until it
     returns False (then True is returned) or ``timeout_s`` passes (False).
     ``on_bound`` is called once the queue is bound: from then on every
-    matching event is seen.
+    matching event is seen. ``stop`` set (Ctrl-C): it ends as at the deadline.
     :class:`BrokerUnavailable` when the broker cannot be reached or drops the
     connection; :class:`ConfigError` for a malformed URL."""
     params = amqp_parameters(amqp_url)
@@ -66,7 +68,7 @@ def tail(
         channel = conn.channel()
         queue = _bind(channel, exchange, pattern)
         on_bound()
-        return _consume(channel, queue, on_event, deadline_s)
+        return _consume(channel, queue, on_event, deadline_s, stop or threading.Event())
     except pika.exceptions.AMQPError as exc:
         raise BrokerUnavailable(f"message broker: {exc!r}") from exc
     finally:
@@ -87,13 +89,14 @@ def _consume(
     queue: str,
     on_event: Callable[[dict[str, Any]], bool],
     deadline_s: float | None,
+    stop: threading.Event,
 ) -> bool:
     events = channel.consume(queue, auto_ack=True, inactivity_timeout=_POLL_S)
     for method, properties, body in events:  # (None, None, None): _POLL_S without one
         if method is not None and not on_event(describe(method.routing_key, properties, body)):
             channel.cancel()
             return True
-        if deadline_s is not None and time.monotonic() >= deadline_s:
+        if stop.is_set() or (deadline_s is not None and time.monotonic() >= deadline_s):
             break
     channel.cancel()
     return False

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
+from types import FrameType
 from typing import Any
 
 from triggerhook.amqp.tail import tail
@@ -63,10 +66,28 @@ def run_tail(args: argparse.Namespace, settings: Settings) -> int:
             flush=True,
         )
 
+    # Ctrl-C ends the wait between two reads (a KeyboardInterrupt inside pika
+    # could leave the connection's close waiting for ever); a second one at once.
+    stop = threading.Event()
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, interrupted)
     try:
         done = tail(
-            settings.amqp_url, settings.exchange, args.routing_key, show, args.timeout_s, bound
+            settings.amqp_url,
+            settings.exchange,
+            args.routing_key,
+            show,
+            args.timeout_s,
+            bound,
+            stop,
         )
     except KeyboardInterrupt:
         return EXIT_OK
-    return EXIT_OK if done or args.count is None else EXIT_FAILURE
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return EXIT_OK if done or args.count is None or stop.is_set() else EXIT_FAILURE
