@@ -185,30 +185,50 @@ _galera_users() {
 
 _proxy_dir() { echo "$CLUSTER_DIR/haproxy"; }
 
+# HAProxy's own mysql-check proves only that a node takes a login, which a
+# node does while it is still joining (receiving state, answering every
+# query with error 1047): a writer must be Synced (wsrep_local_state 4).
+_proxy_check_script() { # file
+    cat >"$1" <<'EOF'
+#!/bin/sh
+# HAProxy external-check: $3 $4 the server's address and port; 0 = up.
+state="$(mariadb --no-defaults --connect-timeout=2 -h"$3" -P"$4" -uhaproxy -N -B \
+    -e "SHOW STATUS LIKE 'wsrep_local_state'" 2>/dev/null | cut -f2)"
+[ "$state" = 4 ]
+EOF
+    chmod 755 "$1"
+}
+
 proxy_start() {
     local dir
     dir="$(_proxy_dir)"
     _live_pid "$dir/haproxy.pid" >/dev/null && return 0
     mkdir -p "$dir"
+    _proxy_check_script "$dir/galera-synced"
     # balance first + backups: every connection goes to galera1 while it is
     # up, else to the first backup up; sessions on a node marked down are cut,
     # and when a node comes back those on the backups are cut too, so that
-    # writes go to one node at a time.
+    # writes go to one node at a time. Up means Synced (see above).
     cat >"$dir/haproxy.cfg" <<EOF
 global
     maxconn 4000
     stats socket $dir/admin.sock mode 600 level admin
+    external-check
+    insecure-fork-wanted
 defaults
     mode tcp
     timeout connect 2s
     timeout client 1h
     timeout server 1h
+    timeout check 3s
     retries 2
     option redispatch
 listen galera
     bind 127.0.0.1:$PROXY_PORT
     balance first
-    option mysql-check user haproxy post-41
+    option external-check
+    external-check path "/usr/bin:/bin"
+    external-check command $dir/galera-synced
     default-server inter 1s fall 2 rise 2 on-marked-down shutdown-sessions on-marked-up shutdown-backup-sessions
     server galera1 127.0.0.1:$(galera_port 1) check
     server galera2 127.0.0.1:$(galera_port 2) check backup

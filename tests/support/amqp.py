@@ -93,6 +93,11 @@ class EventConsumer:
         """Declare the exchange, queue and binding, and start consuming."""
         self._ensure_channel()
 
+    def delete_queue(self) -> None:
+        """Delete the queue (it is durable: left, it would keep every event)."""
+        self._ensure_channel()
+        self._channel.queue_delete(queue=self.names.queue)
+
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
         if connection is not None and connection.is_open:
