@@ -290,7 +290,8 @@ def received_all(
         lambda: stored(sorted(missing_ids(expected, collector.events))[:20]),
     )
     events = collector.stop()
-    assert not [f.errors for f, _ in faults if f.errors]
+    errors = [error for fault, _ in faults for error in fault.errors]
+    assert not errors, "\n\n".join(errors)
     assert not missing_ids(expected, events)
     return events
 
