@@ -26,23 +26,32 @@ EXIT_OK, EXIT_FAILURE = 0, 1
 BOUND = "tailing exchange"
 
 
-def test_tail_prints_the_event_a_task_fires(
-    database_url: str, amqp_url: str, amqp_names: AmqpNames, daemons: DaemonGroup
-) -> None:
-    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "tailed")
-    daemons.start(env, "daemon", "--init-db").wait_ready()
-    command = triggerhook_command("tail", "--routing-key", "tail.*", "--count", "1")
+def bound_tail(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``triggerhook tail ARGS`` started, once it said its queue is bound
+    (what is published from then on, it sees)."""
     tail = subprocess.Popen(
-        [*command, "--timeout-s", "60"],
+        triggerhook_command("tail", *args),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert tail.stderr is not None
+    line = tail.stderr.readline()
+    if BOUND not in line:
+        tail.kill()
+        raise AssertionError(f"tail did not bind: {line}")
+    return tail
+
+
+def test_tail_prints_the_event_a_task_fires(
+    database_url: str, amqp_url: str, amqp_names: AmqpNames, daemons: DaemonGroup
+) -> None:
+    env = daemon_env(database_url, amqp_url, amqp_names.exchange, "tailed")
+    daemons.start(env, "daemon", "--init-db").wait_ready()
+    tail = bound_tail(env, "--routing-key", "tail.*", "--count", "1", "--timeout-s", "60")
     try:
-        assert tail.stderr is not None
-        assert BOUND in tail.stderr.readline()  # bound: what fires from now on is seen
         task = {
             "id": "tail-1",
             "delay": 0.1,
@@ -100,17 +109,8 @@ def test_ctrl_c_ends_tail_with_status_0(
     run saw tail still running 30 s after Ctrl-C; a KeyboardInterrupt raised
     inside pika may leave the connection's close waiting: now it is a flag.)"""
     env = {**base_env(), **settings_env(amqp_url=amqp_url, exchange=amqp_names.exchange)}
-    tail = subprocess.Popen(
-        triggerhook_command("tail", "--routing-key", "nothing.#"),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    tail = bound_tail(env, "--routing-key", "nothing.#")
     try:
-        assert tail.stderr is not None
-        assert BOUND in tail.stderr.readline()
         threading.Event().wait(after_s)  # a moment into the wait for events
         tail.send_signal(signal.SIGINT)
         out, errors = tail.communicate(timeout=10)
