@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 from support.mysql import connect, with_driver
-from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT, mysql_backend
+from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT
 from support.tcpproxy import TcpProxy, proxied
 
 from triggerhook.domain.task import Task
 from triggerhook.errors import StoreUnavailable
 from triggerhook.interfaces import Lease, NewRow
-from triggerhook.store.mysql import MySQLStore
+from triggerhook.store.mysql import MySQLStore, init_schema
 
 ME = "me"
 LEASE_MS = 30_000
@@ -41,8 +41,7 @@ ARMED_ROWS = (
 @pytest.fixture(params=["mysqlclient", "pymysql"])
 def url(request: pytest.FixtureRequest, database_url: str) -> str:
     """The database, with the schema, in each driver's URL."""
-    made = mysql_backend(database_url)
-    made.store.close()
+    init_schema(database_url, SHARD_COUNT)
     return database_url if request.param == "mysqlclient" else with_driver(database_url, "pymysql")
 
 
