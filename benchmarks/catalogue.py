@@ -392,6 +392,9 @@ LISTING_SPECS = (
     Spec("listing.count_tag", "listing", "listing: count of a tag", "ms"),
     Spec("listing.count_key", "listing", "listing: count of a routing key", "ms"),
     Spec("listing.count_all", "listing", "listing: count of every task", "ms"),
+    # issue 29: what a read of many tasks costs must not grow with the table.
+    Spec("listing.count_up_to", "listing", "listing: count up to 1,000", "ms", _PAGE),
+    Spec("listing.firing_none", "listing", "listing: state=firing, none armed", "ms", _PAGE),
     Spec(
         "listing.timeline_hour",
         "listing",

@@ -152,6 +152,9 @@ class _DrainingPublisher:
     def is_alive(self) -> bool:
         return True
 
+    def stalled(self, now_s: float, max_silence_s: float) -> bool:
+        return False  # no thread of its own
+
     def unconfirmed(self) -> int:
         return 0
 

@@ -8,7 +8,10 @@
                        ``due_after``), by routing key (100,000 match), by tag
                        (1,000 match), by id prefix (1,000 match), and the
                        10th page of a walk by cursor;
-  ``listing.count_*``  counts by tag, by routing key, and of everything;
+  ``listing.count_*``  counts by tag, by routing key, and of everything, and
+                       a capped one (``up_to=1000``: it reads 1,000);
+  ``listing.firing_none`` the first page of ``state=firing`` with nothing
+                       armed (the armed ranges only: no row read);
   ``listing.timeline_*`` counts per routing key: the next hour by minute
                        (what the web view shows), and all 30 days by hour
                        (every row read);
@@ -168,6 +171,20 @@ def _counts(rec: Recorder, http: httpx.Client, pending: int, start_ms: int) -> N
         count({}),
         lambda d: d["count"] == pending,
     )
+    _measure(
+        rec,
+        "listing.count_up_to",
+        f"count of all up to 1,000 (of {pending:,})",
+        count({"up_to": "1000"}),
+        lambda d: d == {"count": 1000, "at_least": True},
+    )
+    _measure(
+        rec,
+        "listing.firing_none",
+        f"first page of state=firing, nothing armed ({pending:,} stored)",
+        lambda: _timed(http, "/v1/tasks", {"state": "firing", "limit": "1"}),
+        lambda d: d["tasks"] == [],
+    )
     start = str(start_ms // 1000)
 
     def line(bucket: str, buckets: str) -> Callable[[], tuple[float, Any]]:
@@ -216,7 +233,7 @@ def _bulk_cancel(rec: Recorder, cancel_n: int, fire_s: int) -> None:
             done = http.post("/v1/tasks/cancel", json={"tag": "bulk"}).json()
             ended_ms = time.time() * 1000
             events = consumer.events(fire_s + 120)
-    if done != {"cancelled": cancel_n, "too_late": 0}:
+    if done != {"cancelled": cancel_n, "too_late": 0, "next_cursor": None}:
         raise RuntimeError(f"the bulk cancel answered {done}")
     during = [e for e in events if began_ms <= e[0] <= ended_ms]
     record_lateness(rec, "listing.cancel", "firing during a bulk cancel", during)

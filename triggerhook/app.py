@@ -10,6 +10,7 @@ It builds nothing: :mod:`triggerhook.wiring` assembles it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from triggerhook.domain.listing import (
     Page,
     TaskFilter,
     Timeline,
+    count_cap,
     decode_cursor,
     next_cursor,
     page_limit,
@@ -35,6 +37,7 @@ from triggerhook.errors import ConflictError, TransientError, TriggerHookError
 from triggerhook.interfaces import Clock, InsertOutcome, Moved, TaskStore
 from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.runtime.counters import HistogramSnapshot, RequestStats
+from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.runtime.points import Field
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,9 @@ class Health:
     failure: str | None  # "thread <name> failed: <error>" once one failed
     publisher_connected: bool
     clock_bounded: bool  # the database's time is known well enough to fire by
+    # How the database refuses the engine's writes now ("read-only", "out of
+    # space"), or None: it takes them (or they fail otherwise).
+    store_refusal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,20 +198,37 @@ class TriggerHook:
 
     # -- finding tasks ------------------------------------------------------------
 
+    # Each of these is bounded: a read the database stops at listing_timeout_ms
+    # raises TooCostly; given an ``interrupt``, a call stops when it is set
+    # (raising Interrupted; a bulk cancel answers what it did instead).
+
     def list_tasks(
-        self, where: TaskFilter = ANY, *, limit: int | None = None, cursor: str | None = None
+        self,
+        where: TaskFilter = ANY,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Page:
         """A page of the tasks ``where`` matches, in due order (ties by id),
         from the start or after ``cursor`` (a previous page's). ``limit``:
         1-1000, default 100. Raises :class:`ValidationError` (limit, cursor)."""
         size = page_limit(limit)
         after = None if cursor is None else decode_cursor(cursor)
-        tasks = self._store.list_tasks(where, after, size)
+        tasks = self._store.list_tasks(where, after, size, interrupt)
         return Page(tasks, next_cursor(tasks, size))
 
-    def count(self, where: TaskFilter = ANY) -> int:
-        """How many tasks ``where`` matches (exact; costs a read of every match)."""
-        return self._store.count_where(where)
+    def count(
+        self,
+        where: TaskFilter = ANY,
+        *,
+        up_to: int | None = None,
+        interrupt: Interrupt | None = None,
+    ) -> int:
+        """How many tasks ``where`` matches: exact (a read of every match), or
+        with ``up_to`` at most that many (a read of no more: a count equal to
+        ``up_to`` means at least that many)."""
+        return self._store.count_where(where, count_cap(up_to), interrupt)
 
     def timeline(
         self,
@@ -214,19 +237,32 @@ class TriggerHook:
         bucket_ms: int = 60_000,
         buckets: int = 60,
         start_ms: int | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Timeline:
         """Tasks due per routing key in ``buckets`` spans of ``bucket_ms`` from
-        ``start_ms`` (None: the start of the current span)."""
+        ``start_ms`` (None: the start of the current span); at most
+        MAX_TIMELINE_SPAN_MS in all, and MAX_TIMELINE_CELLS counts (else
+        ValidationError, TooCostly: domain/listing.py)."""
         bucket_ms, buckets = timeline_span(bucket_ms, buckets)
         if start_ms is None:
             start_ms = int(self._clock.now_ms()) // bucket_ms * bucket_ms
-        return self._store.timeline(where, validate_due_ms(start_ms), bucket_ms, buckets)
+        start_ms = validate_due_ms(start_ms)
+        return self._store.timeline(where, start_ms, bucket_ms, buckets, interrupt)
 
-    def cancel_where(self, where: TaskFilter) -> BulkCancelled:
+    def cancel_where(
+        self,
+        where: TaskFilter,
+        *,
+        cursor: str | None = None,
+        interrupt: Interrupt | None = None,
+    ) -> BulkCancelled:
         """Cancel every task ``where`` matches (at least one of its id prefix,
         tag and routing key given), in bounded batches; each task exactly as
-        :meth:`cancel` would. Blocks until done."""
-        return cancel_where(self._store, where)
+        :meth:`cancel` would; after ``cursor`` (where an earlier one stopped)
+        if given. Blocks until done, or until ``interrupt`` stops it between
+        batches: then the result's ``cursor`` says where to go on."""
+        after = None if cursor is None else decode_cursor(cursor)
+        return cancel_where(self._store, where, after=after, interrupt=interrupt)
 
     # -- non-blocking calls, for event loops --------------------------------------
 
@@ -283,6 +319,7 @@ class TriggerHook:
             failure=engine.failure,
             publisher_connected=engine.publisher.is_connected(),
             clock_bounded=self._clock_bounded(),
+            store_refusal=engine.write_refusal(),
         )
 
     def _clock_bounded(self) -> bool:
@@ -292,7 +329,13 @@ class TriggerHook:
             return False
 
     def responsive(self, max_silence_s: float) -> bool:
-        """Alive, and no timed engine thread silent for ``max_silence_s`` (not wedged)."""
+        """Alive, and no engine thread, nor the database clock's sampler,
+        without progress for ``max_silence_s`` (not wedged; see
+        :meth:`Engine.responsive`)."""
+        sync, now_s = self._clock_sync, time.monotonic()
+        if sync is not None and (not sync.is_alive() or sync.stalled(now_s, max_silence_s)):
+            log.error("no progress for over %.0f s: %s", max_silence_s, sync.name)
+            return False
         return self._engine.responsive(max_silence_s)
 
     def figures(self) -> Figures:

@@ -115,4 +115,4 @@ class ClockSync(Worker):
                 self.back_off(exc, "reading the database's clock")
                 continue
             self.succeeded("reading the database's clock")
-            self._wakeup.wait(self._interval_s)
+            self.pause(self._wakeup, self._interval_s)  # beating: see Worker.stalled

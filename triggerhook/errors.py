@@ -17,13 +17,16 @@ __all__ = [
     "ConflictError",
     "EngineFailure",
     "InstanceNameInUse",
+    "Interrupted",
     "MetricsRejected",
     "MetricsUnavailable",
     "NotRunningError",
     "Overloaded",
     "SchemaError",
     "StoreError",
+    "StoreReadOnly",
     "StoreUnavailable",
+    "TooCostly",
     "TransientError",
     "TriggerHookError",
     "ValidationError",
@@ -79,12 +82,40 @@ class StoreUnavailable(TransientError):
     """The database could not be reached or dropped the connection."""
 
 
+class StoreReadOnly(StoreUnavailable):
+    """The database answers but refuses writes for now: read-only (a demoted
+    writer after a failover: MySQL/MariaDB 1290, 1792, 3100) or out of space
+    (1114, 1021, errno 28; ``full``). Transient: writes succeed again once an
+    operator or the failover fixes it; reads go on meanwhile."""
+
+    def __init__(self, message: str, *, full: bool = False) -> None:
+        super().__init__(message)
+        self.full = full  # out of space, rather than read-only
+
+    @property
+    def kind(self) -> str:
+        """The refusal as readiness names it (never the server's text)."""
+        return "out of space" if self.full else "read-only"
+
+
 class Overloaded(TransientError):
     """Too many calls already wait (a full group-commit queue): refused at once."""
 
 
 class StoreError(TriggerHookError):
     """The database rejected an operation for a reason retrying will not fix."""
+
+
+class TooCostly(TriggerHookError):
+    """A read of tasks (a listing, count, timeline, a bulk cancel's batch) was
+    refused or stopped for costing more than its bounds allow: the database's
+    time limit for such reads (``listing_timeout_ms``), or an answer too big.
+    Not transient: the same read costs as much again; narrow the filter."""
+
+
+class Interrupted(TriggerHookError):
+    """A long call stopped before its end because it was asked to: its
+    caller went away or the daemon is stopping (the message says which)."""
 
 
 class BrokerUnavailable(TransientError):

@@ -2,8 +2,8 @@
 
 The engine and the library API depend only on these protocols; the MySQL and
 AMQP adapters implement them, and unit tests use in-memory fakes. This module
-sits below the engine and the adapters (it imports only domain/ and runtime/),
-so they meet here without importing each other.
+sits below the engine and the adapters (it imports only domain/, runtime/ and
+errors), so they meet here without importing each other.
 
 Errors: every method may raise :class:`~triggerhook.errors.StoreUnavailable`
 (transient: the caller may retry) or :class:`~triggerhook.errors.StoreError`
@@ -21,6 +21,8 @@ from typing import Protocol
 from triggerhook.domain.arming import Mark, ShardMarks
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
+from triggerhook.errors import StoreUnavailable
+from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.runtime.points import Point
 
 
@@ -105,6 +107,19 @@ class Armed:
     skipped: bool = False
 
 
+class ArmUnanswered(StoreUnavailable):
+    """An arming pass failed after it took rows, transiently: its COMMIT may
+    have gone through with the answer lost (a failover cuts the connection),
+    and then those rows are armed, yet no later read finds them (R3a).
+    ``taken``: the ids it took, per lease. The armer keeps them and hands
+    them to its next passes (``TaskStore.arm``'s ``unanswered``) until a
+    pass over that lease settles them."""
+
+    def __init__(self, message: str, taken: Mapping[Lease, frozenset[str]]) -> None:
+        super().__init__(message)
+        self.taken = dict(taken)
+
+
 @dataclass(frozen=True, slots=True)
 class Deferral:
     """Put back the armed row ``task.id`` at ``task.rev`` (armed under lease
@@ -114,6 +129,24 @@ class Deferral:
     task: Task
     not_before_ms: int
     new_rev: int = field(default_factory=new_rev)
+
+
+@dataclass(frozen=True, slots=True)
+class NameHolder:
+    """The process holding an instance name (its ``th_members`` row, R1), as
+    read at ``now_ms``: the database's time of the read, the clock the
+    heartbeat is on."""
+
+    token: int
+    host: str
+    pid: int
+    heartbeat_until_ms: int
+    now_ms: int
+
+    @property
+    def live(self) -> bool:
+        """Its heartbeat had not expired when read (as ``live_members`` counts)."""
+        return self.heartbeat_until_ms >= self.now_ms
 
 
 class DeferOutcome(enum.Enum):
@@ -148,15 +181,27 @@ class TaskStore(Protocol):
         horizon_ms: int,
         limit: int,
         urgent_ms: int | None = None,
+        unanswered: Mapping[Lease, frozenset[str]] | None = None,
     ) -> Armed:
         """One arming pass (R3) over the leased shards, fenced by each lease:
         arms up to ``limit`` rows due by ``horizon_ms`` in all, by
         :func:`~triggerhook.domain.arming.plan_arming` per shard.
 
+        ``unanswered`` (R3a): ids that earlier passes of this instance took
+        in a lease of ``leases`` and whose answer was lost
+        (:class:`ArmUnanswered`). In each shard still held at that lease's
+        epoch, those armed now are taken first (their pass committed; no
+        read finds them again), within ``limit``, before the reads; the
+        others were rolled back, and the reads find them. A pass given any
+        is never skipped.
+
         With ``urgent_ms``: when a read without locks finds no row to arm due
         by then, no pass is made (``Armed.skipped``); a store may also skip
         an idle pass so without being asked. Skipping is always safe (the
-        rows are armed by a later pass); it saves the pass's writes."""
+        rows are armed by a later pass); it saves the pass's writes.
+
+        A pass that fails after it took rows raises :class:`ArmUnanswered`
+        (when the failure is transient) naming them: it may have committed."""
         ...
 
     def inherited(
@@ -223,6 +268,22 @@ class TaskStore(Protocol):
         :class:`~triggerhook.errors.InstanceNameInUse`."""
         ...
 
+    def name_holder(self, instance: str) -> NameHolder | None:
+        """Who holds ``instance`` (live or expired), with the database's time
+        of the read; None: nobody (never registered, or left)."""
+        ...
+
+    def take_over_name(
+        self, instance: str, token: int, host: str, pid: int, lease_ms: int, holder: NameHolder
+    ) -> bool:
+        """Compare-and-set (R1): hold ``instance`` under ``token`` for
+        ``lease_ms`` from now (as :meth:`register` does), taking it from
+        ``holder``, live or not, only if its row is still exactly as read: the
+        same token and heartbeat (it did not renew, leave, or pass to another
+        process since). False: nothing changed; read the row again. Of two
+        callers with the same ``holder``, at most one gets True."""
+        ...
+
     def heartbeat(self, instance: str, token: int, lease_ms: int) -> bool:
         """Extend the hold on the name; False: another process took it over."""
         ...
@@ -248,24 +309,42 @@ class TaskStore(Protocol):
         ...
 
     # -- finding tasks (domain/listing.py; unlocked reads, a snapshot each) ------------
+    # Each is bounded: a read longer than the store's listing time limit raises
+    # TooCostly; one whose ``interrupt`` is set stops (its statement cut short)
+    # and raises Interrupted.
 
-    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
+    def list_tasks(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[TaskInfo]:
         """Up to ``limit`` tasks matching ``where``, in (due time, id) order,
         after the key ``after`` (None: from the first)."""
         ...
 
-    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
+    def match_keys(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[Key]:
         """The keys of what :meth:`list_tasks` would return, ``where.state`` aside."""
         ...
 
-    def count_where(self, where: TaskFilter) -> int:
-        """How many tasks match ``where`` (exact: linear in the matches)."""
+    def count_where(
+        self, where: TaskFilter, up_to: int | None = None, interrupt: Interrupt | None = None
+    ) -> int:
+        """How many tasks match ``where``: exact (linear in the matches), or
+        at most ``up_to`` (it reads no more matches than that)."""
         ...
 
-    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
+    def timeline(
+        self,
+        where: TaskFilter,
+        start_ms: int,
+        bucket_ms: int,
+        buckets: int,
+        interrupt: Interrupt | None = None,
+    ) -> Timeline:
         """Tasks due per routing key and bucket of time (``where``'s id prefix,
         routing key and tag apply; its due range and state do not). Routing
-        keys with no task in the span are absent."""
+        keys with no task in the span are absent; more routing keys than a
+        timeline may hold (domain/listing.py, timeline_of) raise TooCostly."""
         ...
 
     def earliest_due_ms(self) -> int | None:
@@ -333,6 +412,11 @@ class EventPublisher(Protocol):
     def join(self, timeout_s: float | None = None) -> bool: ...
 
     def is_alive(self) -> bool: ...
+
+    def stalled(self, now_s: float, max_silence_s: float) -> bool:
+        """Its thread runs but made no progress for over ``max_silence_s``
+        (``now_s``: ``time.monotonic()``): wedged (see ``Worker.stalled``)."""
+        ...
 
     def is_connected(self) -> bool:
         """Connected to the broker with a channel ready to publish."""

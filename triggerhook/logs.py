@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from types import TracebackType
+from urllib.parse import urlsplit
 
 FORMATS = ("text", "json")
 
@@ -37,6 +38,24 @@ def redact(text: str) -> str:
     replaced by ``***``. Use it on any URL (or error text that may hold one)
     before it is logged or printed."""
     return _URL_PASSWORD.sub(rf"\g<keep>{MASK}@", text)
+
+
+def url_origin(url: str) -> str:
+    """``url`` as a log may show it: its scheme, host and port only, ``/...``
+    marking a path, query or fragment left out. A webhook's URL may carry its
+    secret anywhere (``user:password@``, a path, ``?token=``), which
+    :func:`redact` does not know of."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "(a malformed URL)"
+    host = parts.hostname or ""
+    shown = f"{parts.scheme}://[{host}]" if ":" in host else f"{parts.scheme}://{host}"
+    if port is not None:
+        shown += f":{port}"
+    rest = parts.path not in ("", "/") or parts.query or parts.fragment
+    return shown + "/..." if rest else shown
 
 
 def utc_time(record: logging.LogRecord) -> str:

@@ -23,7 +23,9 @@ tuples (parent and child only: nothing else can connect):
   ``REPORT_INTERVAL_S`` ``("state", reasons, http_totals, engine_totals,
   latencies)``: why the API process is not ready, its request and write
   counters (totals since it started), and its request latencies since the
-  last report; the firing process adds them to its figures and metrics.
+  last report; the firing process adds them to its figures and metrics. And
+  ``("beat",)`` every ``REPORT_INTERVAL_S``, sent by its event loop itself
+  (not a pool thread, which may wait on the database): its sign of life.
 
 Threads: in the firing process, per API process a link thread reading its
 messages and a reaper waiting for its exit; in an API process, one link
@@ -36,11 +38,18 @@ pause; one paused for 30 s did not.) Sends are blocking with a 1 s timeout
 (``SO_SNDTIMEO``) behind that check: a message bigger than the room left
 can still give the link up.
 
-Failures: an API process that exits (or whose link breaks) makes the firing
-process stop gracefully and exit 1 (its supervisor restarts the daemon:
-systemd's ``Restart=``); when the firing process is gone (end of file on the
-socket) the API processes stop. A report older than ``STALE_S`` counts as
-"not ready".
+Failures: an API process that exits (or closes its channel) makes the
+firing process stop gracefully and exit 1 (its supervisor restarts the
+daemon: systemd's ``Restart=``); when the firing process is gone (end of file
+on the socket) the API processes stop. A report older than ``STALE_S`` counts
+as "not ready". An API process that is **hung** — no beat for ``HUNG_AFTER_S``
+(none within ``FIRST_BEAT_S`` of its start), or it stopped reading its
+channel in the middle of a message — is killed (SIGKILL) and replaced by a
+new one under the same index: its prefetched commands go back to the queue
+as its broker connection dies, and the new one takes them. More than
+``MAX_REPLACEMENTS`` replacements within ``REPLACEMENT_WINDOW_S`` stop the
+daemon (exit 1). The silence is counted only while the firing process itself
+runs: after its own pause (a stopped VM) every API process gets a fresh bound.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -69,6 +79,18 @@ log = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 0.25
 STALE_S = 5.0
+# An API process that sent no beat for this long is hung (it beats every
+# REPORT_INTERVAL_S: 40 beats missed; a GC pause or a busy loop takes far
+# less), or sent none this long after it was started (Python's start, the
+# imports, the settings: a few seconds even on a loaded machine).
+HUNG_AFTER_S = 10.0
+FIRST_BEAT_S = 30.0
+# Replacing hung API processes more often than this stops the daemon instead.
+MAX_REPLACEMENTS = 3
+REPLACEMENT_WINDOW_S = 600.0
+# Supervision rounds this far apart mean the firing process itself was paused
+# (or starved): the API processes' silence is counted afresh from then.
+_OWN_PAUSE_S = 2.0
 # What systemd hands the main process only: a child must not notify in its name.
 _PARENT_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 _KILL_WAIT_S = 5.0
@@ -118,8 +140,10 @@ class SummedRequestStats(RequestStats):
         super().__init__()
         self._totals: dict[int, dict[str, int]] = {}
 
-    def report(self, index: int, totals: dict[str, int], latencies_ms: bytes) -> None:
-        self._totals[index] = totals
+    def report(self, serial: int, totals: dict[str, int], latencies_ms: bytes) -> None:
+        """``serial``: the reporting process's (a replaced one's last totals
+        stay in the sums, which therefore never go down)."""
+        self._totals[serial] = totals
         self.latency.extend(array.array("d", latencies_ms))
 
     def counters(self) -> dict[str, int]:
@@ -130,14 +154,20 @@ class SummedRequestStats(RequestStats):
 class _Member:
     """One API process, as the firing process sees it. Its reaper thread
     waits for it to exit (a blocking ``waitpid``: no polling, which under a
-    faked clock, as the clock tests run, can fail) and sets ``exited``."""
+    faked clock, as the clock tests run, can fail) and sets ``exited``.
+    ``serial``: unique per process started, where ``index`` is its slot."""
 
     index: int
+    serial: int
     proc: subprocess.Popen[bytes]
     conn: Connection
+    started_s: float  # monotonic
     reasons: list[str] = field(default_factory=lambda: ["starting"])
     reported_s: float | None = None  # monotonic, of the last report
+    beat_s: float | None = None  # monotonic, of the last beat
     connected: bool = True
+    stuck: bool = False  # stopped reading its channel in the middle of a message
+    killed_as_hung: bool = False  # SIGKILLed: replaced once it exited
     exited: threading.Event = field(default_factory=threading.Event)
 
     def reap(self) -> None:
@@ -151,6 +181,24 @@ class _Member:
     def code(self) -> int | None:
         """Its exit status once it exited (negative: the signal that ended it)."""
         return self.proc.returncode if self.exited.is_set() else None
+
+    def hung(self, now_s: float) -> str | None:
+        """Why it counts as hung at ``now_s`` (monotonic), or None."""
+        if self.stuck:
+            return "it stopped reading its channel"
+        if self.beat_s is None:
+            if now_s - self.started_s > FIRST_BEAT_S:
+                return f"no sign of life {now_s - self.started_s:.1f} s after its start"
+            return None
+        if now_s - self.beat_s > HUNG_AFTER_S:
+            return f"no sign of life for {now_s - self.beat_s:.1f} s"
+        return None
+
+    def count_from(self, now_s: float) -> None:
+        """Count its silence from ``now_s`` (the firing process was paused)."""
+        self.started_s = max(self.started_s, now_s)
+        if self.beat_s is not None:
+            self.beat_s = max(self.beat_s, now_s)
 
 
 class ApiProcesses:
@@ -172,15 +220,19 @@ class ApiProcesses:
         self._count = count
         self._wake_armer = wake_armer
         self.http = http
-        self._engine_totals: dict[int, dict[str, int]] = {}
-        self._members: list[_Member] = []
+        self._engine_totals: dict[int, dict[str, int]] = {}  # by serial
+        self._members: list[_Member] = []  # by index
         self._next_report_s = 0.0
+        self._serials = 0
+        self._last_tick_s: float | None = None
+        self._replaced_s: deque[float] = deque()  # when hung ones were killed (monotonic)
 
     def start(self) -> None:
         for index in range(self._count):
             self._members.append(self._spawn(index))
 
     def _spawn(self, index: int) -> _Member:
+        self._serials += 1
         ours, theirs = socket.socketpair()
         for end in (ours, theirs):
             # A send blocked this long (the other side stopped reading, its
@@ -196,7 +248,7 @@ class ApiProcesses:
         conn = Connection(ours.detach())
         conn.send(("settings", self._settings))
         log.info("API process %d started", index, extra={"pid": proc.pid})
-        member = _Member(index, proc, conn)
+        member = _Member(index, self._serials, proc, conn, time.monotonic())
         member.reap()
         name = f"th-api-link-{index}"
         threading.Thread(target=self._read, args=(member,), name=name, daemon=True).start()
@@ -216,40 +268,91 @@ class ApiProcesses:
                 member.reasons = ["gone"]
                 return
             kind = message[0]
-            if kind == "soon":
+            if kind == "beat":
+                member.beat_s = time.monotonic()
+            elif kind == "soon":
                 self._wake_armer()
             elif kind == "state":
                 _, reasons, http_totals, engine_totals, latencies = message
                 member.reasons = list(reasons)
                 member.reported_s = time.monotonic()
-                self.http.report(member.index, http_totals, latencies)
-                self._engine_totals[member.index] = engine_totals
+                self.http.report(member.serial, http_totals, latencies)
+                self._engine_totals[member.serial] = engine_totals
 
     def engine_totals(self) -> dict[str, int]:
         """The API processes' engine counters (their writes), added up."""
         return _summed(self._engine_totals)
 
     def tick(self, now_s: float, reasons: list[str], figures: Callable[[], Figures]) -> str | None:
-        """Every supervision round: send the engine's state when it is due; the
-        failure to stop for (an API process exited or hung up), if any."""
-        for member in self._members:
-            code = member.code()
-            if code is not None:
-                return f"API process {member.index} exited with status {code}"
-            if not member.connected:
-                return f"API process {member.index} closed its channel or stopped reading it"
+        """Every supervision round (``now_s``: monotonic): replace hung API
+        processes, send the engine's state when it is due; the failure to stop
+        for (an API process exited or closed its channel; too many hung), if any."""
+        self._notice_own_pause(now_s)
+        for slot, member in enumerate(self._members):
+            failure = self._supervise(slot, member, now_s)
+            if failure is not None:
+                return failure
         if now_s >= self._next_report_s:
             self._next_report_s = now_s + REPORT_INTERVAL_S
             self._send_all(("engine", reasons, figures()))
         return None
 
+    def _notice_own_pause(self, now_s: float) -> None:
+        last_s, self._last_tick_s = self._last_tick_s, now_s
+        if last_s is not None and now_s - last_s > _OWN_PAUSE_S:
+            log.warning(
+                "the firing process looked at its API processes %.1f s after the last time "
+                "(paused or starved?): their silence counts from now",
+                now_s - last_s,
+            )
+            for member in self._members:
+                member.count_from(now_s)
+
+    def _supervise(self, slot: int, member: _Member, now_s: float) -> str | None:
+        if member.killed_as_hung:
+            if member.exited.is_set():  # its sockets are closed: start the next one
+                member.conn.close()
+                self._members[slot] = self._spawn(member.index)
+            return None
+        code = member.code()
+        if code is not None:
+            return f"API process {member.index} exited with status {code}"
+        if not member.connected:
+            return f"API process {member.index} closed its channel"
+        why = member.hung(now_s)
+        return None if why is None else self._kill_hung(member, why, now_s)
+
+    def _kill_hung(self, member: _Member, why: str, now_s: float) -> str | None:
+        """SIGKILL a hung API process (it is replaced once it exited); the
+        failure to stop for when too many were lately."""
+        self._replaced_s.append(now_s)
+        while now_s - self._replaced_s[0] > REPLACEMENT_WINDOW_S:
+            self._replaced_s.popleft()
+        if len(self._replaced_s) > MAX_REPLACEMENTS:
+            return (
+                f"API process {member.index} hung ({why}), the {len(self._replaced_s)}th "
+                f"in {REPLACEMENT_WINDOW_S:.0f} s: not replacing it again"
+            )
+        log.error(
+            "API process %d is hung (%s): killing it and starting another",
+            member.index,
+            why,
+            extra={"pid": member.proc.pid},
+        )
+        member.killed_as_hung = True
+        member.proc.kill()  # SIGKILL, also to a stopped process; it is ours, not reaped yet
+        return None
+
     def _send_all(self, message: tuple[Any, ...]) -> None:
         for member in self._members:
-            if member.connected and room_to_send(member.conn):  # else: paused, skip
-                try:
-                    member.conn.send(message)
-                except OSError:  # it hung up, or stopped reading for long
-                    member.connected = False
+            if not member.connected or member.stuck or not room_to_send(member.conn):
+                continue  # gone, or paused: skip
+            try:
+                member.conn.send(message)
+            except (BrokenPipeError, ConnectionResetError):  # it hung up: exiting
+                member.connected = False
+            except OSError:  # it stopped reading for long, maybe mid-message: hung
+                member.stuck = True
 
     def reasons(self) -> list[str]:
         """Why the API processes are not ready (empty: every one is)."""
@@ -265,7 +368,10 @@ class ApiProcesses:
         return out
 
     def alive(self) -> bool:
-        return all(not m.exited.is_set() and m.connected for m in self._members)
+        """Every API process runs, or is being replaced (hung: killed)."""
+        return all(
+            m.killed_as_hung or (not m.exited.is_set() and m.connected) for m in self._members
+        )
 
     def stop(self, timeout_s: float) -> bool:
         """SIGTERM to each (it finishes what is in flight), waiting up to
@@ -283,7 +389,8 @@ class ApiProcesses:
                 member.exited.wait(_KILL_WAIT_S)
             # Killed by that SIGTERM: it had not installed its handler, so it
             # had not started serving (its handlers come before its interfaces).
-            clean &= member.code() in (0, -signal.SIGTERM)
+            # One killed as hung was being replaced: no fault of this stop.
+            clean &= member.killed_as_hung or member.code() in (0, -signal.SIGTERM)
             member.conn.close()
         return clean
 
@@ -342,6 +449,12 @@ class EngineLink:
         """A row due soon was committed: the firing process's armer should look."""
         self._send(("soon",))
 
+    def beat(self) -> None:
+        """This process's sign of life; called by its event loop (the firing
+        process replaces an API process whose beats stop: ``HUNG_AFTER_S``).
+        Never waits: while another thread sends, this beat is skipped."""
+        self._send(("beat",), wait=False)
+
     def report(
         self,
         reasons: list[str],
@@ -367,15 +480,18 @@ class EngineLink:
                 log.warning("the firing process stopped reading its channel (paused?)")
         return room
 
-    def _send(self, message: tuple[Any, ...]) -> None:
-        with self._send_lock:
+    def _send(self, message: tuple[Any, ...], wait: bool = True) -> None:
+        if not self._send_lock.acquire(blocking=wait):
+            return
+        try:
             if not self._room():
                 return
-            try:
-                self._conn.send(message)
-            except OSError as exc:  # hung up, or it stopped reading: the stream may be cut
-                log.error("cannot tell the firing process: %r; stopping", exc)
-                self._on_gone()
+            self._conn.send(message)
+        except OSError as exc:  # hung up, or it stopped reading: the stream may be cut
+            log.error("cannot tell the firing process: %r; stopping", exc)
+            self._on_gone()
+        finally:
+            self._send_lock.release()
 
     def engine_reasons(self) -> list[str]:
         """Why the engine is not ready, as it last said (empty: ready)."""

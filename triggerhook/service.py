@@ -44,8 +44,8 @@ import uvloop
 
 from triggerhook.api.commands import CommandConsumer
 from triggerhook.api.http import HttpApi
-from triggerhook.app import Figures, TriggerHook
-from triggerhook.errors import SchemaError, StoreError, StoreUnavailable
+from triggerhook.app import Figures, Health, TriggerHook
+from triggerhook.errors import SchemaError, StoreError, StoreReadOnly, StoreUnavailable
 from triggerhook.logs import redact
 from triggerhook.processes import REPORT_INTERVAL_S, ApiProcesses, EngineLink
 from triggerhook.ratelimit import RateLimitedLog
@@ -72,8 +72,11 @@ _DETAIL_LOG_EVERY_S = 60.0
 
 # Readiness reasons name the dependency and the kind of failure only: the raw
 # error (host names, ports, server messages) goes to the log, not to /readyz.
-# ``{store}``: the store's name (``mysql``; ``sqlite`` in dev mode).
+# ``{store}``: the store's name (``mysql``; ``sqlite`` in dev mode); ``{kind}``:
+# a refusal's (StoreReadOnly.kind: read-only, out of space).
+_REFUSED = "{store}: {kind} (writes refused)"
 _STORE_REASONS: tuple[tuple[type[Exception], str], ...] = (
+    (StoreReadOnly, _REFUSED),
     (StoreUnavailable, "{store}: unreachable"),
     (SchemaError, "{store}: schema missing or not current (`triggerhook db status` says which)"),
     (StoreError, "{store}: query failed"),
@@ -102,8 +105,9 @@ class Watchdog:
         if self.interval_s is None or now_s < self._next_s:
             return
         self._next_s = now_s + self.interval_s
-        # Silence allowed: the timed threads beat every second; a whole
-        # interval (and at least 2 s) without a beat means a wedged thread.
+        # Silence allowed: every engine thread beats at least every second,
+        # idle or retrying through an outage (Worker.stalled); a whole interval
+        # (and at least 2 s) without a beat means a wedged thread.
         if self._responsive(max(self.interval_s, 2.0)):
             self._notifier.watchdog()
         else:
@@ -114,8 +118,14 @@ class Watchdog:
 def _store_reason(exc: Exception, store: str) -> str:
     for kind, reason in _STORE_REASONS:
         if isinstance(exc, kind):
-            return reason.format(store=store)
+            return reason.format(store=store, kind=getattr(exc, "kind", ""))
     return _STORE_REASON_OTHER.format(store=store)
+
+
+def _refusal_reason(health: Health, store: str) -> list[str]:
+    """The reason the database refusing the engine's writes gives, if it does."""
+    refusal = health.store_refusal
+    return [] if refusal is None else [_REFUSED.format(store=store, kind=refusal)]
 
 
 class Service:
@@ -196,7 +206,7 @@ class Service:
             reasons.append("clock: the database's time is not known well enough to fire by")
         if not health.publisher_connected:
             reasons.append("rabbitmq: publisher not connected")
-        return reasons
+        return reasons + _refusal_reason(health, self._store_name)
 
     def own_reasons(self) -> list[str]:
         """Why this process's interfaces and database are not ready. Blocking."""
@@ -218,7 +228,10 @@ class Service:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         self._handle_signals(loop, stop)
-        self.hook.start()
+        # Off the loop: R1 may watch a live-looking holder of the instance name
+        # for up to a lease, and the loop meanwhile handles signals (and, in an
+        # API process, sends its beats).
+        await loop.run_in_executor(self.executor, self.hook.start)
         tending = asyncio.ensure_future(self._tend(stop))
         try:
             await self._start_interfaces()
@@ -371,15 +384,17 @@ class ApiService(Service):
         self.sole = sole  # the only API process: its request counters are the daemon's
 
     def engine_reasons(self) -> list[str]:
-        """The firing process's, as it last said, and this one's write path."""
-        return self.link.engine_reasons() + self._write_path()
+        """The firing process's, as it last said, and this one's write path
+        (a refusal both see is named once)."""
+        return list(dict.fromkeys(self.link.engine_reasons() + self._write_path()))
 
     def _write_path(self) -> list[str]:
         health = self.hook.health()
+        refused = _refusal_reason(health, self._store_name)
         if health.alive:
-            return []
+            return refused
         failure = health.failure
-        return [f"api: {failure.partition(':')[0] if failure else 'not running'}"]
+        return [f"api: {failure.partition(':')[0] if failure else 'not running'}", *refused]
 
     def figures(self) -> Figures:
         """What ``/v1/status`` and ``/metrics`` show: the firing process's
@@ -396,6 +411,22 @@ class ApiService(Service):
     def _http_totals(self) -> dict[str, int]:
         http = self.http
         return {**http.stats.counters(), **http.guard.counters()} if http is not None else {}
+
+    async def _main(self) -> int:
+        beating = asyncio.ensure_future(self._beat())
+        try:
+            return await super()._main()
+        finally:
+            beating.cancel()
+
+    async def _beat(self) -> None:
+        """This process's sign of life, sent by the event loop itself every
+        ``REPORT_INTERVAL_S`` from its start to its end (stopping included):
+        the firing process kills and replaces an API process whose beats stop
+        (hung: ``processes.HUNG_AFTER_S``)."""
+        while True:
+            self.link.beat()
+            await asyncio.sleep(REPORT_INTERVAL_S)
 
     async def _tend(self, stop: asyncio.Event) -> None:
         self.link.start(on_gone=lambda: self._fail("the firing process is gone", "engine: gone"))

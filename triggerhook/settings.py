@@ -36,6 +36,7 @@ _ROUTING_KEY = ROUTING_KEY_PATTERN
 MAX_API_PROCESSES = 32
 QUEUE_TYPES = ("classic", "quorum")
 _MAX_SHARDS = 4096
+_HOST_NAME = re.compile(r"\.?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")  # of http_allowed_hosts
 # Settings of the claim protocol (schema v2), renamed or gone with the shard
 # protocol (v3): a configuration naming one gets told what to write instead.
 RENAMED = {
@@ -226,6 +227,14 @@ class Settings:
     http_allow_public_without_token: bool = _setting(
         False, "Allow a non-loopback http_host without api_token (trusted networks only)."
     )
+    http_allowed_hosts: str = _setting(
+        "",
+        "Host names the HTTP API answers to, comma-separated, against DNS rebinding: a "
+        "request whose Host header names another gets 421 (IP addresses, localhost and "
+        "http_host are always accepted; /healthz and /readyz answer any Host); "
+        "`.example.com` takes in its subdomains, `*` accepts any Host. Empty: any Host when "
+        "api_token is set and http_host is not a loopback address, else only those.",
+    )
     http_max_body_bytes: int = _setting(
         4 * 1024 * 1024,
         "Largest HTTP request body (a 10,000-task batch with ~300-byte payloads); "
@@ -248,6 +257,12 @@ class Settings:
         512, "Most open HTTP connections; further ones are closed at once.", 1
     )
     http_max_batch_tasks: int = _setting(10000, "Most tasks in one POST /v1/tasks/batch.", 1)
+    # Reads of many tasks (list, count, timeline, bulk cancel): docs/api.md, "Endpoints".
+    listing_timeout_ms: int = _setting(
+        5000, "The database stops a read of many tasks running longer: 422 too_costly.", 10
+    )
+    listing_concurrency: int = _setting(4, "Reads of many tasks at once per process; more: 503.", 1)
+    bulk_cancel_timeout_s: int = _setting(300, "A bulk cancel stops after this (next_cursor).", 1)
     metrics_require_token: bool = _setting(
         False, "GET /metrics requires api_token too (it is open by default, like /healthz)."
     )
@@ -382,6 +397,7 @@ class Settings:
                 "http_port: 0 (any free port) would give each of the api_processes its "
                 "own port; set a port, or api_processes = 1"
             )
+        self.allowed_hosts()
         open_to_all = not self.api_token and not self.http_allow_public_without_token
         if self.http_enabled and open_to_all and not is_loopback(self.http_host):
             raise ConfigError(
@@ -402,6 +418,15 @@ class Settings:
     def queue_arguments(self) -> dict[str, str]:
         """The arguments of every queue the daemon declares (amqp_queue_type)."""
         return {} if self.amqp_queue_type == "classic" else {"x-queue-type": self.amqp_queue_type}
+
+    def allowed_hosts(self) -> list[str]:
+        """http_allowed_hosts as lower-case names (``*``: any); ConfigError naming it."""
+        names = [n.strip().lower() for n in self.http_allowed_hosts.split(",") if n.strip()]
+        bad = [name for name in names if name != "*" and not _HOST_NAME.fullmatch(name)]
+        if bad:
+            why = "is not a host name (no scheme or port: api.example.com, .example.com, *)"
+            raise ConfigError(f"http_allowed_hosts: {bad[0][:100]!r} {why}")
+        return [name.removesuffix(".") for name in names]
 
     def command_users(self) -> list[str]:
         """command_allowed_users as a list (empty setting: none)."""

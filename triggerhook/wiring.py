@@ -98,7 +98,12 @@ def build_dev(settings: Settings, dev: DevOptions) -> Service:
     from triggerhook.store.sqlite import SQLiteStore  # noqa: PLC0415
 
     settings = replace(settings, commands_enabled=False, api_processes=0, metrics_url="")
-    store = SQLiteStore(dev.db_path, settings.default_routing_key, settings.shard_count)
+    store = SQLiteStore(
+        dev.db_path,
+        settings.default_routing_key,
+        settings.shard_count,
+        listing_timeout_ms=settings.listing_timeout_ms,
+    )
     clock, sync = _database_clock(settings, store)
     publisher = local_publisher_factory(settings, dev, clock)
     database = f"SQLite at {dev.db_path} through {store.driver}"
@@ -158,6 +163,9 @@ def http_config(settings: Settings) -> HttpConfig:
         web_view=settings.web_view,
         web_allow_cancel=settings.web_allow_cancel,
         metrics_scrape_token=settings.metrics_scrape_token,
+        allowed_hosts=tuple(settings.allowed_hosts()),
+        listing_concurrency=settings.listing_concurrency,
+        bulk_cancel_timeout_s=float(settings.bulk_cancel_timeout_s),
     )
 
 
@@ -184,6 +192,8 @@ def _build(
         idle_transaction_timeout_s=settings.database_idle_transaction_timeout_s,
         pool_recycle_s=settings.database_pool_recycle_s,
         pool_ping_idle_s=settings.database_pool_ping_idle_s,
+        listing_timeout_ms=settings.listing_timeout_ms,
+        listing_pool_size=settings.listing_concurrency,
     )
     clock, sync = _database_clock(settings, store)
     publisher = publisher_factory(settings, params, clock)
@@ -326,20 +336,23 @@ def publisher_factory(settings: Settings, params: AmqpNodes, clock: Clock) -> Pu
 
 
 def local_publisher_factory(settings: Settings, dev: DevOptions, clock: Clock) -> PublisherFactory:
-    """``triggerhook dev``'s publisher: each event to the webhook, then stdout
-    (so that a line on stdout is an event delivered everywhere)."""
+    """``triggerhook dev``'s publisher: each event to stdout and the webhook,
+    each sink on a thread of its own (docs/dev.md, "Events to a webhook")."""
     config = LocalConfig(
-        delivery_policy(settings), settings.dead_letter_routing_key, settings.default_late_policy()
+        delivery_policy(settings),
+        settings.dead_letter_routing_key,
+        settings.default_late_policy(),
+        settings.max_unconfirmed,
     )
 
     def publisher(
         buffer: SendBuffer, confirms: ConfirmSink, retry: RetryHandler, on_failure: FailureHandler
     ) -> LocalPublisher:
         sinks: list[EventSink] = []
-        if dev.webhook_url:
-            sinks.append(WebhookSink(dev.webhook_url, dev.webhook_timeout_s))
         if dev.stdout:
             sinks.append(StdoutSink(sys.stdout))
+        if dev.webhook_url:
+            sinks.append(WebhookSink(dev.webhook_url, dev.webhook_timeout_s))
         return LocalPublisher(buffer, confirms, retry, on_failure, sinks, config, clock)
 
     return publisher

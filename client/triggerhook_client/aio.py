@@ -240,6 +240,7 @@ class AsyncClient(BaseClient):
         due_before: At | None = None,
         due_before_ms: int | None = None,
         state: State | None = None,
+        up_to: int | None = None,
     ) -> int:
         """See :meth:`Client.count`."""
         where = Filter(
@@ -252,7 +253,7 @@ class AsyncClient(BaseClient):
             due_after_ms=due_after_ms,
             due_before_ms=due_before_ms,
         )
-        return await self._run(self._count_call(where))
+        return await self._run(self._count_call(where, up_to))
 
     async def timeline(
         self,
@@ -294,7 +295,11 @@ class AsyncClient(BaseClient):
             due_after_ms=due_after_ms,
             due_before_ms=due_before_ms,
         )
-        return await self._run(self._cancel_where_call(where, timeout_s))
+        done, cursor = await self._run(self._cancel_where_call(where, timeout_s))
+        while cursor is not None:  # the daemon stopped at its time limit: go on
+            more, cursor = await self._run(self._cancel_where_call(where, timeout_s, cursor))
+            done = BulkCancelled(done.cancelled + more.cancelled, done.too_late + more.too_late)
+        return done
 
     async def status(self) -> dict[str, Any]:
         """See :meth:`Client.status`."""

@@ -199,9 +199,15 @@ def timeline(response: httpx.Response) -> Timeline:
     )
 
 
-def bulk_cancelled(response: httpx.Response) -> BulkCancelled:
+def bulk_cancelled(response: httpx.Response) -> tuple[BulkCancelled, str | None]:
+    """What one bulk cancel request did, and its ``next_cursor``: None when it
+    reached the end (or a daemon too old to stop early said nothing)."""
     data = json_object(response)
-    return BulkCancelled(_count(response, data, "cancelled"), _count(response, data, "too_late"))
+    done = BulkCancelled(_count(response, data, "cancelled"), _count(response, data, "too_late"))
+    cursor = data.get("next_cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise _bad_answer(response, "next_cursor is not a string or null")
+    return done, cursor
 
 
 def health(response: httpx.Response) -> Health:

@@ -166,8 +166,10 @@ class BaseClient:
         return Call("GET", "/v1/tasks", _OK_STATUS, answers.page, rename=rename, params=params)
 
     @staticmethod
-    def _count_call(where: Filter) -> Call[int]:
+    def _count_call(where: Filter, up_to: int | None = None) -> Call[int]:
         params, rename = where.params()
+        if up_to is not None:
+            params["up_to"] = positive(up_to, "up_to")
         return Call(
             "GET", "/v1/tasks/count", _OK_STATUS, answers.counted, rename=rename, params=params
         )
@@ -193,13 +195,19 @@ class BaseClient:
         )
 
     @staticmethod
-    def _cancel_where_call(where: Filter, timeout_s: float) -> Call[BulkCancelled]:
+    def _cancel_where_call(
+        where: Filter, timeout_s: float, cursor: str | None = None
+    ) -> Call[tuple[BulkCancelled, str | None]]:
+        """One request of a bulk cancel, from ``cursor`` (a previous one's
+        ``next_cursor``): what it did, and where the next goes on (None: done)."""
         if not where.narrowed:
             # Never "every task": the daemon refuses it too; no request for it.
             raise invalid(None, "give at least one of prefix, tag and routing_key")
         if not (is_number(timeout_s) and timeout_s > 0):
             raise invalid("timeout_s", "must be a number of seconds > 0")
         body, rename = where.body()
+        if cursor is not None:
+            body["cursor"] = cursor
         content = encode(body)
         return Call(
             "POST",

@@ -280,9 +280,13 @@ class Client(BaseClient):
         due_before: At | None = None,
         due_before_ms: int | None = None,
         state: State | None = None,
+        up_to: int | None = None,
     ) -> int:
         """How many tasks match the filters (those of :meth:`list`); exact,
-        which costs the daemon a read of every match."""
+        which costs the daemon a read of every match (and is refused,
+        ``InvalidRequest`` code ``too_costly``, past its time limit), or with
+        ``up_to`` at most that many, reading no more: a count equal to
+        ``up_to`` means at least that many."""
         where = Filter(
             prefix,
             routing_key,
@@ -293,7 +297,7 @@ class Client(BaseClient):
             due_after_ms=due_after_ms,
             due_before_ms=due_before_ms,
         )
-        return self._run(self._count_call(where))
+        return self._run(self._count_call(where, up_to))
 
     def timeline(
         self,
@@ -333,7 +337,11 @@ class Client(BaseClient):
         ``prefix``, ``tag`` and ``routing_key`` (else :class:`InvalidRequest`,
         nothing sent) — each exactly as :meth:`cancel` would; tasks being
         published count as ``too_late``. Blocks until done: a million tasks
-        take minutes, hence ``timeout_s`` (per attempt) of 15 minutes.
+        take minutes. The daemon answers each request within its
+        ``bulk_cancel_timeout_s`` (5 minutes by default) with what it did
+        and, when it stopped before the end, where to go on; this method
+        sends the next request from there until the end, adding up the
+        counts. ``timeout_s`` (per attempt, 15 minutes) covers one request.
 
         Retried like every call, after a timeout too: a bulk cancel is
         idempotent (a second run cancels nothing the first did not, and
@@ -350,7 +358,11 @@ class Client(BaseClient):
             due_after_ms=due_after_ms,
             due_before_ms=due_before_ms,
         )
-        return self._run(self._cancel_where_call(where, timeout_s))
+        done, cursor = self._run(self._cancel_where_call(where, timeout_s))
+        while cursor is not None:  # the daemon stopped at its time limit: go on
+            more, cursor = self._run(self._cancel_where_call(where, timeout_s, cursor))
+            done = BulkCancelled(done.cancelled + more.cancelled, done.too_late + more.too_late)
+        return done
 
     def status(self) -> dict[str, Any]:
         """The daemon's live figures (``GET /v1/status``; fields: docs/metrics.md)."""

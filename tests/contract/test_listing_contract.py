@@ -8,13 +8,19 @@ import dataclasses
 import pytest
 from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT
 
-from triggerhook.domain.listing import BulkCancelled, TaskFilter
+from triggerhook.domain.listing import (
+    MAX_TIMELINE_CELLS,
+    BulkCancelled,
+    TaskFilter,
+    decode_cursor,
+)
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta, make_meta
 from triggerhook.domain.recurrence import make_recurrence
 from triggerhook.domain.task import CancelResult, Task, TaskState
 from triggerhook.engine.bulk import cancel_where
-from triggerhook.errors import ValidationError
+from triggerhook.errors import Interrupted, TooCostly, ValidationError
 from triggerhook.interfaces import InsertOutcome, Lease, Move, NewRow, TaskStore
+from triggerhook.runtime.interrupt import Interrupt
 
 FAR = 10**9
 BILLING = make_meta(
@@ -227,6 +233,112 @@ def test_bulk_cancel_must_name_tasks(store: TaskStore, now: int) -> None:
     with pytest.raises(ValidationError, match="prefix, tag and routing_key"):
         cancel_where(store, TaskFilter(due_before_ms=now + FAR))
     assert listed(store) == ["x"]
+
+
+# -- the bounds of reads of many tasks --------------------------------------------------------
+
+
+def test_a_count_up_to_a_cap_stops_there(store: TaskStore, now: int) -> None:
+    put(store, *(tagged(f"u{i:02}", now + 1000 + i, "cap", rk="billing") for i in range(12)))
+    put(store, Task("other", now + 5, "mail"))
+    assert store.count_where(TaskFilter(), up_to=5) == 5  # at least 5
+    assert store.count_where(TaskFilter(), up_to=13) == 13  # exactly 13: it never says more
+    assert store.count_where(TaskFilter(), up_to=100) == 13
+    assert store.count_where(TaskFilter(tag="cap"), up_to=3) == 3
+    assert store.count_where(TaskFilter(routing_key="billing", due_after_ms=now + 1010), 50) == 2
+    assert store.count_where(TaskFilter(state=TaskState.SCHEDULED), up_to=4) == 4
+    assert store.count_where(TaskFilter(state=TaskState.FIRING), up_to=4) == 0
+    assert store.count_where(TaskFilter(prefix="nobody"), up_to=1) == 0
+
+
+def test_state_firing_finds_exactly_the_armed_tasks_whatever_else_is_stored(
+    store: TaskStore, now: int
+) -> None:
+    # Nothing armed anywhere: an empty answer (MySQL reads the shards' marks only).
+    put(store, *(tagged(f"f{i:02}", now + 10 * i, "vip" if i % 2 else "std") for i in range(20)))
+    firing = TaskFilter(state=TaskState.FIRING)
+    assert listed(store, firing) == [] and store.count_where(firing) == 0
+    leases = [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+    armed = sorted(t.id for t in store.arm("me", leases, now + 55, 100).tasks)
+    assert armed == [f"f{i:02}" for i in range(6)]
+    # A task written after the pass, due before the watermark: not armed (yet).
+    put(store, Task("late-comer", now - 1, "rk"))
+    assert listed(store, firing) == armed
+    assert store.count_where(firing) == 6 and store.count_where(firing, up_to=2) == 2
+    assert listed(store, TaskFilter(state=TaskState.FIRING, tag="vip")) == ["f01", "f03", "f05"]
+    later = TaskFilter(state=TaskState.FIRING, prefix="f0", due_after_ms=now + 20)
+    assert listed(store, later) == ["f02", "f03", "f04", "f05"]
+    page = store.list_tasks(firing, None, 4)
+    rest = store.list_tasks(firing, (page[-1].task.due_ms, page[-1].task.id), 4)
+    assert [i.task.id for i in page + rest] == armed
+    assert "late-comer" in listed(store, TaskFilter(state=TaskState.SCHEDULED))
+
+
+def test_a_timeline_of_more_counts_than_it_may_hold_is_too_costly(
+    store: TaskStore, now: int
+) -> None:
+    buckets = 1440
+    most_keys = MAX_TIMELINE_CELLS // buckets  # 69 routing keys of 1,440 buckets
+    start = now // 60_000 * 60_000 + 60_000
+    put(store, *(Task(f"k{i:03}", start + i, f"key.{i:03}") for i in range(most_keys)))
+    line = store.timeline(TaskFilter(), start, 60_000, buckets)
+    assert len(line.counts) == most_keys and line.counts["key.000"][0] == 1
+    put(store, Task("one-more", start + 5, "key.extra"))
+    with pytest.raises(TooCostly, match="more than 69 routing keys"):
+        store.timeline(TaskFilter(), start, 60_000, buckets)
+    assert len(store.timeline(TaskFilter(), start, 60_000, 60).counts) == most_keys + 1
+    assert store.timeline(TaskFilter(prefix="k00"), start, 60_000, buckets).counts.keys() == {
+        f"key.00{i}" for i in range(10)
+    }
+
+
+def test_a_read_whose_interrupt_is_set_stops_with_interrupted(store: TaskStore, now: int) -> None:
+    put(store, Task("i1", now + 10, "rk"))
+    stop = Interrupt()
+    stop.set("its client went away")
+    for read in (
+        lambda: store.list_tasks(TaskFilter(), None, 10, stop),
+        lambda: store.list_tasks(TaskFilter(state=TaskState.FIRING), None, 10, stop),
+        lambda: store.match_keys(TaskFilter(prefix="i"), None, 10, stop),
+        lambda: store.count_where(TaskFilter(), None, stop),
+        lambda: store.timeline(TaskFilter(), now, 60_000, 60, stop),
+    ):
+        with pytest.raises(Interrupted, match="its client went away"):
+            read()
+    # An interrupt not set changes nothing; nor does a deadline (it stops
+    # only a walk of many steps, between them: the bulk cancel).
+    assert listed(store) == ["i1"]
+    assert store.count_where(TaskFilter(), None, Interrupt(deadline_s=0.0)) == 1
+
+
+def test_a_bulk_cancel_stops_between_batches_and_goes_on_from_its_cursor(
+    store: TaskStore, now: int
+) -> None:
+    put(store, *(tagged(f"b{i:02}", now + 1000 + i, "walk") for i in range(10)))
+    put(store, tagged("armed", now + 5, "walk"))
+    leases = [a.lease for a in store.acquire("me", SHARD_COUNT, 30_000)]
+    assert [t.id for t in store.arm("me", leases, now + 100, 10).tasks] == ["armed"]
+    where = TaskFilter(tag="walk")
+    past = Interrupt(deadline_s=0.0)  # its time limit passed: one batch, then stop
+    first = cancel_where(store, where, batch=4, interrupt=past)
+    assert (first.cancelled, first.too_late) == (3, 1)
+    assert first.cursor is not None and decode_cursor(first.cursor) == (now + 1002, "b02")
+    second = cancel_where(store, where, batch=4, after=decode_cursor(first.cursor), interrupt=past)
+    assert second == BulkCancelled(4, 0, second.cursor) and second.cursor is not None
+    last = cancel_where(store, where, batch=4, after=decode_cursor(second.cursor))
+    assert last == BulkCancelled(3, 0)  # the end: no cursor
+    assert listed(store, where) == ["armed"]  # being published: too late, counted once
+
+
+def test_a_bulk_cancel_interrupted_before_its_first_batch_did_nothing(
+    store: TaskStore, now: int
+) -> None:
+    put(store, tagged("n1", now + 1000, "walk"))
+    stop = Interrupt()
+    stop.set("the daemon is stopping")
+    with pytest.raises(Interrupted):
+        cancel_where(store, TaskFilter(tag="walk"), interrupt=stop)
+    assert listed(store) == ["n1"]
 
 
 # -- series (R5s) -----------------------------------------------------------------------------

@@ -141,6 +141,46 @@ def test_counts_and_the_timeline_read_indexes_only(filled: tuple[MySQLStore, Any
     assert store.count_where(TaskFilter(routing_key="push")) == ROWS // 3
 
 
+def test_the_armed_tasks_are_read_from_each_shards_range_below_its_watermark(
+    filled: tuple[MySQLStore, Any, int],
+) -> None:
+    # state=firing reads th_tasks_fire up to each shard's watermark (few rows:
+    # the armed, and those written since the shard's last pass), not every
+    # row in due order; with nothing armed it reads the shards' marks only.
+    store, db, now = filled
+    armed = [(shard, now + 500) for shard in range(store.shard_count())]
+    for where in (
+        TaskFilter(state=TaskState.FIRING),
+        TaskFilter(state=TaskState.FIRING, routing_key="mail", due_after_ms=now),
+        TaskFilter(state=TaskState.FIRING, prefix="c7:"),
+    ):
+        for built in (
+            queries.list_tasks(where, None, 100, armed),
+            queries.list_tasks(where, (now + 20, "c2:2"), 1, armed),
+            queries.count(where, None, armed),
+            queries.count(where, 10, armed),
+        ):
+            assert access(explain(db, built), "t") == ("range", "th_tasks_fire"), built[0]
+    vip = TaskFilter(state=TaskState.FIRING, tag="vip")
+    by_tag = explain(db, queries.list_tasks(vip, None, 5, armed))
+    assert access(by_tag, "t") == ("range", "th_tasks_fire")
+    assert access(by_tag, "g") == ("ref", "th_task_tags_id")
+    assert store.list_tasks(TaskFilter(state=TaskState.FIRING), None, 1) == []
+
+
+def test_a_capped_count_reads_no_more_than_its_cap(filled: tuple[MySQLStore, Any, int]) -> None:
+    store, db, _now = filled
+    with db.cursor() as cur:
+        cur.execute("FLUSH STATUS")
+        cur.execute(*queries.count(TaskFilter(), 10))
+        assert cur.fetchall() == ((10,),)
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read_next'")
+        [(_name, read_next)] = cur.fetchall()
+    assert int(read_next) <= 10  # index entries read: the cap's, not the table's
+    assert store.count_where(TaskFilter(), up_to=10) == 10
+    assert store.count_where(TaskFilter(), up_to=ROWS + 1) == ROWS
+
+
 def test_a_cancel_of_a_batch_reads_its_ids_by_the_primary_key(
     filled: tuple[MySQLStore, Any, int],
 ) -> None:

@@ -34,6 +34,7 @@ from triggerhook.interfaces import (
     Lease,
     Move,
     Moved,
+    NameHolder,
     NewRow,
     TaskStore,
 )
@@ -409,6 +410,42 @@ def test_arming_is_fenced_by_the_epoch(store: TaskStore, now: int) -> None:
     assert arm(store, [theirs.lease], now + FAR).lost == [0]  # not OTHER's to arm as ME
     [fired] = arm(store, [theirs.lease], now + FAR, instance=OTHER).tasks
     assert (fired.id, fired.epoch) == (a, theirs.lease.epoch)
+
+
+def test_a_pass_takes_the_armed_rows_of_a_pass_whose_answer_was_lost_first(
+    store: TaskStore, now: int
+) -> None:
+    """R3a: the ids an earlier pass took (its answer lost) that are armed now
+    come first, all of them, whatever the limit; then the reads within what
+    is left. The store cannot tell a lost answer from a received one: given
+    ids armed now, it takes them again."""
+    [a, b] = in_shard(0, 2, "a")
+    [c] = in_shard(1, 1, "c")
+    [late] = in_shard(0, 1, "late")
+    insert(store, task(a, now + 20), task(b, now + 10), task(c, now + 30), task(late, now + 9_000))
+    leases = take_all(store)
+    first = arm(store, leases.values(), now + 1000)
+    assert sorted(ids(first.tasks)) == sorted([a, b, c])
+    lost = {leases[0]: frozenset([a, b, late]), leases[1]: frozenset([c])}  # late: unarmed
+    again = store.arm(ME, list(leases.values()), now + 1000, 1, now - FAR, unanswered=lost)
+    assert ids(again.tasks) == [b, a, c]  # per shard in mark order; not skipped, not limited
+    assert {t.epoch for t in again.tasks} == {leases[0].epoch}
+    assert state(store, late) is TaskState.SCHEDULED  # not armed by R3a; its time not come
+    assert store.arm(ME, list(leases.values()), now + 1000, 10).tasks == []
+
+
+def test_a_pass_ignores_lost_answers_of_leases_not_held_at_their_epoch(
+    store: TaskStore, now: int
+) -> None:
+    [a] = in_shard(0, 1, "a")
+    insert(store, task(a, now + 10))
+    leases = take_all(store)
+    assert ids(arm(store, leases.values(), now + 1000).tasks) == [a]
+    stale = Lease(0, leases[0].epoch - 1)
+    lost = {stale: frozenset([a])}
+    assert store.arm(ME, list(leases.values()), now + 1000, 10, unanswered=lost).tasks == []
+    other = {leases[1]: frozenset([a])}  # a names no row of shard 1's
+    assert store.arm(ME, [leases[1]], now + 1000, 10, unanswered=other).tasks == []
 
 
 def test_arm_of_no_leases(store: TaskStore, now: int) -> None:
@@ -793,6 +830,91 @@ def test_members_whose_heartbeat_expired_are_not_live(store: TaskStore) -> None:
     store.register("long", 2, "h", 2, LEASE)
     assert store.live_members() == 2
     wait_for(lambda: store.live_members() == 1, 10, "the short heartbeat never expired")
+
+
+def test_name_holder_reads_the_holders_row_and_the_database_time(store: TaskStore) -> None:
+    assert store.name_holder("a") is None
+    before = clock(store)
+    store.register("a", 1, "host-a", 11, LEASE)
+    holder = store.name_holder("a")
+    after = clock(store)
+    assert holder is not None
+    assert (holder.token, holder.host, holder.pid) == (1, "host-a", 11)
+    assert before <= holder.now_ms <= after
+    assert before + LEASE <= holder.heartbeat_until_ms <= after + LEASE
+    assert holder.live
+    store.leave("a", 1)
+    assert store.name_holder("a") is None
+
+
+def test_an_expired_holder_reads_as_not_live(store: TaskStore) -> None:
+    store.register("a", 1, "h", 1, SHORT)
+    wait_for(lambda: not _holder(store, "a").live, 10, "the heartbeat never expired")
+    assert _holder(store, "a").now_ms > _holder(store, "a").heartbeat_until_ms
+
+
+def _holder(store: TaskStore, instance: str) -> NameHolder:
+    holder = store.name_holder(instance)
+    assert holder is not None, f"nobody holds {instance!r}"
+    return holder
+
+
+def test_take_over_name_takes_a_live_name_from_the_holder_as_read(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, LEASE)
+    store.register("b", 2, "host-b", 22, LEASE)
+    holder = _holder(store, "a")
+    start = clock(store)
+    assert store.take_over_name("a", 3, "host-c", 33, LEASE, holder)
+    taken = _holder(store, "a")
+    assert (taken.token, taken.host, taken.pid) == (3, "host-c", 33)
+    assert taken.heartbeat_until_ms >= start + LEASE  # held for a lease from now
+    assert not store.heartbeat("a", 1, LEASE)  # the old holder learns it lost the name
+    assert store.heartbeat("a", 3, LEASE)
+    assert store.live_members() == 2
+    with pytest.raises(InstanceNameInUse) as raised:
+        store.register("a", 1, "host-a", 11, LEASE)
+    assert (raised.value.host, raised.value.pid) == ("host-c", 33)
+
+
+def test_of_two_takeovers_from_the_same_holder_one_wins(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, LEASE)
+    holder = _holder(store, "a")
+    assert store.take_over_name("a", 2, "host-a", 22, LEASE, holder)
+    assert not store.take_over_name("a", 3, "host-a", 33, LEASE, holder)
+    assert (_holder(store, "a").token, _holder(store, "a").pid) == (2, 22)
+    assert store.heartbeat("a", 2, LEASE) and not store.heartbeat("a", 3, LEASE)
+
+
+def test_take_over_name_matches_nothing_once_the_holder_renewed(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, LEASE)
+    holder = _holder(store, "a")
+    # A renewal a millisecond or more later moves the heartbeat.
+    wait_for(lambda: clock(store) > holder.now_ms + 1, 10, "time stood still")
+    assert store.heartbeat("a", 1, LEASE)
+    assert _holder(store, "a").heartbeat_until_ms > holder.heartbeat_until_ms
+    assert not store.take_over_name("a", 2, "host-b", 22, LEASE, holder)
+    assert _holder(store, "a").token == 1
+    assert store.heartbeat("a", 1, LEASE)
+
+
+def test_take_over_name_of_a_holder_that_left_matches_nothing(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, LEASE)
+    holder = _holder(store, "a")
+    store.leave("a", 1)
+    assert not store.take_over_name("a", 2, "host-b", 22, LEASE, holder)
+    assert store.name_holder("a") is None
+    assert store.live_members() == 0
+    store.register("a", 2, "host-b", 22, LEASE)  # a free name: registered as usual
+    assert _holder(store, "a").token == 2
+
+
+def test_take_over_name_takes_an_expired_name_too(store: TaskStore) -> None:
+    store.register("a", 1, "host-a", 11, SHORT)
+    wait_for(lambda: not _holder(store, "a").live, 10, "the heartbeat never expired")
+    holder = _holder(store, "a")
+    assert store.take_over_name("a", 2, "host-b", 22, LEASE, holder)
+    assert _holder(store, "a").live and _holder(store, "a").token == 2
+    assert store.live_members() == 1
 
 
 # -- schema and lifetime ------------------------------------------------------------------------

@@ -92,6 +92,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "scripts/run"): "starts local services and a daemon in the foreground until "
     "Ctrl-C; its parts are scripts/_services.sh (used by every test run) and `triggerhook run`",
     ("README.md", "scripts/test"): "the whole test suite, this test included",
+    ("README.md", "scripts/sim"): "the simulator's long runs (minutes each); "
+    "tests/sim/test_sim.py runs the same runs CI-sized, over each store",
     ("docs/operations.md", "scripts/cluster"): "starts three MariaDB and three RabbitMQ "
     "nodes, HAProxy and three daemons (and kills some); tests/cluster/test_cluster.py runs "
     "`up`, `kill` and `down`",

@@ -30,7 +30,7 @@ MAX_CONNECTIONS = 8
 # The sweep runs every second: a connection is cut within its timeout plus this.
 SLACK_S = 3.0
 REFUSED_LINE = "(http_max_connections)"  # in the daemon's line about the cap
-HEAD = "POST /v1/tasks HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+HEAD = "POST /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 
 @pytest.fixture(scope="module")

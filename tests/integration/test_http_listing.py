@@ -219,10 +219,14 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
         assert [t["id"] for t in http.get("/v1/tasks", params=ranged).json()["tasks"]] == [
             t["id"] for t in tasks[4:8]
         ], ranged
-    assert http.get("/v1/tasks/count", params={"tag": tenant}).json() == {"count": 12}
+    exact = {"at_least": False}  # an exact count (no up_to)
+    assert http.get("/v1/tasks/count", params={"tag": tenant}).json() == {"count": 12, **exact}
     assert http.get("/v1/tasks/count", params={"prefix": tenant, "state": "firing"}).json() == {
-        "count": 0
+        "count": 0,
+        **exact,
     }
+    capped = http.get("/v1/tasks/count", params={"tag": tenant, "up_to": "5"}).json()
+    assert capped == {"count": 5, "at_least": True}
     line = http.get(
         "/v1/tasks/timeline",
         params={
@@ -246,12 +250,12 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
         "routing_keys": {"fire.a": [2, 2, 2], "fire.b": [2, 2, 2]},
     }
     done = http.post("/v1/tasks/cancel", json={"tag": tenant, "routing_key": "fire.a"})
-    assert done.json() == {"cancelled": 6, "too_late": 0}
+    assert done.json() == {"cancelled": 6, "too_late": 0, "next_cursor": None}
     done = http.post(
         "/v1/tasks/cancel", json={"prefix": tenant, "due_after_ms": FAR_S * 1000 + 5000}
     )
-    assert done.json() == {"cancelled": 1, "too_late": 0}
-    assert http.get("/v1/tasks/count", params={"prefix": tenant}).json() == {"count": 5}
+    assert done.json() == {"cancelled": 1, "too_late": 0, "next_cursor": None}
+    assert http.get("/v1/tasks/count", params={"prefix": tenant}).json() == {"count": 5, **exact}
     assert http.post("/v1/tasks/cancel", json={"tag": tenant}).json()["cancelled"] == 5
 
 
@@ -264,13 +268,15 @@ def test_a_bulk_cancel_of_tasks_being_published_counts_them_too_late(
     for i in range(3):
         table.mark_firing(f"{tag}-{i}")  # armed by some instance: committed to firing
     assert http.get("/v1/tasks/count", params={"tag": tag, "state": "firing"}).json() == {
-        "count": 3
+        "count": 3,
+        "at_least": False,
     }
     listed = http.get("/v1/tasks", params={"tag": tag, "state": "scheduled"}).json()["tasks"]
     assert [t["id"] for t in listed] == [f"{tag}-3"]
     assert http.post("/v1/tasks/cancel", json={"tag": tag}).json() == {
         "cancelled": 1,
         "too_late": 3,
+        "next_cursor": None,
     }
     assert sorted(
         r[0] for r in table.query("SELECT id FROM th_task_tags WHERE tag = %s", (tag,))
@@ -307,6 +313,9 @@ def table(api: Api) -> Iterator[TaskTable]:
         ("/v1/tasks/timeline", {"start_ms": "now"}, "start_ms"),
         ("/v1/tasks/timeline", {"due_after_ms": "5"}, "due_after_ms"),
         ("/v1/tasks/timeline", {"buckets": "1441"}, "buckets"),
+        ("/v1/tasks/timeline", {"bucket_ms": "86400000", "buckets": "1440"}, "buckets"),
+        ("/v1/tasks/count", {"up_to": "0"}, "up_to"),
+        ("/v1/tasks/count", {"up_to": "many"}, "up_to"),
         ("/v1/tasks/timeline", {"state": "firing"}, "state"),
     ],
 )
@@ -327,6 +336,7 @@ def test_a_parameter_given_twice_and_a_bulk_cancel_naming_nothing_are_refused(
         ["a"],
         {"tag": "a", "due_before": FAR_S, "due_before_ms": FAR_S * 1000},
         {"tag": "a", "due_after_ms": "5"},
+        {"tag": "a", "cursor": "bm9wZQ"},  # no cursor this API gave out
     ):
         response = http.post("/v1/tasks/cancel", json=body)
         assert response.status_code == 422, response.text

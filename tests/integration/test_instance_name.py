@@ -9,6 +9,9 @@ real processes on one database.
 * A process paused (SIGSTOP) past its lease whose name another process took
   over meanwhile exits 1 as soon as it wakes; the new holder keeps the name
   and every shard, and fires.
+* A process killed with SIGKILL and started again at once under its fixed
+  name takes the name over (its holder is gone from this host) instead of
+  exiting 2, becomes ready and fires.
 """
 
 from __future__ import annotations
@@ -201,4 +204,53 @@ def test_a_process_whose_name_was_taken_over_while_paused_exits_on_waking(
         f"exited {code} {exit_s:.2f} s after SIGCONT"
         f"{' (with a traceback in its log)' if traceback else ''}; "
         f"{time.monotonic() - started:.1f} s in all"
+    )
+
+
+@pytest.mark.slow
+def test_a_process_killed_with_sigkill_restarts_at_once_under_its_fixed_name(
+    database_url: str,
+    amqp_url: str,
+    amqp_names: AmqpNames,
+    event_consumer: EventConsumer,
+    table: TaskTable,
+    daemons: DaemonGroup,
+) -> None:
+    # The default lease (10 s), so that the killed process's heartbeat is
+    # surely still live when its successor starts (before R1's takeover that
+    # successor exited 2: "instance name ... is in use by a live process").
+    lease_ms = 10_000
+    env = daemon_env(
+        database_url, amqp_url, amqp_names.exchange, "phoenix", shard_lease_ms=lease_ms, **NO_HTTP
+    )
+    first = daemons.start(env, "phoenix-1")
+    first.wait_ready()
+    wait_for(lambda: owns_everything(table, "phoenix"), 15, lambda: str(table.owner_counts()))
+    assert first.kill9() == -9
+    restarted_at = time.monotonic()
+    assert table.members()["phoenix"] > db_now_ms(table), "the killed holder's heartbeat expired"
+
+    second = daemons.start(env, "phoenix-2")
+    second.wait_ready(lease_ms / 1000 + 20)
+    ready_s = time.monotonic() - restarted_at
+    took = second.wait_for_line(TOOK_OVER, 1)
+    assert f"from pid {first.pid}" in took and "gone from this host" in took, took
+    assert second.alive() and second.count("is in use by a live process") == 0, second.tail()
+    # Half a lease at most after the last renewal, plus the start of Python.
+    assert ready_s < lease_ms / 2000 + 10, f"ready only after {ready_s:.1f} s"
+    assert table.members().keys() == {"phoenix"}
+    assert table.members()["phoenix"] > db_now_ms(table)
+
+    # The dead process's shards come free after their lease: taken, and fired from.
+    wait_for(
+        lambda: owns_everything(table, "phoenix"),
+        lease_ms / 1000 + 15,
+        lambda: str(table.owner_counts()),
+    )
+    fire_some(event_consumer, database_url, "reborn")
+    assert second.terminate() == 0, second.tail()
+    assert second.count("Traceback") == 0, second.tail()
+    report(
+        f"kill -9 and restart under a fixed name: ready {ready_s:.1f} s after the kill "
+        f"(lease {lease_ms} ms), the name taken over from the dead pid"
     )

@@ -1,8 +1,9 @@
 """``triggerhook run`` as a firing process and API processes (``api_processes``):
 the API is served by a child, its soon-due writes wake the firing process's
 armer, several children share the port and their figures add up, a child
-that dies stops the daemon (exit 1), and children stop when the firing
-process is gone."""
+that dies stops the daemon (exit 1), a child that hangs (SIGSTOP) is killed
+and replaced and the commands it had taken are applied, and children stop
+when the firing process is gone."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 from support.amqp import AmqpNames, EventConsumer
-from support.daemon import Daemon, DaemonGroup, TaskTable, daemon_env, fired_ms
+from support.commands import CommandClient
+from support.daemon import Daemon, DaemonGroup, TaskTable, daemon_env, fired_ms, report
 from support.waiting import now_ms, wait_for
+
+from triggerhook.processes import HUNG_AFTER_S
 
 Start = Callable[..., Daemon]
 
@@ -140,6 +144,70 @@ def test_an_api_process_that_dies_stops_the_daemon_with_status_1(start: Start) -
     line = daemon.wait_for_line("exiting after a fatal failure", 1)
     assert "API process 0 exited with status -9" in line
     assert daemon.count("Traceback") == 0
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (``T``: stopped by a signal)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _ready(http: httpx.Client) -> bool:
+    """``/readyz`` answers 200 (no listener yet, or no answer in time: not)."""
+    try:
+        return http.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_a_hung_api_process_is_killed_and_replaced_and_its_commands_are_applied(
+    start: Start, table: TaskTable, client: CommandClient, command_queue: str
+) -> None:
+    daemon = start("hung", api_processes=1)
+    (child,) = _api_children(daemon, 1)
+    with httpx.Client(base_url=daemon.http_url, timeout=10) as http:
+        wait_for(lambda: http.get("/readyz").status_code == 200, 20, "the API never got ready")
+
+    os.kill(child, signal.SIGSTOP)  # hung: as if deadlocked, or its VM stopped
+    stopped_at = now_ms()
+    wait_for(lambda: _state(child) == "T", 5, "the API process did not stop")
+    far_s = now_ms() / 1000 + 3600
+    sent = {
+        f"held-{k}": client.send("create", {"id": f"held-{k}", "at": far_s}, reply=True)
+        for k in range(5)
+    }
+    # The stopped process's consumer has them (prefetched, unacknowledged):
+    # none is ready in the queue, none is applied.
+    wait_for(lambda: client.depth(command_queue) == 0, 10, "the commands were not prefetched")
+    assert table.count() == 0
+    with pytest.raises(httpx.TimeoutException):  # its HTTP API hangs
+        httpx.get(f"{daemon.http_url}/readyz", timeout=1)
+
+    line = daemon.wait_for_line("API process 0 is hung", HUNG_AFTER_S + 10)
+    detected_ms = now_ms() - stopped_at
+    assert "no sign of life for" in line, line
+    assert detected_ms <= (HUNG_AFTER_S + 2) * 1000, f"detected after {detected_ms} ms"
+    wait_for(lambda: _gone(child), 10, "the hung API process was not killed")
+    (successor,) = _api_children(daemon, 1)
+    assert successor != child
+
+    with httpx.Client(base_url=daemon.http_url, timeout=2) as http:
+        wait_for(lambda: _ready(http), 30, "the API never came back")
+        answered_ms = now_ms() - stopped_at
+    # Redelivered once the hung consumer's connection died, and applied.
+    for task_id, correlation_id in sent.items():
+        assert correlation_id is not None
+        reply = client.reply(correlation_id, 30).json()
+        assert reply["ok"] and reply["id"] == task_id, reply
+    assert table.ids() == set(sent)
+    assert client.depth(command_queue) == 0
+
+    assert daemon.alive(), daemon.tail()
+    assert daemon.terminate() == 0, daemon.tail()
+    assert daemon.count("Traceback") == 0
+    report(
+        f"hung API process: detected {detected_ms} ms after SIGSTOP (bound {HUNG_AFTER_S:.0f} s), "
+        f"HTTP answered again after {answered_ms} ms, {len(sent)} prefetched commands applied"
+    )
 
 
 def test_api_processes_stop_when_the_firing_process_is_killed(start: Start) -> None:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,6 +86,7 @@ class ArmCall:
     horizon_ms: int
     limit: int
     urgent_ms: int | None = None
+    unanswered: Mapping[Lease, frozenset[str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,11 +224,13 @@ class FakeStore(MemoryStore):
         horizon_ms: int,
         limit: int,
         urgent_ms: int | None = None,
+        unanswered: Mapping[Lease, frozenset[str]] | None = None,
     ) -> Armed:
         with self._lock:
             self._maybe_fail("arm")
-            self.arm_calls.append(ArmCall(instance, tuple(leases), horizon_ms, limit, urgent_ms))
-            return super().arm(instance, leases, horizon_ms, limit, urgent_ms)
+            call = ArmCall(instance, tuple(leases), horizon_ms, limit, urgent_ms, unanswered)
+            self.arm_calls.append(call)
+            return super().arm(instance, leases, horizon_ms, limit, urgent_ms, unanswered)
 
     def inherited(
         self, acquired: Acquired, after: Mark | None, limit: int
@@ -336,6 +339,7 @@ class FakePublisher:
         self.started = False
         self.finished = False
         self.wakes = 0
+        self.wedged = False  # a test's stand-in for a publisher thread that stopped beating
 
     def start(self) -> None:
         self.started = True
@@ -354,6 +358,9 @@ class FakePublisher:
 
     def is_connected(self) -> bool:
         return self.is_alive()
+
+    def stalled(self, now_s: float, max_silence_s: float) -> bool:
+        return self.wedged
 
     def counters(self) -> dict[str, int]:
         return {}

@@ -19,6 +19,10 @@ state; negative cases keep what was drawn:
   ``due_after_ms``, ``bucket`` and ``bucket_ms``, ...) are at most one of
   each: the document says so in words, as a parameter list cannot; a
   positive case keeps the ``*_ms`` one;
+* a timeline's span (bucket length x buckets) is at most 372 days, which the
+  document says in words: a positive case asks for no more buckets than fit;
+* a bulk cancel's ``cursor`` is opaque, like a listing's: a positive case
+  gets a real one;
 * the coverage phase ignores ``dependentRequired`` and ``dependentSchemas``
   in a batch's tasks: the task is made to keep them (one of ``at``/``at_ms``/...,
   a timezone only with cron, an end only in a series);
@@ -54,7 +58,7 @@ from schemathesis.hooks import HookContext
 
 from triggerhook.api.listing import DUE_RANGE_PAIRS, TIMELINE_PAIRS
 from triggerhook.api.openapi import EXCLUSIVE
-from triggerhook.domain.listing import encode_cursor
+from triggerhook.domain.listing import MAX_TIMELINE_SPAN_MS, encode_cursor
 from triggerhook.domain.task import MAX_DUE_MS
 
 LATEST_S = MAX_DUE_MS / 1000  # 9999-12-31T23:59:59.999Z
@@ -79,6 +83,25 @@ def real_cursor(query: object) -> None:
     """A real cursor in place of the drawn one (``GET /v1/tasks``)."""
     if isinstance(query, dict) and isinstance(query.get("cursor"), str):
         query["cursor"] = cursor_like(query["cursor"])
+
+
+def _whole(value: object) -> int | None:
+    """A drawn integer parameter (an int, or its digits as text), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None
+
+
+def span_within_bound(query: object) -> None:
+    """A timeline's ``buckets`` cut to what fits in its longest span."""
+    if not isinstance(query, dict):
+        return
+    buckets, bucket_ms = _whole(query.get("buckets")), _whole(query.get("bucket_ms"))
+    bucket_s = _whole(query.get("bucket"))
+    if bucket_ms is None and bucket_s is not None:
+        bucket_ms = bucket_s * 1000
+    if buckets is not None and bucket_ms:
+        query["buckets"] = max(1, min(buckets, MAX_TIMELINE_SPAN_MS // bucket_ms))
 
 
 def one_of_each_pair(query: object) -> None:
@@ -158,6 +181,9 @@ def positive_case(context: HookContext, case: Case[Any]) -> Case[Any]:
     if method == "GET" and path in ("/v1/tasks", "/v1/tasks/count", "/v1/tasks/timeline"):
         one_of_each_pair(case.query)
         real_cursor(case.query)
+        span_within_bound(case.query)
+    elif method == "POST" and path == "/v1/tasks/cancel":
+        real_cursor(case.body)
     elif method == "POST" and path in ("/v1/tasks", "/v1/tasks/batch"):
         for body in create_bodies(case, path):
             dependencies_kept(body)

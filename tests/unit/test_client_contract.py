@@ -105,6 +105,8 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
     Outcome.TOO_LARGE: (InvalidRequest, False),
     # Bad input too ("nothing written, never worth retrying as is").
     Outcome.REQUEST_TIMEOUT: (InvalidRequest, False),
+    # A read over its bounds: the same read costs as much again (narrow the filter).
+    Outcome.TOO_COSTLY: (InvalidRequest, False),
     Outcome.UNAUTHORIZED: (Unauthorized, False),
     Outcome.UNAVAILABLE: (Unavailable, True),
     Outcome.OVERLOADED: (Unavailable, True),  # answered as unavailable

@@ -270,7 +270,10 @@ def test_next_cursor() -> None:
 def test_timeline_span() -> None:
     assert timeline_span(60_000, 60) == (60_000, 60)
     assert timeline_span(MIN_BUCKET_MS, 1) == (1000, 1)
-    assert timeline_span(MAX_BUCKET_MS, MAX_BUCKETS) == (2_678_400_000, 1440)
+    assert timeline_span(MAX_BUCKET_MS, 12) == (2_678_400_000, 12)  # the longest span
+    assert timeline_span(3_600_000, MAX_BUCKETS) == (3_600_000, 1440)
+    refused("buckets", timeline_span, MAX_BUCKET_MS, 13)
+    refused("buckets", timeline_span, 86_400_000, MAX_BUCKETS)  # 1,440 days
     for bad in (MIN_BUCKET_MS - 1, 0, -1000, MAX_BUCKET_MS + 1, True, 60_000.0, "60000", None):
         refused("bucket", timeline_span, bad, 60)
     for bad in (0, -1, MAX_BUCKETS + 1, True, 1.0, "1", None):

@@ -1,7 +1,9 @@
 """The local publisher of ``triggerhook dev`` (triggerhook/local/): stdout's
 JSON lines, the webhook's requests (a real local HTTP server), and what
 becomes of an event not delivered, with fakes for the confirmer and the
-retry handler and the engine's real send buffer.
+retry handler and the engine's real send buffer. Each sink on its own: one
+that hangs holds up neither the others nor a stop, and a retry goes only to
+the sinks that did not take the event.
 
 Also: the headers every sink takes from :func:`event_headers` are the ones
 the AMQP frames carry (decoded by pika), for an event and a dead letter.
@@ -14,7 +16,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +35,7 @@ from triggerhook.domain.recurrence import Recurrence
 from triggerhook.domain.task import Task
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.local.publisher import LocalConfig, LocalPublisher
-from triggerhook.local.sinks import EventSink, StdoutSink, WebhookSink
+from triggerhook.local.sinks import Event, EventSink, StdoutSink, Undelivered, WebhookSink
 
 NOW = 1_700_000_000_000
 FIRED = NOW + 5  # the clock when the publisher sends
@@ -66,15 +68,21 @@ class Rig:
             self._cond.notify_all()
 
     def retry(self, task: Task, delay_ms: int) -> None:
-        self.retried.append((task, delay_ms))
+        with self._cond:
+            self.retried.append((task, delay_ms))
+            self._cond.notify_all()
+
+    def wait(self, predicate: Callable[[], object]) -> None:
+        with self._cond:
+            assert self._cond.wait_for(predicate, WAIT_S), (self.confirmed, self.retried)
 
     def fail(self, _name: str, exc: BaseException) -> None:
         self.failures.append(exc)
 
     def publisher(
-        self, sinks: Sequence[EventSink], late_policy: LatePolicy = FIRE
+        self, sinks: Sequence[EventSink], late_policy: LatePolicy = FIRE, capacity: int = 100
     ) -> LocalPublisher:
-        config = LocalConfig(POLICY, DEAD_KEY, late_policy)
+        config = LocalConfig(POLICY, DEAD_KEY, late_policy, capacity)
         rig = self
 
         class Confirms:
@@ -201,7 +209,7 @@ def test_a_non_2xx_answer_is_retried_after_the_policys_back_off(webhook: Webhook
     assert len(webhook.received) == 1
     assert rig.retried == [(failed_before, 200)]  # the second failure: 200 ms
     assert rig.confirmed == []
-    assert out.getvalue() == ""  # stdout shows what was delivered
+    assert len(_lines(out)) == 1  # stdout took it: it does not wait for the webhook
     counters = publisher.counters()
     assert (counters["published"], counters["returned"], counters["confirmed"]) == (1, 1, 0)
 
@@ -332,3 +340,155 @@ def test_a_dead_letters_headers_are_those_of_the_amqp_frames() -> None:
     extra = amqp_dead_letter_headers(args[1], args[2], args[3], args[0])
     frames = encode_event(1, "ex", DEAD_KEY, b"", TASK.id, NOW, FIRED, 7, 4096, extra, META)
     assert ours == _amqp_headers(frames)
+
+
+# -- each sink on its own ------------------------------------------------------------
+
+
+class HeldSink:
+    """A webhook that hangs: it takes an event only once released (or fails
+    then, ``fail``), and gives up when its deadline or a cut comes first."""
+
+    name = "webhook"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls: list[Event] = []
+        self._released = False
+        self._cut_s = float("inf")
+        self._cond = threading.Condition()
+
+    def deliver(self, event: Event, deadline_s: float) -> None:
+        with self._cond:
+            self.calls.append(event)
+            self._cond.notify_all()
+            while not self._released:
+                left_s = min(deadline_s, self._cut_s) - time.monotonic()
+                if left_s <= 0:
+                    raise Undelivered("webhook: cut")
+                self._cond.wait(None if left_s == float("inf") else left_s)
+        if self.fail:
+            raise Undelivered("webhook answered 500", refused=True)
+
+    def cut(self, deadline_s: float) -> None:
+        with self._cond:
+            self._cut_s = min(self._cut_s, deadline_s)
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+    def wait_calls(self, count: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.calls) >= count, WAIT_S), self.calls
+
+    def close(self) -> None:
+        pass
+
+
+def _tasks(count: int) -> list[Task]:
+    return [Task(f"t{i}", NOW, "k", rev=i + 1) for i in range(count)]
+
+
+def _wait_lines(out: io.StringIO, count: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    pause = threading.Event()
+    while len(out.getvalue().splitlines()) < count:
+        assert time.monotonic() < deadline, out.getvalue()
+        pause.wait(0.01)
+
+
+def test_a_webhook_that_hangs_holds_up_neither_stdout_nor_the_events_after_it() -> None:
+    out = io.StringIO()
+    held = HeldSink()
+    rig = Rig()
+    publisher = rig.publisher([held, StdoutSink(out)])
+    publisher.start()
+    try:
+        rig.buffer.put_many(_tasks(3))
+        _wait_lines(out, 3)  # all printed while the webhook holds the first
+        assert [event.message_id for event in held.calls] == ["t0"]
+        assert rig.confirmed == [] and publisher.unconfirmed() == 3
+        held.release()  # the webhook answers: each is delivered everywhere
+        rig.wait(lambda: len(rig.confirmed) == 3)
+    finally:
+        publisher.finish(time.monotonic() + WAIT_S)
+        assert publisher.join(WAIT_S)
+    assert [line["id"] for line in _lines(out)] == ["t0", "t1", "t2"]
+    assert [task.id for task in rig.confirmed] == ["t0", "t1", "t2"]
+
+
+def test_a_retry_goes_only_to_the_sinks_that_did_not_take_the_event(
+    webhook: WebhookServer,
+) -> None:
+    webhook.status = 503
+    out = io.StringIO()
+    rig = Rig()
+    publisher = rig.publisher([StdoutSink(out), WebhookSink(webhook.url(), 5.0)])
+    publisher.start()
+    try:
+        rig.buffer.put_many([TASK])
+        rig.wait(lambda: rig.retried)
+        webhook.status = 204
+        again = dataclasses.replace(TASK, attempts=1, rev=8)  # as the store gives it back
+        rig.buffer.put_many([again])
+        rig.wait(lambda: rig.confirmed)
+    finally:
+        publisher.finish(time.monotonic() + WAIT_S)
+        assert publisher.join(WAIT_S)
+    assert [line["rev"] for line in _lines(out)] == [7]  # printed once, at the first try
+    assert [request.headers["x-rev"] for request in webhook.received] == ["7", "8"]
+    assert rig.confirmed == [again]
+
+
+def test_the_dead_letter_goes_only_to_the_sinks_that_did_not_take_the_event(
+    webhook: WebhookServer,
+) -> None:
+    webhook.status = 500
+    out = io.StringIO()
+    rig = Rig()
+    last_try = dataclasses.replace(TASK, attempts=2)
+    rig.run([StdoutSink(out), WebhookSink(webhook.url(), 5.0)], last_try)
+    _, dead = webhook.wait_for(2, WAIT_S)
+    assert dead.headers["x-routing-key"] == DEAD_KEY
+    assert [line["routing_key"] for line in _lines(out)] == ["billing.charge"]  # the event only
+    [(retried, delay_ms)] = rig.retried  # the dead letter, refused too
+    assert (retried.attempts, delay_ms) == (3, POLICY.retry_max_ms)
+
+
+def test_a_stop_cuts_a_sink_call_in_flight_and_puts_its_task_back() -> None:
+    out = io.StringIO()
+    held = HeldSink()
+    rig = Rig()
+    publisher = rig.publisher([held, StdoutSink(out)])
+    publisher.start()
+    rig.buffer.put_many(_tasks(1))
+    held.wait_calls(1)
+    started = time.monotonic()
+    publisher.finish(started + 0.3)
+    assert publisher.join(WAIT_S)
+    assert time.monotonic() - started < 0.3 + 1.0
+    assert len(rig.buffer) == 1  # unpublished: its row fires again
+    assert rig.confirmed == [] and rig.retried == []  # not counted as a failed try
+    assert len(_lines(out)) == 1
+
+
+def test_a_sink_with_its_capacity_waiting_fails_further_events_at_once() -> None:
+    held = HeldSink()
+    rig = Rig()
+    publisher = rig.publisher([held], capacity=1)
+    publisher.start()
+    try:
+        rig.buffer.put_many(_tasks(1))
+        held.wait_calls(1)  # t0 in flight
+        rig.buffer.put_many(_tasks(3)[1:])  # t1 waits, t2 finds no room
+        rig.wait(lambda: rig.retried)
+        held.release()
+        rig.wait(lambda: len(rig.confirmed) == 2)
+    finally:
+        publisher.finish(time.monotonic() + WAIT_S)
+        assert publisher.join(WAIT_S)
+    assert [(task.id, delay_ms) for task, delay_ms in rig.retried] == [("t2", 100)]
+    assert publisher.counters()["nacked"] == 1

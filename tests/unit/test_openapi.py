@@ -1019,13 +1019,25 @@ def test_the_page_limit(limit: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bucket", "buckets"), [(1, 1), (2_678_400, 1440), (0, 1), (2_678_401, 1), (60, 0), (60, 1441)]
+    ("bucket", "buckets"),
+    [(1, 1), (2_678_400, 12), (60, 1440), (0, 1), (2_678_401, 1), (60, 0), (60, 1441)],
 )
 def test_the_timeline_span(bucket: int, buckets: int) -> None:
     admitted = validator(param_schema("/v1/tasks/timeline", "bucket")).is_valid(
         bucket
     ) and validator(param_schema("/v1/tasks/timeline", "buckets")).is_valid(buckets)
     assert admitted == accepts(lambda: timeline_span(bucket * 1000, buckets))
+
+
+def test_a_timeline_span_over_its_bound_is_refused_as_the_document_says() -> None:
+    # A bound on a product of two parameters: the schemas cannot say it, the
+    # description does (and the 422 it gets is documented).
+    [buckets] = [
+        p for p in DOC["paths"]["/v1/tasks/timeline"]["get"]["parameters"] if p["name"] == "buckets"
+    ]
+    assert "372 days" in buckets["description"]
+    assert not accepts(lambda: timeline_span(2_678_400_000, 13))
+    assert not accepts(lambda: timeline_span(86_400_000, 1440))
 
 
 @pytest.mark.parametrize(
@@ -1086,7 +1098,7 @@ def test_the_timeline_has_no_state_and_count_no_page() -> None:
     }
     names = {p["name"] for p in DOC["paths"]["/v1/tasks/count"]["get"]["parameters"]}
     assert names == {
-        *("prefix", "routing_key", "tag", "state"),
+        *("prefix", "routing_key", "tag", "state", "up_to"),
         *("due_after", "due_after_ms", "due_before", "due_before_ms"),
     }
 
@@ -1226,10 +1238,14 @@ def test_every_period_is_shown_as_the_answer_schema_says(every_ms: int) -> None:
 
 
 def test_count_timeline_and_bulk_cancel_answers_match_their_schemas() -> None:
-    assert validator(answer_schema("/v1/tasks/count", "get")).is_valid({"count": 0})
+    count = validator(answer_schema("/v1/tasks/count", "get"))
+    assert count.is_valid({"count": 0, "at_least": False})
+    assert not count.is_valid({"count": 0})  # this release always says whether it is exact
     line = timeline_json(Timeline(1_800_000_000_000, 60_000, 3, {"fire.a": [1, 0, 2]}))
     assert (line["start_ms"], line["bucket_ms"]) == (1_800_000_000_000, 60_000)
     assert (line["start"], line["bucket"]) == (1_800_000_000, 60)  # deprecated
     assert validator(answer_schema("/v1/tasks/timeline", "get")).is_valid(line)
-    done = {"cancelled": 3, "too_late": 1}
+    done = {"cancelled": 3, "too_late": 1, "next_cursor": None}
     assert validator(answer_schema("/v1/tasks/cancel", "post")).is_valid(done)
+    stopped = {**done, "next_cursor": encode_cursor((1_800_000_000_000, "a"))}
+    assert validator(answer_schema("/v1/tasks/cancel", "post")).is_valid(stopped)

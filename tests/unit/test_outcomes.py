@@ -35,12 +35,14 @@ from triggerhook.errors import (
     ConfigError,
     ConflictError,
     EngineFailure,
+    Interrupted,
     MetricsUnavailable,
     NotRunningError,
     Overloaded,
     SchemaError,
     StoreError,
     StoreUnavailable,
+    TooCostly,
     ValidationError,
 )
 
@@ -52,6 +54,7 @@ NOT_AMQP = {
     Outcome.UNSUPPORTED_MEDIA_TYPE,  # HTTP's
     Outcome.TOO_LARGE,  # HTTP's (an oversized command body is INVALID, field "body")
     Outcome.REQUEST_TIMEOUT,  # HTTP's
+    Outcome.TOO_COSTLY,  # no command reads tasks in bulk
 }
 
 
@@ -110,6 +113,7 @@ def test_http_rendering() -> None:
         Outcome.NOT_FOUND: 404,
         Outcome.TOO_LATE: 409,
         Outcome.INVALID: 422,
+        Outcome.TOO_COSTLY: 422,
         Outcome.MALFORMED_JSON: 400,
         Outcome.UNSUPPORTED_MEDIA_TYPE: 415,
         Outcome.TOO_LARGE: 413,
@@ -234,6 +238,8 @@ def test_conflict_message_is_the_errors() -> None:
         (ValidationError("id", "bad"), Outcome.INVALID),
         (ConflictError("x"), Outcome.CONFLICT),
         (NotRunningError("stopping"), Outcome.STOPPING),
+        (Interrupted("stopped: the daemon is stopping"), Outcome.STOPPING),
+        (TooCostly("the query took longer than 5000 ms"), Outcome.TOO_COSTLY),
         (Overloaded("full"), Outcome.OVERLOADED),
         (StoreUnavailable("down"), Outcome.UNAVAILABLE),
         (BrokerUnavailable("down"), Outcome.UNAVAILABLE),

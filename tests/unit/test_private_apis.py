@@ -8,10 +8,14 @@ import asyncio
 import inspect
 
 import pika
+import pika.channel
 import pika.connection
+import pika.frame
+import pika.spec
 from aiohttp import web
 
 from triggerhook.amqp.connection import body_frame_max, write_frames
+from triggerhook.amqp.content import CutBody, bound_bodies
 from triggerhook.api.limits import GuardedSite
 
 
@@ -45,6 +49,28 @@ def test_pika_body_max_length_is_a_connection_attribute() -> None:
         assert body_frame_max(conn) == 4088
     finally:
         conn.ioloop.close()
+
+
+def test_pika_channels_take_content_frames_through_a_replaceable_assembler() -> None:
+    conn = _unconnected()
+    delivered: list[bytes] = []
+    try:
+        channel = pika.channel.Channel(conn, 1, lambda _channel: None)
+        assert isinstance(channel._content_assembler, pika.channel.ContentFrameAssembler)
+        bound_bodies(channel, 16, 8)
+        # What _handle_content_frame hands a finished message to (it calls the consumer).
+        channel._on_deliver = lambda _method, _header, body: delivered.append(body)
+        deliver = pika.spec.Basic.Deliver("ctag", 1, False, "", "q")
+        for frame in (
+            pika.frame.Method(1, deliver),
+            pika.frame.Header(1, 32, pika.spec.BasicProperties()),
+            pika.frame.Body(1, b"x" * 32),
+        ):
+            channel._handle_content_frame(frame)
+    finally:
+        conn.ioloop.close()
+    assert delivered == [b"x" * 8]
+    assert isinstance(delivered[0], CutBody) and delivered[0].declared_size == 32
 
 
 def test_aiohttp_sites_keep_their_server_in_a_slot() -> None:

@@ -12,10 +12,16 @@ import time
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
+import pytest
 from support.waiting import wait_for
 
 from triggerhook.app import Figures
 from triggerhook.processes import (
+    FIRST_BEAT_S,
+    HUNG_AFTER_S,
+    MAX_REPLACEMENTS,
+    REPLACEMENT_WINDOW_S,
+    REPORT_INTERVAL_S,
     STALE_S,
     ApiProcesses,
     EngineLink,
@@ -100,7 +106,7 @@ def test_a_large_report_arriving_in_pieces_is_read_whole() -> None:
     ours, theirs = socket.socketpair()
     woken = threading.Event()
     processes = ApiProcesses(Settings(), 1, woken.set, SummedRequestStats())
-    member = _Member(0, None, Connection(ours.detach()))  # type: ignore[arg-type]
+    member = _Member(0, 1, None, Connection(ours.detach()), 0.0)  # type: ignore[arg-type]
     reader = threading.Thread(target=processes._read, args=(member,), daemon=True)
     reader.start()
     latencies = array.array("d", [float(k) for k in range(200_000)]).tobytes()  # 1.6 MB
@@ -162,3 +168,83 @@ def test_reports_to_a_firing_process_that_stopped_reading_are_skipped_not_fatal(
 
 def _skipping(link: EngineLink) -> bool:
     return link._skipping
+
+
+def test_an_api_process_is_hung_once_its_beats_stop_for_the_bound() -> None:
+    member = _Member(0, 1, None, None, 100.0)  # type: ignore[arg-type]
+    assert member.hung(100.0 + FIRST_BEAT_S) is None  # still starting
+    assert "after its start" in str(member.hung(100.1 + FIRST_BEAT_S))
+    member.beat_s = 200.0
+    assert member.hung(200.0 + HUNG_AFTER_S) is None
+    assert member.hung(200.1 + HUNG_AFTER_S) == "no sign of life for 10.1 s"
+    # The firing process itself was paused: the silence counts afresh.
+    member.count_from(300.0)
+    assert member.hung(300.0 + HUNG_AFTER_S) is None
+    member.stuck = True  # stopped reading its channel mid-message
+    assert member.hung(300.0) == "it stopped reading its channel"
+
+
+def test_a_beat_is_skipped_rather_than_waiting_for_another_send() -> None:
+    parent, link = _pair()
+    with link._send_lock:  # another thread is sending a report
+        link.beat()
+    link.beat()
+    assert parent.poll(5)
+    assert parent.recv() == ("beat",)
+    assert not parent.poll(0.1), "the beat sent while the lock was held was not skipped"
+
+
+class _FakeProc:
+    """Stands in for an API process's Popen: records the signal."""
+
+    pid = 4242
+    returncode = None
+
+    def __init__(self) -> None:
+        self.killed = 0
+
+    def kill(self) -> None:
+        self.killed += 1
+
+
+def _supervised(beat_s: float) -> tuple[ApiProcesses, _Member, _FakeProc]:
+    ours, _theirs = socket.socketpair()
+    processes = ApiProcesses(Settings(), 1, lambda: None, SummedRequestStats())
+    proc = _FakeProc()
+    member = _Member(0, 1, proc, Connection(ours.detach()), 0.0)  # type: ignore[arg-type]
+    member.beat_s = beat_s
+    processes._members.append(member)
+    return processes, member, proc
+
+
+def _no_figures() -> Figures:
+    raise AssertionError("not due")
+
+
+def test_a_silent_api_process_is_killed_but_not_after_the_firing_process_own_pause() -> None:
+    processes, member, proc = _supervised(beat_s=100.0)
+    processes._next_report_s = float("inf")  # no state to send in this test
+    assert processes.tick(105.0, [], _no_figures) is None
+    # The supervision rounds stopped for 7 s (the firing process was paused):
+    # the API process's silence is counted afresh, not killed.
+    assert processes.tick(112.0, [], _no_figures) is None
+    assert proc.killed == 0
+    # Rounds every 0.25 s from then on: killed once silent for over HUNG_AFTER_S.
+    now_s = 112.0
+    while proc.killed == 0:
+        now_s += REPORT_INTERVAL_S
+        assert processes.tick(now_s, [], _no_figures) is None
+    assert now_s - 112.0 == pytest.approx(HUNG_AFTER_S + REPORT_INTERVAL_S)
+    assert proc.killed == 1 and member.killed_as_hung
+    assert processes.alive()  # being replaced counts as alive for the watchdog
+
+
+def test_too_many_hung_api_processes_stop_the_daemon() -> None:
+    processes, member, proc = _supervised(beat_s=0.0)
+    for k in range(MAX_REPLACEMENTS):
+        assert processes._kill_hung(member, "silent", 10.0 * k) is None
+    failure = processes._kill_hung(member, "silent", 40.0)
+    assert failure is not None and "not replacing it again" in failure
+    assert proc.killed == MAX_REPLACEMENTS
+    # Long enough apart, replacements go on.
+    assert processes._kill_hung(member, "silent", 40.0 + REPLACEMENT_WINDOW_S + 1) is None

@@ -32,7 +32,7 @@ import pika.exceptions
 from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport as _PlaintextTransport
 
 from triggerhook.errors import BrokerUnavailable, ConfigError
-from triggerhook.runtime.worker import Worker
+from triggerhook.runtime.worker import BEAT_S, Worker
 
 # pika.URLParameters (pika has no type hints: to mypy this is Any).
 AmqpParameters: TypeAlias = pika.URLParameters
@@ -180,6 +180,7 @@ class ConnectionLoop:
             on_close_callback=self._on_closed,
         )
         self._conn = conn
+        self._beat(conn)
         try:
             conn.ioloop.start()
         finally:
@@ -187,6 +188,13 @@ class ConnectionLoop:
             self._next = (self._next + 1) % len(self._nodes)
             self._on_reset()
             conn.ioloop.close()
+
+    def _beat(self, conn: pika.SelectConnection) -> None:
+        """The owner's sign of progress (``Worker.beat``) now and every
+        ``BEAT_S`` while this connection's I/O loop turns, connected or not:
+        a callback that wedges the loop stops it."""
+        self._owner.beat()
+        conn.ioloop.call_later(BEAT_S, lambda: self._beat(conn))
 
     # -- any thread -----------------------------------------------------------
 

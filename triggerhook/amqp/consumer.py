@@ -38,11 +38,18 @@ import pika.frame
 import pika.spec
 
 from triggerhook.amqp.connection import AmqpNodes, ConnectionLoop
+from triggerhook.amqp.content import bound_bodies, declared_size
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 
 _STOP_CHECK_S = 0.02
+# Of a body declared over the limit, what is kept (for its dead letter): enough
+# to tell what it was; 4 KiB a message in flight, however large it was sent.
+KEPT_OF_OVERSIZED_BYTES = 4096
+# A log line names the task of a body up to this size only: a larger one is
+# not parsed again for a log line (the command itself was parsed once).
+_PEEK_MAX_BYTES = 64 * 1024
 # Properties a dead letter keeps (all but headers, expiration and user_id).
 _COPIED_PROPERTIES = (
     "content_type",
@@ -87,12 +94,15 @@ class Delivery:
     reply_to: str | None
     user_id: str | None
     headers: Mapping[str, Any] | None
-    body: bytes
+    body: bytes  # all of it; only its first KEPT_OF_OVERSIZED_BYTES if over the limit
+    body_size: int  # as its content header declared it
     properties: object  # the broker client's own, copied into a dead letter
 
     def context(self) -> dict[str, object]:
-        """Logging ``extra``: type, message_id and (when known) task_id."""
-        found = _peek_id(self.body) or (self.type == "create" and self.message_id)
+        """Logging ``extra``: type, message_id and (when known) task_id; the
+        body is looked into only if it is whole and small."""
+        small = self.body_size == len(self.body) <= _PEEK_MAX_BYTES
+        found = (small and _peek_id(self.body)) or (self.type == "create" and self.message_id)
         extra: dict[str, object] = {"type": self.type, "message_id": self.message_id}
         if found:
             extra["task_id"] = found
@@ -105,7 +115,10 @@ class QueueConsumer(Worker):
     ``on_message`` runs on the I/O thread for each delivery; ``on_end`` on the
     same thread when it ends (also if it dies of a bug, after which
     ``on_failure`` is called). ``error_header`` is the header a dead letter
-    says why in; ``private_headers`` are not copied into it.
+    says why in; ``private_headers`` are not copied into it. Of a body declared
+    over ``max_body_bytes`` (None: no limit) only the first
+    ``KEPT_OF_OVERSIZED_BYTES`` are kept (:mod:`triggerhook.amqp.content`): the
+    delivery's ``body_size`` says how large it was.
     """
 
     def __init__(
@@ -121,8 +134,10 @@ class QueueConsumer(Worker):
         private_headers: Collection[str] = (),
         name: str = "th-commands",
         queue_arguments: Mapping[str, str] | None = None,
+        max_body_bytes: int | None = None,
     ) -> None:
         super().__init__(name, on_failure)
+        self._max_body_bytes = max_body_bytes
         self.queue = queue
         self.dead_queue = dead_queue
         self._queue_arguments = dict(queue_arguments or {})  # both queues' (their type)
@@ -209,6 +224,8 @@ class QueueConsumer(Worker):
     def _on_channel_open(self, channel: pika.channel.Channel) -> None:
         self._channel = channel
         self._publish_seq = 0
+        if self._max_body_bytes is not None:
+            bound_bodies(channel, self._max_body_bytes, KEPT_OF_OVERSIZED_BYTES)
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
         channel.add_on_cancel_callback(self._on_cancelled)
@@ -291,6 +308,7 @@ class QueueConsumer(Worker):
                 properties.user_id,
                 properties.headers,
                 body,
+                declared_size(body),
                 properties,
             )
         )

@@ -83,17 +83,14 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.UNKNOWN_TYPE: _DEAD,
     Outcome.UNAUTHORIZED: _REFUSED,
     Outcome.FORBIDDEN_REPLY_TO: _REFUSED,
+    Outcome.TOO_COSTLY: None,  # no command reads tasks in bulk
     Outcome.UNAVAILABLE: _RETRIED,
     Outcome.OVERLOADED: _RETRIED,
     Outcome.STOPPING: _RETRIED,
-    # After three failures in a row (triggerhook.api.commands).
-    # The error itself goes with it: the sender (an operator's tool) gets no log.
-    Outcome.INTERNAL: AmqpRendering(
-        False,
-        Disposition.DEAD_LETTERED,
-        code="internal_error",
-        message="unexpected error: {detail}",
-    ),
+    # After three failures in a row (triggerhook.api.commands). The error
+    # itself goes to the daemon's log only: its text (a driver's message, a
+    # user@host, SQL) is not for whoever may publish a command.
+    Outcome.INTERNAL: AmqpRendering(False, Disposition.DEAD_LETTERED, code="internal_error"),
 }
 
 
@@ -195,11 +192,17 @@ def execute(hook: TriggerHook, command: Command, body_limit: int) -> Reply:
     return _reschedule(hook, document)
 
 
+def oversized(size: int, body_limit: int) -> Rejected:
+    """The rejection of a body of ``size`` bytes, over ``body_limit``."""
+    return Rejected.of(
+        Outcome.INVALID, "body", detail=f"is {size} bytes, over the limit of {body_limit}"
+    )
+
+
 def decode(body: bytes, body_limit: int) -> object:
     """The JSON document of a command body (UTF-8; NaN and Infinity refused)."""
     if len(body) > body_limit:
-        detail = f"is {len(body)} bytes, over the limit of {body_limit}"
-        raise Rejected.of(Outcome.INVALID, "body", detail=detail)
+        raise oversized(len(body), body_limit)
     try:
         return json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
     except UnicodeDecodeError as exc:

@@ -16,16 +16,21 @@ cancel and reschedule carry the task's ``"id"``.
   allowed ``user_id`` is dead-lettered as ``unauthorized`` (no reply, nothing
   applied, a rate-limited warning), and one whose ``reply_to`` is not direct
   reply-to or a queue starting with ``command_reply_prefix`` as
-  ``forbidden_reply_to``.
+  ``forbidden_reply_to``. Then a body declared (by its content header) over
+  :func:`~triggerhook.api.command_messages.max_body_bytes` is refused as
+  ``invalid`` (``body``), unparsed: only its first bytes were kept, and its
+  dead letter carries only those (:mod:`triggerhook.amqp.content`).
 * A malformed command (``malformed_json``, ``unknown_type``, ``invalid``) is
   published, body and properties unchanged plus the header
   ``x-triggerhook-error: <reason>`` (``expiration``, ``user_id`` and the
   ``authorization`` header dropped), to the durable queue
   ``<command_queue>.dead`` (with publisher confirms) and then acked: it is
   never retried. So is a command whose handling raised an unexpected error
-  (``internal_error``, logged with its traceback) three times in a row.
-* Transient failures (database down) are retried with back-off while running;
-  at stop the command stays unacked and the broker delivers it again.
+  (``internal_error``, logged with its traceback) three times in a row; its
+  reply and dead letter never carry the error's text (a driver's message).
+* Transient failures (database down, read-only or full) are retried with
+  back-off while running, never dead-lettered; at stop the command stays
+  unacked and the broker delivers it again.
 
 Delivery is at-least-once, so a command may be applied again if the daemon
 dies between its commit and its ack: a create with an ``"id"`` (or, without
@@ -54,7 +59,14 @@ import time
 from triggerhook.amqp.connection import AmqpNodes
 from triggerhook.amqp.consumer import Delivery, QueueConsumer, Settle, Settlement
 from triggerhook.api.command_auth import AUTH_HEADER, LOG_INTERVAL_S, CommandGuard, Unauthorized
-from triggerhook.api.command_messages import Command, Rejected, Reply, execute, max_body_bytes
+from triggerhook.api.command_messages import (
+    Command,
+    Rejected,
+    Reply,
+    execute,
+    max_body_bytes,
+    oversized,
+)
 from triggerhook.api.config import CommandConfig
 from triggerhook.app import TriggerHook
 from triggerhook.domain.outcomes import Outcome
@@ -90,6 +102,15 @@ def _outcome(
     if reply is not None and delivery.reply_to:
         body = json.dumps(reply, separators=(",", ":")).encode()
     return Settlement(settle, body, reason)
+
+
+def _applied(delivery: Delivery, reply: Reply) -> dict[str, object]:
+    """Logging ``extra`` of an applied command: the task named by its reply
+    (the body, parsed once to apply it, is not parsed again for a log line)."""
+    extra: dict[str, object] = {"type": delivery.type, "message_id": delivery.message_id}
+    if "id" in reply:
+        extra["task_id"] = reply["id"]
+    return extra
 
 
 class CommandConsumer:
@@ -137,6 +158,8 @@ class CommandConsumer:
             # The token stays out of the dead-letter queue, whoever may read it.
             private_headers=(AUTH_HEADER,),
             queue_arguments=config.queue_arguments,
+            # A larger body is not even held (only its first bytes, for its dead letter).
+            max_body_bytes=self._body_limit,
         )
         self._work: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
@@ -232,7 +255,7 @@ class CommandConsumer:
                 unexpected += 1
                 if unexpected >= UNEXPECTED_ATTEMPTS:
                     log.error("command failed", exc_info=True, extra=delivery.context())
-                    rejected = Rejected.of(Outcome.INTERNAL, detail=repr(exc))
+                    rejected = Rejected.of(Outcome.INTERNAL)
                     return _outcome(delivery, Settle.DEAD, rejected.reply(), rejected.reason)
                 failure = exc
             backoff = backoff or Backoff()
@@ -251,12 +274,9 @@ class CommandConsumer:
         try:
             reply = execute(self._hook, command, self._body_limit)
         except Rejected as exc:
-            # Anyone who may publish can send these at will: one line per kind.
-            self._rejections_log.warning(
-                exc.code, "command rejected: %s", exc.reason, extra=delivery.context()
-            )
-            return _outcome(delivery, Settle.DEAD, exc.reply(), exc.reason)
-        log.debug("command applied: %s", reply, extra=delivery.context())
+            return self._rejected(delivery, exc)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("command applied: %s", reply, extra=_applied(delivery, reply))
         return _outcome(delivery, Settle.ACK, reply)
 
     # -- the I/O thread ------------------------------------------------------------
@@ -269,7 +289,23 @@ class CommandConsumer:
         except Rejected as exc:
             self._refuse(delivery, exc)
             return
+        if delivery.body_size > self._body_limit:
+            # Its content header said so: the body was never held, only its start.
+            self._reject(delivery, oversized(delivery.body_size, self._body_limit))
+            return
         self._work.put(delivery)
+
+    def _rejected(self, delivery: Delivery, exc: Rejected) -> Settlement:
+        """A malformed command's settlement: its reply, and dead-lettered."""
+        # Anyone who may publish can send these at will: one line per kind.
+        self._rejections_log.warning(
+            exc.code, "command rejected: %s", exc.reason, extra=delivery.context()
+        )
+        return _outcome(delivery, Settle.DEAD, exc.reply(), exc.reason)
+
+    def _reject(self, delivery: Delivery, exc: Rejected) -> None:
+        """Dead-letter a malformed command on the I/O thread, with its reply."""
+        self._broker.settle(delivery, self._rejected(delivery, exc))
 
     def _refuse(self, delivery: Delivery, exc: Rejected) -> None:
         """Dead-letter a command the guard refused, without a reply."""

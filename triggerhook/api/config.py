@@ -27,6 +27,9 @@ class HttpConfig:
     web_view: bool = True  # the pages under /ui
     web_allow_cancel: bool = False  # their cancel buttons (else read-only: 403)
     metrics_scrape_token: str = ""  # empty: /metrics needs none (unless metrics_require_token)
+    listing_concurrency: int = 4  # reads of many tasks, bulk cancels at once (api/listing_work.py)
+    bulk_cancel_timeout_s: float = 300.0  # a bulk cancel stops after the batch that passes it
+    allowed_hosts: tuple[str, ...] = ()  # Host names besides the default ones (api/hosts.py)
 
 
 @dataclass(frozen=True, slots=True)

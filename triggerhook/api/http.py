@@ -37,6 +37,7 @@ from triggerhook.api.bodies import (
     parse_reschedule,
 )
 from triggerhook.api.config import HttpConfig
+from triggerhook.api.hosts import host_check
 from triggerhook.api.limits import (
     BodyTimeout,
     BodyTooLarge,
@@ -135,6 +136,7 @@ HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
         401, Outcome.UNAUTHORIZED, (("WWW-Authenticate", "Bearer"),)
     ),
     Outcome.FORBIDDEN_REPLY_TO: None,  # a command channel's
+    Outcome.TOO_COSTLY: HttpRendering(422, Outcome.TOO_COSTLY),
     Outcome.UNAVAILABLE: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
     # Told apart from a dependency being down only in the daemon's log.
     Outcome.OVERLOADED: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
@@ -208,7 +210,7 @@ def _library_error(exc: TriggerHookError) -> ApiError:
     if outcome is Outcome.UNAVAILABLE:
         assert isinstance(exc, TransientError)
         return ApiError(outcome, what=unavailable_what(exc))
-    return ApiError(outcome)
+    return ApiError(outcome, detail=exc)  # TOO_COSTLY says which bound; the rest ignore it
 
 
 def _response(status: int, data: object, headers: dict[str, str] | None = None) -> web.Response:
@@ -304,17 +306,19 @@ class HttpApi:
         self.app = self._build()
 
     def _build(self) -> web.Application:
+        hosts = host_check(self._config)  # DNS rebinding: before anything reads the request
         app = web.Application(
             client_max_size=self._config.max_body_bytes,
-            middlewares=[self.guard.middleware, self._observe, self._errors, self._auth],
+            middlewares=[self.guard.middleware, self._observe, hosts, self._errors, self._auth],
         )
+        listing = ListingApi(self._hook, self._config)  # and the web view's: one bound for all
         if self._web is not None:  # /ui/...: no other route starts so
-            self._web.add_routes(app.router)
+            self._web.add_routes(app.router, listing.work)
         app.router.add_post("/v1/tasks", self.create)
         app.router.add_post("/v1/tasks/batch", self.create_batch)
         # Not a task id: other methods on this path are 405, not a lookup of "batch".
         app.router.add_route("*", "/v1/tasks/batch", only_method("POST"))
-        ListingApi(self._hook, self._executor).add_routes(app.router, self._body)
+        listing.add_routes(app, self._body)
         app.router.add_get("/v1/tasks/{id}", self.get, allow_head=False)
         app.router.add_patch("/v1/tasks/{id}", self.reschedule)
         app.router.add_delete("/v1/tasks/{id}", self.cancel)

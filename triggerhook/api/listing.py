@@ -3,40 +3,51 @@
 
 The query parameters are parsed here (pure functions: a mapping of strings
 in, a :class:`~triggerhook.domain.listing.TaskFilter` out, or a
-:class:`ValidationError` naming the parameter); the store calls run on the
-API's thread pool. An instant is given as a due time is (docs/api.md,
-"Units"): epoch milliseconds in a ``*_ms`` parameter (``due_after_ms``), or
-RFC 3339 text in one without the suffix (``due_after``; epoch seconds there
-are deprecated); at most one of the two. A timeline's ``bucket_ms`` is
-milliseconds (``bucket``, whole seconds, is deprecated).
+:class:`ValidationError` naming the parameter); the store calls run as
+:class:`~triggerhook.api.listing_work.ListingWork` (threads of their own, a
+bound on how many at once, stopped when the client goes away). A count may
+be capped (``up_to``); a bulk cancel stops at ``bulk_cancel_timeout_s`` and
+answers a ``next_cursor`` to go on from.
+
+An instant is given as a due time is (docs/api.md, "Units"): epoch
+milliseconds in a ``*_ms`` parameter (``due_after_ms``), or RFC 3339 text in
+one without the suffix (``due_after``; epoch seconds there are deprecated);
+at most one of the two. A timeline's ``bucket_ms`` is milliseconds
+(``bucket``, whole seconds, is deprecated).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 from multidict import MultiMapping
 
 from triggerhook.api.bodies import epoch_ms
+from triggerhook.api.config import HttpConfig
+from triggerhook.api.listing_work import ListingWork
 from triggerhook.api.render import task_json, timeline_json
 from triggerhook.app import TriggerHook
-from triggerhook.domain.listing import MAX_BUCKET_MS, MIN_BUCKET_MS, TaskFilter, make_filter
+from triggerhook.domain.listing import (
+    MAX_BUCKET_MS,
+    MIN_BUCKET_MS,
+    TaskFilter,
+    count_cap,
+    decode_cursor,
+    make_filter,
+)
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ValidationError
-
-T = TypeVar("T")
 
 SELECTION_PARAMS = frozenset({"prefix", "routing_key", "tag"})
 DUE_RANGE_PARAMS = frozenset({"due_after", "due_after_ms", "due_before", "due_before_ms"})
 FILTER_PARAMS = SELECTION_PARAMS | DUE_RANGE_PARAMS | {"state"}
 LIST_PARAMS = FILTER_PARAMS | {"limit", "cursor"}
+COUNT_PARAMS = FILTER_PARAMS | {"up_to"}
 TIMELINE_PARAMS = SELECTION_PARAMS | {"start", "start_ms", "bucket", "bucket_ms", "buckets"}
-BULK_FIELDS = SELECTION_PARAMS | DUE_RANGE_PARAMS
+BULK_FIELDS = SELECTION_PARAMS | DUE_RANGE_PARAMS | {"cursor"}
 # Parameters of which at most one of each pair may be given (an OpenAPI
 # parameter list cannot say so; the bulk cancel's body schema does).
 DUE_RANGE_PAIRS = (("due_after", "due_after_ms"), ("due_before", "due_before_ms"))
@@ -143,19 +154,33 @@ def parse_bulk_cancel(body: object) -> TaskFilter:
     where = parse_filter(body)
     if not where.narrowed:
         raise ValidationError("body", "give at least one of prefix, tag and routing_key")
+    if "cursor" in body:
+        decode_cursor(body["cursor"])  # checked here; bulk_cursor gives it
     return where
+
+
+def bulk_cursor(body: Mapping[str, object]) -> str | None:
+    """A bulk cancel's ``cursor`` (checked by :func:`parse_bulk_cancel`): the
+    ``next_cursor`` of one that stopped before its end, to go on from."""
+    cursor = body.get("cursor")
+    return cursor if isinstance(cursor, str) else None
 
 
 class ListingApi:
     """The handlers; :meth:`add_routes` puts them on the application (before
-    ``/v1/tasks/{id}``, so that these paths are not read as task ids)."""
+    ``/v1/tasks/{id}``, so that these paths are not read as task ids).
+    :attr:`work` runs them (the web view's reads and bulk cancels too)."""
 
-    def __init__(self, hook: TriggerHook, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, hook: TriggerHook, config: HttpConfig) -> None:
         self._hook = hook
-        self._executor = executor
+        self.work = ListingWork(config.listing_concurrency, config.bulk_cancel_timeout_s)
 
-    def add_routes(self, router: web.UrlDispatcher, json_body: Callable[..., Any]) -> None:
+    def add_routes(self, app: web.Application, json_body: Callable[..., Any]) -> None:
+        """The routes, and at the application's shutdown (before it waits for
+        the requests in flight) the interruption of the calls in flight."""
         self._json_body = json_body
+        app.on_shutdown.append(self._shutdown)
+        router = app.router
         router.add_get("/v1/tasks", self.list, allow_head=False)
         router.add_get("/v1/tasks/count", self.count, allow_head=False)
         router.add_get("/v1/tasks/timeline", self.timeline, allow_head=False)
@@ -167,15 +192,16 @@ class ListingApi:
         ):
             router.add_route("*", path, only_method(method))
 
-    def _blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
-        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
+    async def _shutdown(self, _app: web.Application) -> None:
+        self.work.close()
 
     async def list(self, request: web.Request) -> web.Response:
         values = query_values(request.query, LIST_PARAMS)
         where, limit = parse_filter(values), _integer(values, "limit")
         cursor = request.query.get("cursor")  # given once: checked above
-        page = await self._blocking(
-            lambda: self._hook.list_tasks(where, limit=limit, cursor=cursor)
+        page = await self.work.run(
+            request,
+            lambda stop: self._hook.list_tasks(where, limit=limit, cursor=cursor, interrupt=stop),
         )
         return web.json_response(
             {
@@ -185,29 +211,43 @@ class ListingApi:
         )
 
     async def count(self, request: web.Request) -> web.Response:
-        where = parse_filter(query_values(request.query, FILTER_PARAMS))
-        number = await self._blocking(lambda: self._hook.count(where))
-        return web.json_response({"count": number})
+        values = query_values(request.query, COUNT_PARAMS)
+        where, up_to = parse_filter(values), count_cap(_integer(values, "up_to"))
+        number = await self.work.run(
+            request, lambda stop: self._hook.count(where, up_to=up_to, interrupt=stop)
+        )
+        # at_least: the count stopped at up_to; there may be more.
+        return web.json_response({"count": number, "at_least": number == up_to})
 
     async def timeline(self, request: web.Request) -> web.Response:
         values = query_values(request.query, TIMELINE_PARAMS)
         where = parse_filter({k: v for k, v in values.items() if k in SELECTION_PARAMS})
         bucket_ms, buckets = timeline_bucket_ms(values), _integer(values, "buckets")
         start_ms = _time_ms(values, "start")
-        found = await self._blocking(
-            lambda: self._hook.timeline(
+        found = await self.work.run(
+            request,
+            lambda stop: self._hook.timeline(
                 where,
                 bucket_ms=bucket_ms,
                 buckets=_DEFAULT_BUCKETS if buckets is None else buckets,
                 start_ms=start_ms,
-            )
+                interrupt=stop,
+            ),
         )
         return web.json_response(timeline_json(found))
 
     async def cancel(self, request: web.Request) -> web.Response:
-        where = parse_bulk_cancel(await self._json_body(request))
-        done = await self._blocking(lambda: self._hook.cancel_where(where))
-        return web.json_response({"cancelled": done.cancelled, "too_late": done.too_late})
+        body = await self._json_body(request)
+        where = parse_bulk_cancel(body)
+        cursor = bulk_cursor(body)
+        done = await self.work.run(
+            request,
+            lambda stop: self._hook.cancel_where(where, cursor=cursor, interrupt=stop),
+            self.work.bulk_cancel_timeout_s,
+        )
+        return web.json_response(
+            {"cancelled": done.cancelled, "too_late": done.too_late, "next_cursor": done.cursor}
+        )
 
 
 def only_method(method: str) -> Callable[[web.Request], Any]:

@@ -1,6 +1,7 @@
 """The OpenAPI document's listing operations: list (a page at a time), count,
 timeline and bulk cancel, with their query parameters (the selection, the due
-range, the cursor). The task schema a page shows is passed in. Used by
+range, the cursor), their bounds (422 too_costly, 503 when too many run) and
+answers. The task schema a page shows is passed in. Used by
 :mod:`triggerhook.api.openapi`.
 """
 
@@ -34,7 +35,10 @@ from triggerhook.domain.listing import (
     DEFAULT_PAGE,
     MAX_BUCKET_MS,
     MAX_BUCKETS,
+    MAX_COUNT_UP_TO,
     MAX_PAGE,
+    MAX_TIMELINE_CELLS,
+    MAX_TIMELINE_SPAN_MS,
     MIN_BUCKET_MS,
 )
 
@@ -85,8 +89,20 @@ CURSOR_SCHEMA = {  # URL-safe base64 (padded) of "due_ms:id", at most 120 charac
     "pattern": "^([A-Za-z0-9_-]{4})*([A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?$",
     "description": "Opaque: a next_cursor this API gave out (any other is refused, 422).",
 }
+_TOO_COSTLY = (
+    " Or (error.code too_costly) the read took longer than listing_timeout_ms, or its "
+    "answer would be too big: narrow the filter."
+)
 _QUERY_ERRORS = {
-    "422": error("A parameter is invalid, unknown or given twice; error.field names it."),
+    "422": error(
+        f"A parameter is invalid, unknown or given twice; error.field names it.{_TOO_COSTLY}"
+    ),
+}
+_BUSY = {
+    "503": error(
+        "Database unavailable, daemon stopping, or listing_concurrency reads of many tasks "
+        "and bulk cancels run already (answered at once); retry (Retry-After)."
+    ),
 }
 
 
@@ -122,23 +138,39 @@ def list_operation(task: Schema) -> Schema:
             **_QUERY_ERRORS,
             **only("GET", "POST"),
             **COMMON,
+            **_BUSY,
         },
     }
 
 
 def count_operation() -> Schema:
-    return {
-        "summary": "Count tasks (exact; reads every match)",
-        "security": SECURITY,
-        "parameters": _filter_params(),
-        "responses": {
-            "200": {
-                "description": "How many match.",
-                **json_content(object_schema({"count": COUNT}, ["count"])),
+    answer = object_schema(
+        {
+            "count": COUNT,
+            "at_least": {
+                "type": "boolean",
+                "description": "The count stopped at up_to: at least that many match.",
             },
+        },
+        ["count", "at_least"],
+    )
+    return {
+        "summary": "Count tasks (exact, reading every match, or up to a cap)",
+        "security": SECURITY,
+        "parameters": [
+            *_filter_params(),
+            query(
+                "up_to",
+                {"type": "integer", "minimum": 1, "maximum": MAX_COUNT_UP_TO},
+                "Count at most this many (reading no more matches); absent: an exact count.",
+            ),
+        ],
+        "responses": {
+            "200": {"description": "How many match.", **json_content(answer)},
             **_QUERY_ERRORS,
             **only("GET"),
             **COMMON,
+            **_BUSY,
         },
     }
 
@@ -186,7 +218,10 @@ def timeline_operation() -> Schema:
             query(
                 "buckets",
                 {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS, "default": 60},
-                "How many buckets.",
+                f"How many buckets; bucket_ms x buckets at most {MAX_TIMELINE_SPAN_MS} "
+                f"({MAX_TIMELINE_SPAN_MS // 86_400_000} days), else 422. An answer of more "
+                f"than {MAX_TIMELINE_CELLS} counts (routing keys x buckets) is refused "
+                "(422 too_costly).",
             ),
         ],
         "responses": {
@@ -194,6 +229,7 @@ def timeline_operation() -> Schema:
             **_QUERY_ERRORS,
             **only("GET"),
             **COMMON,
+            **_BUSY,
         },
     }
 
@@ -209,15 +245,33 @@ def bulk_cancel_operation() -> Schema:
             "due_after_ms": epoch_ms_schema("Tasks due at or after this, in epoch ms."),
             "due_before": time_schema(f"Tasks due before this. {time}"),
             "due_before_ms": epoch_ms_schema("Tasks due before this, in epoch ms."),
+            "cursor": {
+                **CURSOR_SCHEMA,
+                "description": "The next_cursor of a bulk cancel with the same filter that "
+                "stopped before its end: go on after the last task it read.",
+            },
         },
         anyOf=[{"required": ["prefix"]}, {"required": ["tag"]}, {"required": ["routing_key"]}],
         dependentSchemas=exclusive(DUE_RANGE_PAIRS, {}),
         description="Every given field must match; at least one of prefix, tag, routing_key; "
         "at most one of due_after and due_after_ms, and of due_before and due_before_ms.",
     )
-    done = object_schema({"cancelled": COUNT, "too_late": COUNT}, ["cancelled", "too_late"])
+    done = object_schema(
+        {
+            "cancelled": COUNT,
+            "too_late": COUNT,
+            "next_cursor": {
+                **CURSOR_SCHEMA,
+                "type": ["string", "null"],
+                "description": "null: every matching task was handled. Else the walk "
+                "stopped before its end (bulk_cancel_timeout_s, or the daemon stopping): "
+                "send the same filter with this as cursor to go on.",
+            },
+        },
+        ["cancelled", "too_late", "next_cursor"],
+    )
     return {
-        "summary": "Cancel every matching task (blocks until done, in batches of 500)",
+        "summary": "Cancel every matching task (in batches of 500, up to bulk_cancel_timeout_s)",
         "security": SECURITY,
         "requestBody": {"required": True, **json_content(body)},
         "responses": {
@@ -227,7 +281,9 @@ def bulk_cancel_operation() -> Schema:
                 **json_content(done),
             },
             **BODY_ERRORS,
+            "422": error(f"A field is invalid; error.field names it.{_TOO_COSTLY}"),
             **only("POST"),
             **COMMON,
+            **_BUSY,
         },
     }

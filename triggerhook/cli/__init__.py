@@ -92,6 +92,7 @@ CLI_RENDERING: dict[Outcome, CliRendering] = {
         EXIT_USAGE, hint=" (the daemon's api_token: --api-token or TRIGGERHOOK_API_TOKEN)"
     ),
     Outcome.FORBIDDEN_REPLY_TO: CliRendering(EXIT_USAGE),
+    Outcome.TOO_COSTLY: CliRendering(EXIT_USAGE),
     Outcome.UNAVAILABLE: CliRendering(EXIT_FAILURE),
     Outcome.OVERLOADED: CliRendering(EXIT_FAILURE),
     Outcome.STOPPING: CliRendering(EXIT_FAILURE),

@@ -13,6 +13,7 @@ import os
 from urllib.parse import urlsplit
 
 from triggerhook.errors import ConfigError
+from triggerhook.logs import url_origin
 from triggerhook.settings import Settings
 from triggerhook.wiring import DevOptions, build_dev
 
@@ -28,8 +29,9 @@ Runs the engine, the HTTP API and the web view (http_host:http_port, default
 file (--db; with --db {MEMORY}, none) and each fired event is printed
 on stdout as one JSON object per line (as `triggerhook tail` prints them) and,
 with --webhook, POSTed to that URL (body: the payload; headers: the event's,
-x-message-id and x-routing-key). A webhook that does not answer 2xx gets the
-event again later (back-off, then a dead letter, as RabbitMQ's returns).
+x-message-id and x-routing-key). A webhook that does not answer 2xx within
+--webhook-timeout-s gets the event again later (back-off, then a dead letter,
+as RabbitMQ's returns); stdout does not wait for it, nor print it again.
 Logs go to stderr. One instance per file; not for production (docs/dev.md).
 Ctrl-C or SIGTERM stops it gracefully."""
 
@@ -60,7 +62,8 @@ def add_dev_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         type=float,
         default=10.0,
         metavar="S",
-        help="a webhook call not answered in S seconds failed (default 10)",
+        help="a webhook call (connect, send, the whole answer) not over in S seconds "
+        "failed (default 10)",
     )
     dev.add_argument(
         "--no-stdout", action="store_true", help="events to the webhook only (needs --webhook)"
@@ -74,14 +77,19 @@ def webhook_url(text: str) -> str:
         parts.port  # noqa: B018  (raises ValueError for a port that is no number)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text[:80]!r}")
+    # Never the URL itself in the message: it may hold the webhook's secret.
+    if parts.scheme not in ("http", "https"):
+        got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {got}")
+    if not parts.hostname:
+        raise argparse.ArgumentTypeError("expected an http:// or https:// URL with a host")
     return text
 
 
 def run_dev(args: argparse.Namespace, settings: Settings) -> int:
     options = _options(args)
-    sinks = [s for s, on in (("stdout", options.stdout), (options.webhook_url, True)) if on and s]
+    webhook = url_origin(options.webhook_url) if options.webhook_url else ""
+    sinks = [s for s, on in (("stdout", options.stdout), (webhook, True)) if on and s]
     where = "in memory" if options.db_path == MEMORY else f"at {os.path.abspath(options.db_path)}"
     log.warning(
         "dev mode: one instance, SQLite %s, events to %s — not for production",

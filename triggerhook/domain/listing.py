@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from triggerhook.domain.meta import TAG_PATTERN
@@ -22,13 +23,20 @@ from triggerhook.domain.task import (
     TaskInfo,
     TaskState,
 )
-from triggerhook.errors import ValidationError
+from triggerhook.errors import TooCostly, ValidationError
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
 MAX_BUCKETS = 1440  # a day of minutes
 MIN_BUCKET_MS = 1000
 MAX_BUCKET_MS = 86_400_000 * 31
+# A timeline reads every task due in its span: at most twelve of the longest
+# buckets (372 days), so that no query reads a table's far future wholesale.
+MAX_TIMELINE_SPAN_MS = 12 * MAX_BUCKET_MS
+# Counts one timeline answers at most (routing keys x buckets): its size grows
+# with both, so many routing keys in a span of many buckets are refused.
+MAX_TIMELINE_CELLS = 100_000
+MAX_COUNT_UP_TO = 1_000_000_000  # a count's cap (a larger one is an exact count)
 _PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _CURSOR_CHARS = 120  # the longest cursor this module makes is under 110
 # Every id character sorts below this one (ascii_bin: byte order): all ids
@@ -191,13 +199,59 @@ def timeline_span(bucket_ms: object, buckets: object) -> tuple[int, int]:
         )
     if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
         raise ValidationError("buckets", f"must be an integer from 1 to {MAX_BUCKETS}")
+    if bucket_ms * buckets > MAX_TIMELINE_SPAN_MS:
+        raise ValidationError(
+            "buckets",
+            f"bucket_ms x buckets must be at most {MAX_TIMELINE_SPAN_MS} "
+            f"({MAX_TIMELINE_SPAN_MS // 86_400_000} days): fewer or shorter buckets",
+        )
     return bucket_ms, buckets
+
+
+def timeline_of(
+    rows: Iterable[tuple[str | None, int, int]],
+    start_ms: int,
+    bucket_ms: int,
+    buckets: int,
+    default_routing_key: str,
+) -> Timeline:
+    """A timeline from ``(routing key, bucket, count)`` rows (a NULL or empty
+    key is ``default_routing_key``); :class:`TooCostly` when it would hold
+    more than :data:`MAX_TIMELINE_CELLS` counts. A store reads at most
+    :data:`MAX_TIMELINE_CELLS` + 1 rows for it (one per key and bucket)."""
+    most_keys = MAX_TIMELINE_CELLS // buckets
+    counts: dict[str, list[int]] = {}
+    for key, bucket, number in rows:
+        row = counts.get(key or default_routing_key)
+        if row is None:
+            if len(counts) == most_keys:
+                raise TooCostly(
+                    f"the span holds tasks of more than {most_keys} routing keys (a timeline "
+                    f"has at most {MAX_TIMELINE_CELLS} counts: routing keys x buckets): "
+                    "narrow it by routing_key, prefix or tag, or ask for fewer buckets"
+                )
+            row = counts[key or default_routing_key] = [0] * buckets
+        row[int(bucket)] += int(number)
+    return Timeline(start_ms, bucket_ms, buckets, dict(sorted(counts.items())))
+
+
+def count_cap(up_to: object) -> int | None:
+    """A count's validated cap: 1 .. :data:`MAX_COUNT_UP_TO` (None: exact)."""
+    if up_to is None:
+        return None
+    if isinstance(up_to, bool) or not isinstance(up_to, int) or not 1 <= up_to <= MAX_COUNT_UP_TO:
+        raise ValidationError("up_to", f"must be an integer from 1 to {MAX_COUNT_UP_TO}")
+    return up_to
 
 
 @dataclass(frozen=True, slots=True)
 class BulkCancelled:
     """What a bulk cancel did: tasks cancelled (they never fire), and tasks
-    matched that were being published already (too late to cancel)."""
+    matched that were being published already (too late to cancel).
+    ``cursor``: the walk stopped before its end (its time limit passed, or it
+    was interrupted); a bulk cancel with the same filter from this cursor goes
+    on after the last task this one read. None: it reached the end."""
 
     cancelled: int
     too_late: int
+    cursor: str | None = None

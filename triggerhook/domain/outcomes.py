@@ -24,9 +24,11 @@ from triggerhook.domain.task import CancelResult, RescheduleResult
 from triggerhook.errors import (
     BrokerUnavailable,
     ConflictError,
+    Interrupted,
     NotRunningError,
     Overloaded,
     StoreUnavailable,
+    TooCostly,
     TransientError,
     ValidationError,
 )
@@ -54,6 +56,7 @@ class Outcome(enum.Enum):
     UNKNOWN_TYPE = "unknown_type"  # AMQP: no such command
     UNAUTHORIZED = "unauthorized"  # missing or wrong bearer token
     FORBIDDEN_REPLY_TO = "forbidden_reply_to"  # AMQP: a reply_to not allowed
+    TOO_COSTLY = "too_costly"  # a read over its bounds (time, answer size): narrow the filter
     # not now: retry (nothing, or the same thing, was written)
     UNAVAILABLE = "unavailable"  # a dependency (database, broker) is down
     OVERLOADED = "overloaded"  # too many calls already wait
@@ -100,6 +103,7 @@ MESSAGES: dict[Outcome, str] = {
     Outcome.UNKNOWN_TYPE: "{given}; expected one of {expected}",
     Outcome.UNAUTHORIZED: "missing or wrong bearer token",
     Outcome.FORBIDDEN_REPLY_TO: "{detail}",
+    Outcome.TOO_COSTLY: "{detail}",  # what was over which bound
     Outcome.UNAVAILABLE: "{what} unavailable; retry",
     Outcome.OVERLOADED: "temporarily unavailable; retry",
     Outcome.STOPPING: "the daemon is stopping; retry on another",
@@ -130,8 +134,10 @@ def error_outcome(exc: BaseException) -> Outcome:
         return Outcome.INVALID
     if isinstance(exc, ConflictError):
         return Outcome.CONFLICT
-    if isinstance(exc, NotRunningError):
+    if isinstance(exc, NotRunningError | Interrupted):  # Interrupted: by the daemon's stop
         return Outcome.STOPPING
+    if isinstance(exc, TooCostly):
+        return Outcome.TOO_COSTLY
     if isinstance(exc, Overloaded):
         return Outcome.OVERLOADED
     if isinstance(exc, TransientError):

@@ -5,7 +5,11 @@ tasks: it arms, under the leases it holds, the rows due within
 ``arm_ahead_ms`` — one write per shard, none per task — and hands them to the
 scheduler. Doing it ``arm_ahead_ms`` early keeps the database off the precise
 firing path. After an acquisition it first reads the shard's inherited rows
-(armed by an earlier owner, perhaps never published): they fire again.
+(armed by an earlier owner, perhaps never published): they fire again; a
+shard's read counts (its cursor moves on) only once the whole pass succeeded.
+A pass that failed after taking rows may have committed with its answer lost
+(R3a): the armer keeps their ids per lease and hands them to its next pass
+over that lease, which takes those armed now.
 
 A pass's cost hardly depends on how many rows it arms (a statement per
 step, every shard in each), so passes adapt to the rate:
@@ -31,13 +35,16 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from triggerhook.domain.arming import Mark
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.shards import ShardTable
 from triggerhook.errors import TransientError
-from triggerhook.interfaces import Clock, TaskStore
+from triggerhook.interfaces import ArmUnanswered, Clock, Lease, TaskStore
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -80,6 +87,8 @@ class Armer(Worker):
         self._next_full_ms = -math.inf  # a full pass is due from then on
         self._batch_size = batch_size
         self._wakeup = threading.Event()
+        # R3a: ids that passes whose answer was lost took, per lease (this thread's).
+        self._unanswered: dict[Lease, frozenset[str]] = {}
         self.armed = 0  # tasks taken into memory (armed here or inherited)
         self.inherited = 0
         self.settled = 0  # armed by a write of their own row (rare: see ArmPlan)
@@ -103,31 +112,61 @@ class Armer(Worker):
                 self._wakeup.clear()
 
     def step(self, now_ms: float) -> bool:
-        """One pass; True when it filled the room it had (more may be due)."""
+        """One pass; True when it filled the room it had (more may be due).
+
+        What it reads of inherited rows counts only once the whole pass
+        succeeded: a failure (of a later read, or of the arming) drops the
+        rows read, and their shards' inherited cursors stay where they were,
+        so the next pass reads them again (they are armed, in no memory, and
+        no other read finds them)."""
         limit = self._inventory.reserve(self._batch_size)
         if limit == 0:
             return False
         try:
-            taken = self._read_inherited(limit)
+            taken, cursors = self._read_inherited(limit)
             if len(taken) < limit:
                 taken += self._arm(now_ms, limit - len(taken))
         except BaseException:
             self._inventory.release(limit)
             raise
+        for cursor in cursors:
+            self._shards.inherited_read(cursor.lease, cursor.after, cursor.done)
+            self.inherited += cursor.count
+            if cursor.count:
+                log.info(
+                    "firing %d tasks armed by the shard's previous owner",
+                    cursor.count,
+                    extra={"shard": cursor.lease.shard},
+                )
         fresh = self._inventory.admit(taken, limit)
         self.armed += len(fresh)
         self._scheduler.push_many(fresh)
-        return len(taken) == limit
+        return len(taken) >= limit  # more: R3a's rows come whatever the room
 
     def _arm(self, now_ms: float, limit: int) -> list[Task]:
         leases = self._shards.for_arming()
+        held = set(self._shards.leases())
+        # R3a: a lease no longer held leaves its rows to the shard's next owner.
+        self._unanswered = {k: v for k, v in self._unanswered.items() if k in held}
         if not leases:
             return []
+        unanswered = {k: self._unanswered[k] for k in leases if k in self._unanswered}
         urgent_ms = None
-        if now_ms < self._next_full_ms:
+        if now_ms < self._next_full_ms and not unanswered:
             urgent_ms = int(self._next_full_ms) + self._interval_ms
         horizon_ms = int(now_ms) + self._ahead_ms
-        armed = self._store.arm(self._instance, leases, horizon_ms, limit, urgent_ms)
+        try:
+            armed = self._store.arm(
+                self._instance, leases, horizon_ms, limit, urgent_ms, unanswered or None
+            )
+        except ArmUnanswered as exc:
+            self._remember_unanswered(exc.taken)
+            raise
+        # Settled by this pass (taken if armed, else read again), or lost: only
+        # the leases it covered; one it left out (its lease may have lapsed,
+        # it is being handed over) keeps its ids for a later pass.
+        for lease in leases:
+            self._unanswered.pop(lease, None)
         if armed.lost:
             self._shards.drop(armed.lost)
         if armed.skipped:
@@ -139,20 +178,36 @@ class Armer(Worker):
         self.settled += armed.settled
         return armed.tasks
 
-    def _read_inherited(self, limit: int) -> list[Task]:
+    def _remember_unanswered(self, taken: Mapping[Lease, frozenset[str]]) -> None:
+        """R3a: a pass that took these may have committed, its answer lost."""
+        for lease, ids in taken.items():
+            self._unanswered[lease] = self._unanswered.get(lease, frozenset()) | ids
+        log.warning(
+            "an arming pass failed after it took %d tasks: the next pass takes those its"
+            " commit armed",
+            sum(map(len, taken.values())),
+        )
+
+    def _read_inherited(self, limit: int) -> tuple[list[Task], list[_Cursor]]:
+        """Inherited rows (R3) up to ``limit``, and where each shard's read
+        would go on (applied by :meth:`step` once the pass succeeded)."""
         out: list[Task] = []
+        cursors: list[_Cursor] = []
         for acquired, after in self._shards.inherited_to_read():
             room = limit - len(out)
             if room <= 0:
                 break
             tasks, last = self._store.inherited(acquired, after, room)
-            self._shards.inherited_read(acquired.lease, last or after, len(tasks) < room)
-            if tasks:
-                log.info(
-                    "firing %d tasks armed by the shard's previous owner",
-                    len(tasks),
-                    extra={"shard": acquired.lease.shard},
-                )
-            self.inherited += len(tasks)
+            cursors.append(_Cursor(acquired.lease, last or after, len(tasks) < room, len(tasks)))
             out += tasks
-        return out
+        return out, cursors
+
+
+@dataclass(frozen=True, slots=True)
+class _Cursor:
+    """Where a shard's inherited read goes on, once the pass that read it succeeded."""
+
+    lease: Lease
+    after: Mark | None
+    done: bool
+    count: int

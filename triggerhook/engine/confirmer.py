@@ -17,34 +17,40 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Clock, DeferOutcome, Deferral, TaskStore
-from triggerhook.runtime.worker import FailureHandler, Worker
+from triggerhook.runtime.worker import BEAT_S, FailureHandler, Worker
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Batch:
+    """One batch being settled; each part is emptied once written, so a
+    retry after a failure writes only what is left."""
+
     fired: list[tuple[str, int]]  # (id, rev): delete
     series: list[Task]  # occurrences of series: advance
     deferred: list[tuple[Task, int]]  # (task, not before): store back
+
+    def __len__(self) -> int:
+        return len(self.fired) + len(self.series)
 
 
 class Confirmer(Worker):
     """Batches of at most ``batch_size`` ids, each waiting at most ``max_delay_ms``.
 
     Other threads hand it work through :meth:`confirmed` and :meth:`defer`;
-    the queues are guarded by its condition, the store is used by it alone.
+    the queues are guarded by its condition, the store and the batch being
+    settled are used by its thread alone. :meth:`step` is the loop's body
+    (one batch, no waiting): the thread waits for work, then steps, backing
+    off after a transient failure; the simulator (tests/sim) calls it directly.
     """
 
     def __init__(
@@ -71,6 +77,7 @@ class Confirmer(Worker):
         self._series: deque[Task] = deque()  # confirmed occurrences of series
         self._deferred: deque[tuple[Task, int]] = deque()  # (task, not before, epoch ms)
         self._cond = threading.Condition()
+        self._current: _Batch | None = None  # being settled (this thread's)
         self.deleted = 0
         self.deferred = 0
 
@@ -98,21 +105,34 @@ class Confirmer(Worker):
             self._cond.notify()
 
     def pending(self) -> int:
+        """Confirmed tasks whose rows are not settled yet (queued or in the batch)."""
+        current = self._current
+        return len(self._fired) + len(self._series) + (len(current) if current else 0)
+
+    def _queued(self) -> int:
         return len(self._fired) + len(self._series)
 
-    def _next_batch(self) -> _Batch | None:
-        """Wait for a full batch or the oldest id's deadline; None once stopped and empty."""
+    def _wait_for_work(self) -> bool:
+        """Wait for a full batch or the oldest id's deadline; False once stopped and empty."""
         with self._cond:
             while not self._fired and not self._series and not self._deferred:
                 if self.stopping:
-                    return None
-                self._cond.wait()
+                    return False
+                self.beat()  # idle is not wedged (Worker.stalled, the watchdog's rule)
+                self._cond.wait(BEAT_S)
             deadline = time.monotonic() + self._max_delay_s
-            while not self._deferred and self.pending() < self._batch_size and not self.stopping:
+            while not self._deferred and self._queued() < self._batch_size and not self.stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
+            return True
+
+    def _take_batch(self) -> _Batch | None:
+        """What is queued now, up to a batch (None: nothing)."""
+        with self._cond:
+            if not self._fired and not self._series and not self._deferred:
+                return None
             count = min(self._batch_size, len(self._fired))
             series = min(self._batch_size, len(self._series))
             return _Batch(
@@ -122,29 +142,36 @@ class Confirmer(Worker):
             )
 
     def run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            if batch.fired and not self._settle(self._delete, batch.fired, "deleting confirmed"):
-                return
-            if batch.series and not self._settle(self._advance, batch.series, "advancing series"):
-                return
-            if batch.deferred and not self._settle(
-                self._defer, batch.deferred, "deferring undelivered"
-            ):
-                return
-
-    def _settle(self, write: Callable[[_T], None], items: _T, doing: str) -> bool:
-        """Write until it succeeds; False: stopping and out of time (the rows
-        stay armed: they fire again later, at-least-once)."""
-        while True:
+        while self._current is not None or self._wait_for_work():
             try:
-                write(items)
+                self.step()
             except TransientError as exc:
-                self.back_off(exc, doing)
+                self.back_off(exc, _doing(self._current))
                 if self.past_deadline():
-                    return False
+                    return  # the rows stay armed: they fire again later, at-least-once
                 continue
-            self.succeeded(doing)
-            return True
+            self.succeeded("settling confirmed rows")
+
+    def step(self) -> bool:
+        """Settle one batch, without waiting: the one a failure left (only
+        its unwritten parts), else what is queued now. False: nothing to do.
+        A :class:`TransientError` leaves the rest of the batch for the next step."""
+        if self._current is None:
+            self._current = self._take_batch()
+            if self._current is None:
+                return False
+        batch = self._current
+        if batch.fired:
+            self._delete(batch.fired)
+            batch.fired = []
+        if batch.series:
+            self._advance(batch.series)
+            batch.series = []
+        if batch.deferred:
+            self._defer(batch.deferred)
+            batch.deferred = []
+        self._current = None
+        return True
 
     def _delete(self, fired: list[tuple[str, int]]) -> None:
         self.deleted += self._store.delete_fired(fired)
@@ -166,3 +193,10 @@ class Confirmer(Worker):
                 continue
             self.deferred += outcome is DeferOutcome.DEFERRED
             self._inventory.forget([(task.id, task.rev)])
+
+
+def _doing(batch: _Batch | None) -> str:
+    """What a failed step was doing, for its log line."""
+    if batch is None or batch.fired:
+        return "deleting confirmed"
+    return "advancing series" if batch.series else "deferring undelivered"

@@ -28,6 +28,7 @@ from triggerhook.domain.task import Task
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
+from triggerhook.engine.naming import Claimant, NameClaim, released
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.shards import KeeperConfig, ShardKeeper, ShardTable
@@ -169,10 +170,12 @@ class Engine:
             # takes to walk the live objects; leave out those that exist at
             # start (modules, configuration, the caller's data) for good.
             gc.freeze()
-        # R1: refuses (InstanceNameInUse) while a live process holds the name.
-        self._store.register(
+        # R1: takes the name over from a dead holder; refuses (InstanceNameInUse)
+        # while a live process holds it. Blocks for at most a lease.
+        me = Claimant(
             self.instance, self.token, socket.gethostname(), os.getpid(), self.config.shard_lease_ms
         )
+        NameClaim(self._store, me).run()
         for worker in self._workers():
             worker.start()
         self.writes.start()
@@ -185,16 +188,41 @@ class Engine:
         # Downstream first, so nothing is handed to a stage that is not running.
         return [self.confirmer, self.publisher, self.scheduler, self.armer, self.keeper]
 
+    def write_refusal(self) -> str | None:
+        """How the database refuses this engine's writes now (``read-only``,
+        ``out of space``: the kind, never the server's text), as the last
+        failure of a thread or group commit said; None while it takes them."""
+        threads = (self.keeper, self.armer, self.confirmer) if self.config.fires else ()
+        refusals = [worker.refusal for worker in threads] + [self.writes.refusal()]
+        return next((r.kind for r in refusals if r is not None), None)
+
     def alive(self) -> bool:
         """Every thread of a running engine is alive (a wedged one is not seen here)."""
         return self.running and all(w.is_alive() for w in self._workers())
 
-    def responsive(self, max_silence_s: float) -> bool:
-        """Alive, and the looping threads (scheduler, armer) went round their loops
-        within ``max_silence_s``: not wedged."""
+    def stalled(self, max_silence_s: float) -> list[str]:
+        """The threads that made no progress within ``max_silence_s``
+        (:meth:`~triggerhook.runtime.worker.Worker.stalled`: no beat, and not
+        inside a database call within its bound), by name."""
         now_s = time.monotonic()
-        beats = (self.scheduler.beat_s, self.armer.beat_s) if self.config.fires else ()
-        return self.alive() and all(now_s - beat <= max_silence_s for beat in beats)
+        named: list[tuple[str, Worker | EventPublisher]] = [
+            ("th-publisher", self.publisher),
+            *((w.name, w) for w in (self.confirmer, self.scheduler, self.armer, self.keeper)),
+        ]
+        fires = self.config.fires
+        return [name for name, w in named if fires and w.stalled(now_s, max_silence_s)]
+
+    def responsive(self, max_silence_s: float) -> bool:
+        """Alive, and every thread (scheduler, armer, publisher, confirmer,
+        shard keeper) made progress within ``max_silence_s``: none is wedged.
+        An idle thread beats every second; one retrying through an outage
+        beats at each try (:class:`~triggerhook.runtime.worker.Worker`)."""
+        if not self.alive():
+            return False
+        stalled = self.stalled(max_silence_s)
+        if stalled:
+            log.error("no progress for over %.0f s: %s", max_silence_s, ", ".join(stalled))
+        return not stalled
 
     def stop(self, timeout_s: float | None = None) -> bool:
         """Graceful stop; True when everything armed was published and confirmed.
@@ -225,6 +253,7 @@ class Engine:
         self.keeper.join(_left(deadline) + 1.0)
         left = len(self.buffer) + self.confirmer.pending() + len(self.scheduler)
         self.keeper.finish()
+        released(self.instance, self.token)
         log.info("engine stopped", extra={"instance": self.instance, "unpublished": left})
         return clean and left == 0 and not self.failed.is_set()
 

@@ -26,6 +26,7 @@ from triggerhook.errors import (
     EngineFailure,
     NotRunningError,
     Overloaded,
+    StoreReadOnly,
     StoreUnavailable,
     TriggerHookError,
 )
@@ -33,6 +34,10 @@ from triggerhook.runtime.worker import FailureHandler, Worker
 
 # Longest a writer waits for concurrent callers to join its batch.
 _GATHER_S = 0.001
+# A refused batch (read-only or full database) counts this long unless a later
+# one is written: callers retry (HTTP's Retry-After is 1 s), and a refusal
+# with no write since must not be reported for ever.
+REFUSAL_HOLD_S = 10.0
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -115,6 +120,9 @@ class GroupCommitter(Generic[Item, Result]):
         self._stopping = False
         self._callers = 0  # threads inside submit(); guarded by _cond
         self.failed_writes = 0  # batches whose write raised (written by the writers only)
+        # The last batch's refusal (read-only or full database) and when; None
+        # once a batch is written or fails otherwise.
+        self._refused: tuple[StoreReadOnly, float] | None = None
         self.refused = 0  # calls refused because the queue was full; guarded by _cond
         self.abandoned = 0  # calls given up while queued, never written; guarded by _cond
         self._writers = [
@@ -191,6 +199,14 @@ class GroupCommitter(Generic[Item, Result]):
             self._discard([call.row])
         return True
 
+    def refusal(self) -> StoreReadOnly | None:
+        """The database's refusal of the last batch, if no batch was written
+        since and it is at most ``REFUSAL_HOLD_S`` old (any thread)."""
+        refused = self._refused  # one read: a writer may replace it meanwhile
+        if refused is None or time.monotonic() - refused[1] > REFUSAL_HOLD_S:
+            return None
+        return refused[0]
+
     def queued(self) -> int:
         """Calls waiting for a writer."""
         with self._cond:
@@ -220,6 +236,7 @@ class GroupCommitter(Generic[Item, Result]):
             outcomes = self._write([call.row for call in batch])
         except TriggerHookError as exc:
             self.failed_writes += 1
+            self._refused = (exc, time.monotonic()) if isinstance(exc, StoreReadOnly) else None
             for call in batch:
                 call.finish(None, exc)
             return
@@ -227,6 +244,7 @@ class GroupCommitter(Generic[Item, Result]):
             for call in batch:
                 call.finish(None, EngineFailure(f"group commit failed: {exc!r}"))
             raise
+        self._refused = None
         for call, outcome in zip(batch, outcomes, strict=True):
             call.finish(outcome, None)
 

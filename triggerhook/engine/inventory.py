@@ -20,7 +20,8 @@ class Inventory:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._held: dict[str, tuple[int, int]] = {}  # task id -> (revision, shard) of the copy
+        # task id -> (revision, shard, epoch) of the copy held
+        self._held: dict[str, tuple[int, int, int]] = {}
         self._per_shard: Counter[int] = Counter()
         self._reserved = 0
         self._lock = threading.Lock()
@@ -41,17 +42,19 @@ class Inventory:
     def admit(self, tasks: Sequence[Task], reserved: int) -> list[Task]:
         """Hold the armed tasks and settle a reservation of ``reserved``.
 
-        Returns the tasks to queue: those not held at that revision yet (a
-        copy held already, read again as inherited after this instance took
-        its own shard back, is not queued twice).
+        Returns the tasks to queue: those not held as that copy yet (same
+        revision and epoch). A copy held from an earlier epoch, read again as
+        inherited after this instance took its own shard back, is replaced
+        and queued: the scheduler drops the old one (its epoch is no longer
+        held), and only :meth:`forget_copies` of that old one, not of this.
         """
         with self._lock:
             self._reserved = max(0, self._reserved - reserved)
             held = self._held
-            fresh = [t for t in tasks if held.get(t.id, (None, 0))[0] != t.rev]
+            fresh = [t for t in tasks if held.get(t.id) != (t.rev, t.shard, t.epoch)]
             for task in fresh:
                 self._drop(task.id)
-                held[task.id] = (task.rev, task.shard)
+                held[task.id] = (task.rev, task.shard, task.epoch)
                 self._per_shard[task.shard] += 1
         return fresh
 
@@ -66,11 +69,21 @@ class Inventory:
         return None if held is None else held[0]
 
     def forget(self, held: Iterable[tuple[str, int]]) -> None:
-        """Forget (task id, revision) copies, unless a newer revision replaced them."""
+        """Forget (task id, revision) copies, unless a newer revision replaced
+        them (their rows were settled: any epoch's copy goes)."""
         with self._lock:
             for task_id, rev in held:
                 if self.rev_of(task_id) == rev:
                     self._drop(task_id)
+
+    def forget_copies(self, copies: Iterable[Task]) -> None:
+        """Forget these dropped copies (their shard's epoch is no longer
+        held), unless another copy replaced them: a newer revision, or the
+        same one inherited in this instance's newer epoch of the shard."""
+        with self._lock:
+            for task in copies:
+                if self._held.get(task.id) == (task.rev, task.shard, task.epoch):
+                    self._drop(task.id)
 
     def in_shard(self, shard: int) -> int:
         """Copies held of the shard's tasks (a shard is released once none are)."""

@@ -85,5 +85,5 @@ class Scheduler(TimedWorker[Task]):
             self.push_at(wait, int(now_ms) + _LAPSED_RECHECK_MS)
         if drop:
             self.dropped += len(drop)
-            self._inventory.forget((t.id, t.rev) for t in drop)
+            self._inventory.forget_copies(drop)
         return [t for t, v in pairs if v is Verdict.FIRE]

@@ -247,7 +247,8 @@ class ShardKeeper(Worker):
                 continue
             self.succeeded("keeping shard leases")
             round_s = self._config.lease_ms / 3000.0
-            self._wakeup.wait(min(_BUSY_ROUND_S, round_s) if busy else round_s)
+            # Beating while it waits: a long lease's rounds are long.
+            self.pause(self._wakeup, min(_BUSY_ROUND_S, round_s) if busy else round_s)
             self._wakeup.clear()
 
     def step(self, now_ms: float) -> bool:

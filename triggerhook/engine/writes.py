@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 from triggerhook.domain.arming import shard_of
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Ticket
-from triggerhook.errors import NotRunningError
+from triggerhook.errors import NotRunningError, StoreReadOnly
 from triggerhook.interfaces import (
     Clock,
     InsertOutcome,
@@ -190,6 +190,11 @@ class Writes:
 
     def failed_writes(self) -> int:
         return sum(c.failed_writes for c in self.committers())
+
+    def refusal(self) -> StoreReadOnly | None:
+        """The database's refusal of a group commit lately, if any (see
+        :meth:`GroupCommitter.refusal`)."""
+        return next((r for c in self.committers() if (r := c.refusal()) is not None), None)
 
 
 def _new_rows(tasks: Sequence[Task]) -> list[NewRow]:

@@ -1,37 +1,51 @@
 """Where the local publisher sends an event: stdout (one JSON line) or a
-webhook (one HTTP POST). A sink delivers or raises :class:`Undelivered`.
+webhook (one HTTP POST). A sink delivers or raises :class:`Undelivered`;
+each runs on a thread of its own (:mod:`triggerhook.local.lanes`), so a slow
+one never holds up another.
 
 The webhook's request is the AMQP message in HTTP terms: body = the payload,
 headers = the event's headers (``x-due-ms``, ``x-fired-ms``, ``x-rev``,
 ``x-occurrence``, a dead letter's, the task's own), ``Content-Type`` and
 ``Content-Encoding`` from the task, and ``x-message-id`` and
 ``x-routing-key`` for the AMQP properties HTTP has no place for. Header
-values are sent as UTF-8. A task header HTTP cannot carry (a name that is
-not an HTTP token, one the request sets itself such as ``Content-Length``,
-or a value with a line break) is left out of the request, with a warning;
-the stdout line shows it.
+values are sent as UTF-8. A task header the request must not carry is left
+out, with a warning (the stdout line shows it): a credential
+(``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``: a
+task's data is no credential of this process to hand on), a hop-by-hop
+header, one the request sets itself (``Content-Length``, ``Host``, ...), a
+name that is not an HTTP token, a value with a line break.
+
+A webhook call has one deadline for all of it (connect, send, the answer's
+head and the little of its body that is read); a peer that trickles bytes is
+cut there. Of an answer's body at most :data:`ANSWER_PREFIX_BYTES` are read,
+for the log. The webhook's URL is never logged whole: :func:`url_origin`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import math
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from typing import Protocol, TextIO
+from typing import Protocol, TextIO, cast
 
 import httpx
 
 from triggerhook.domain.event import describe
 from triggerhook.domain.meta import HeaderValue
+from triggerhook.logs import url_origin
 from triggerhook.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
 MESSAGE_ID, ROUTING_KEY = "x-message-id", "x-routing-key"
 # Set by the request itself (or meaningless in one): a task header of such a
-# name would break or confuse it.
+# name would break or confuse it. Hop-by-hop headers (RFC 9110 7.6.1) too.
 _REQUEST_HEADERS = frozenset(
     {
         "content-type",
@@ -42,15 +56,20 @@ _REQUEST_HEADERS = frozenset(
         "connection",
         "keep-alive",
         "proxy-connection",
+        "proxy-authenticate",
         "te",
         "trailer",
+        "trailers",
         "upgrade",
         "expect",
     }
 )
+# Credentials: never forwarded, whatever a task says.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 _TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")  # RFC 9110 field names
 _LINE_BREAK = re.compile(rb"[\x00\r\n\f\v]")  # what no header value may hold
 _LOG_EVERY_S = 60.0
+ANSWER_PREFIX_BYTES = 256  # of an answer's body: what the log shows, and all that is read
 
 
 class Undelivered(Exception):
@@ -75,8 +94,17 @@ class Event:
 
 
 class EventSink(Protocol):
-    def deliver(self, event: Event) -> None:
-        """Deliver ``event`` or raise :class:`Undelivered`."""
+    """Used by one thread (its lane's), but for :meth:`cut`."""
+
+    name: str
+
+    def deliver(self, event: Event, deadline_s: float) -> None:
+        """Deliver ``event`` or raise :class:`Undelivered`; give up by
+        ``deadline_s`` (``time.monotonic``; ``math.inf``: the sink's own bound)."""
+        ...
+
+    def cut(self, deadline_s: float) -> None:
+        """Any thread: end a delivery in flight by ``deadline_s`` (a stop's)."""
         ...
 
     def close(self) -> None: ...
@@ -84,12 +112,15 @@ class EventSink(Protocol):
 
 class StdoutSink:
     """One JSON object per event and line (:func:`triggerhook.domain.event.describe`,
-    as ``triggerhook tail`` prints them), flushed at once."""
+    as ``triggerhook tail`` prints them), flushed at once. A write is not cut:
+    a reader that stops reading a pipe holds this sink (and only it) up."""
+
+    name = "stdout"
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
-    def deliver(self, event: Event) -> None:
+    def deliver(self, event: Event, deadline_s: float = math.inf) -> None:
         view = describe(
             event.message_id,
             event.routing_key,
@@ -104,29 +135,86 @@ class StdoutSink:
         except (OSError, ValueError) as exc:  # ValueError: the stream is closed
             raise Undelivered(f"stdout: {exc}") from exc
 
+    def cut(self, deadline_s: float) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
 class WebhookSink:
-    """An HTTP POST per event to ``url``; a 2xx answer is a delivery. The
-    environment's proxy settings are not used: the webhook of a local run is
-    usually on this machine."""
+    """An HTTP POST per event to ``url``; a 2xx answer is a delivery, whole
+    within ``timeout_s``. The environment's proxy settings are not used: the
+    webhook of a local run is usually on this machine.
+
+    Thread: built by the wiring, then used by its lane's thread only, where
+    its event loop and HTTP client live (made at the first delivery); only
+    :meth:`cut` comes from another thread (the engine's, stopping).
+    """
+
+    name = "webhook"
 
     def __init__(self, url: str, timeout_s: float) -> None:
         self._url = url
-        self._client = httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False)
+        self.shown = url_origin(url)
+        self._timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._call: asyncio.Timeout | None = None  # the call in flight's (loop thread)
         self._left_out = RateLimitedLog(log, _LOG_EVERY_S)
+        # httpx logs each request's URL (at INFO, shown with log_level DEBUG).
+        self._hide = _HideUrl(url, self.shown)
+        logging.getLogger("httpx").addFilter(self._hide)
 
-    def deliver(self, event: Event) -> None:
-        try:
-            response = self._client.post(
-                self._url, content=event.body, headers=list(self._headers(event))
+    def deliver(self, event: Event, deadline_s: float = math.inf) -> None:
+        deadline_s = min(deadline_s, time.monotonic() + self._timeout_s)
+        headers = list(self._headers(event))
+        loop = self._loop_now()
+        loop.run_until_complete(self._post(loop, event.body, headers, deadline_s))
+
+    def cut(self, deadline_s: float) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing in flight
+            loop.call_soon_threadsafe(self._cut_sooner, loop, deadline_s)
+
+    def _cut_sooner(self, loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
+        call = self._call
+        when = _loop_time(loop, deadline_s)
+        if call is not None and (call.when() or math.inf) > when:
+            call.reschedule(when)
+
+    def _loop_now(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._client = httpx.AsyncClient(
+                timeout=self._timeout_s, follow_redirects=False, trust_env=False
             )
+        return self._loop
+
+    async def _post(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: bytes,
+        headers: list[tuple[bytes, bytes]],
+        deadline_s: float,
+    ) -> None:
+        assert self._client is not None  # made with the loop
+        try:
+            async with asyncio.timeout_at(_loop_time(loop, deadline_s)) as self._call:
+                request = self._client.stream("POST", self._url, content=body, headers=headers)
+                async with request as answer:
+                    start = await _prefix(answer)
+        except TimeoutError:
+            raise Undelivered(f"webhook: no whole answer within {self._timeout_s:g} s") from None
         except httpx.HTTPError as exc:
-            raise Undelivered(f"webhook: {exc!r}") from exc
-        if not response.is_success:
-            raise Undelivered(f"webhook answered {response.status_code}", refused=True)
+            raise Undelivered(f"webhook: {self._hide.text(repr(exc))}") from None
+        finally:
+            self._call = None
+        if not answer.is_success:
+            said = start.decode("utf-8", "replace")
+            raise Undelivered(f"webhook answered {answer.status_code}: {said!r}", refused=True)
 
     def _headers(self, event: Event) -> Iterator[tuple[bytes, bytes]]:
         yield MESSAGE_ID.encode(), event.message_id.encode()
@@ -137,26 +225,73 @@ class WebhookSink:
             yield b"content-encoding", event.content_encoding.encode()
         for name, value in event.headers.items():
             text = header_text(value)
-            if _sendable(name, text):
+            why = left_out(name, text)
+            if why is None:
                 yield name.encode(), text
                 continue
             self._left_out.warning(
                 name,
-                "header %r left out of the webhook's request: HTTP cannot carry it as it is",
+                "header %r left out of the webhook's request: %s",
                 name,
+                why,
                 extra={"task_id": event.message_id},
             )
 
     def close(self) -> None:
-        self._client.close()
+        logging.getLogger("httpx").removeFilter(self._hide)
+        if self._loop is None:
+            return
+        assert self._client is not None
+        with contextlib.suppress(Exception):  # closing: nothing is left to deliver
+            self._loop.run_until_complete(self._client.aclose())
+        self._loop.close()
 
 
-def _sendable(name: str, value: bytes) -> bool:
-    return bool(
-        _TOKEN.fullmatch(name)
-        and name.lower() not in _REQUEST_HEADERS
-        and not _LINE_BREAK.search(value)
-    )
+async def _prefix(answer: httpx.Response) -> bytes:
+    """The first :data:`ANSWER_PREFIX_BYTES` of ``answer``'s body, as sent
+    (not decompressed); the rest is never read (the connection is then closed)."""
+    start = b""
+    # An async generator (closed here, not when the loop collects it).
+    raw = cast(AsyncGenerator[bytes, None], answer.aiter_raw())
+    async with contextlib.aclosing(raw) as chunks:
+        async for chunk in chunks:
+            start += chunk
+            if len(start) >= ANSWER_PREFIX_BYTES:
+                break
+    return start[:ANSWER_PREFIX_BYTES]
+
+
+def _loop_time(loop: asyncio.AbstractEventLoop, deadline_s: float) -> float:
+    """``deadline_s`` (``time.monotonic``) on ``loop``'s clock."""
+    return loop.time() + (deadline_s - time.monotonic())
+
+
+class _HideUrl(logging.Filter):
+    """Shows ``url`` as ``shown`` in every record of the logger it filters."""
+
+    def __init__(self, url: str, shown: str) -> None:
+        super().__init__()
+        self._url, self._shown = url, shown
+
+    def text(self, text: str) -> str:
+        return text.replace(self._url, self._shown)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self._url in message:
+            record.msg, record.args = self.text(message), None
+        return True
+
+
+def left_out(name: str, value: bytes) -> str | None:
+    """Why a task header ``name: value`` is left out of the webhook's
+    request (None: it is sent)."""
+    lower = name.lower()
+    if lower in CREDENTIAL_HEADERS:
+        return "credentials are never forwarded"
+    if not _TOKEN.fullmatch(name) or lower in _REQUEST_HEADERS or _LINE_BREAK.search(value):
+        return "HTTP cannot carry it as it is"
+    return None
 
 
 def header_text(value: HeaderValue) -> bytes:

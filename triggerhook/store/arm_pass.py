@@ -29,11 +29,12 @@ without waiting until the backlog is armed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from triggerhook.domain.arming import ArmPlan, Mark, ShardMarks, plan_arming
+from triggerhook.interfaces import Lease
 
 R = TypeVar("R")
 
@@ -142,3 +143,30 @@ def _add(result: PassResult[R], shard: int, old: ShardMarks, plan: ArmPlan[R]) -
         result.settle.extend(plan.taken)
     if plan.marks != old:
         result.marks[shard] = plan.marks
+
+
+def held_only(
+    unanswered: Mapping[Lease, frozenset[str]] | None,
+    held: dict[int, ShardMarks],
+    epochs: Mapping[int, int],
+) -> dict[Lease, frozenset[str]]:
+    """R3a's ids of the leases a pass found still held at their epoch (a
+    shard lost since is its next owner's: R2 inherits its armed rows)."""
+    return {
+        lease: ids
+        for lease, ids in (unanswered or {}).items()
+        if lease.shard in held and epochs.get(lease.shard) == lease.epoch
+    }
+
+
+def merge_taken(
+    first: dict[int, list[R]], then: dict[int, list[R]], mark: Callable[[R], Mark]
+) -> dict[int, list[R]]:
+    """A pass's rows per shard in shard order, each shard's in mark order:
+    ``first`` (R3a's, armed by a pass whose answer was lost) with ``then``
+    (this pass's). They never share a row: R3a's are armed, a read's are not."""
+    out: dict[int, list[R]] = {}
+    for shard in sorted(first.keys() | then.keys()):
+        rows = first.get(shard, []) + then.get(shard, [])
+        out[shard] = sorted(rows, key=mark) if shard in first and shard in then else rows
+    return out

@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from pymysql.charset import charset_by_name
 
-from triggerhook.errors import ConfigError, StoreUnavailable
+from triggerhook.errors import ConfigError, StoreUnavailable, TooCostly
+from triggerhook.runtime import progress
 from triggerhook.settings import parse_bool
 from triggerhook.store import drivers
 from triggerhook.store.drivers import (
     DUPLICATE_KEY,
     NO_SUCH_TABLE,
+    STATEMENT_TIMEOUT,
     UNKNOWN_DATABASE,
     Connection,
     Cursor,
@@ -36,7 +38,11 @@ from triggerhook.store.drivers import (
     Tls,
     error_code,
 )
-from triggerhook.store.sql import IDLE_TRANSACTION_TIMEOUT, STATEMENT_TIME_LIMIT
+from triggerhook.store.sql import (
+    IDLE_TRANSACTION_TIMEOUT,
+    SELECT_TIME_LIMIT,
+    STATEMENT_TIME_LIMIT,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
@@ -239,6 +245,10 @@ class ConnectionPool:
     a server or proxy dropping idle sessions, the first statement gets a live
     connection. A connection last borrowed before another was found dead is
     pinged too, however recently (it may share that one's fate).
+
+    ``statement_timeout_ms`` (the listing reads' pool; 0: none but the
+    engine's, below): the server stops a statement running this long
+    (MariaDB: any statement; MySQL: a SELECT), raised as :class:`TooCostly`.
     """
 
     def __init__(
@@ -251,8 +261,10 @@ class ConnectionPool:
         recycle_s: float = 3600.0,
         ping_idle_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        statement_timeout_ms: int = 0,
     ) -> None:
         self._target = to
+        self._statement_timeout_ms = statement_timeout_ms
         self._driver = to.driver
         # MariaDB aborts a transaction idle this long (0: never) and so frees
         # its locks: a process paused in the middle of one (a stop signal, a
@@ -273,8 +285,12 @@ class ConnectionPool:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Cursor]:
-        """A cursor in a transaction: committed on success, rolled back on error."""
+        """A cursor in a transaction: committed on success, rolled back on error.
+        Meanwhile the calling thread counts as waiting for the database (the
+        watchdog's rule: :mod:`triggerhook.runtime.progress`)."""
+        outer = progress.call_begins()
         if not self._slots.acquire(timeout=self._acquire_timeout_s):
+            progress.call_ends(outer)
             raise StoreUnavailable("no free database connection (pool exhausted)")
         try:
             pooled = self._checkout()
@@ -287,11 +303,12 @@ class ConnectionPool:
             except BaseException as exc:
                 self._recycle_after_error(pooled, exc)
                 if self._driver.is_driver_error(exc):
-                    raise self._driver.translate(exc, self._database) from exc
+                    raise self._translate(exc) from exc
                 raise
             self._idle.append(pooled)
         finally:
             self._slots.release()
+            progress.call_ends(outer)
 
     def _checkout(self) -> _Pooled:
         """The most recently used idle connection, checked if due; else a new one."""
@@ -323,25 +340,43 @@ class ConnectionPool:
 
     def _open(self) -> _Pooled:
         conn = open_connection(self._target, self._autocommit)
-        if self._is_mariadb(conn):
+        mariadb = self._is_mariadb(conn)
+        if mariadb or self._statement_timeout_ms:
             try:
                 with conn.cursor() as cur:
-                    self._limit_session(cur)
+                    self._limit_session(cur, mariadb)
             except (self._driver.errors.error, OSError) as exc:
                 _close(conn)
                 raise self._driver.translate(exc, self._database) from exc
         return _Pooled(conn, self._clock(), self._recycle_s)
 
-    def _limit_session(self, cur: Cursor) -> None:
-        """MariaDB's per-session bounds. A statement the client gave up on
+    def _limit_session(self, cur: Cursor, mariadb: bool) -> None:
+        """The per-session bounds. A statement the client gave up on
         (io_timeout_s) would otherwise run on in the server: a metrics
         recount of a million rows under heavy inserts once took minutes, a
-        new one started every 30 s, and they piled up. The server stops it
-        a moment before the client's read times out, and says why."""
+        new one started every 30 s, and they piled up. MariaDB stops it a
+        moment before the client's read times out, and says why; on the
+        listing reads' pool, at their own limit (MySQL too: its limit is
+        for SELECTs only, which is what those reads are)."""
+        if not mariadb:
+            cur.execute(SELECT_TIME_LIMIT, (self._statement_timeout_ms,))
+            return
         if self._idle_transaction_timeout_s:
             cur.execute(IDLE_TRANSACTION_TIMEOUT, (self._idle_transaction_timeout_s,))
-        limit_s = max(1, self._target.endpoint.io_timeout_s - STATEMENT_MARGIN_S)
+        limit_s: float = max(1, self._target.endpoint.io_timeout_s - STATEMENT_MARGIN_S)
+        if self._statement_timeout_ms:
+            limit_s = min(limit_s, self._statement_timeout_ms / 1000)
         cur.execute(STATEMENT_TIME_LIMIT, (limit_s,))
+
+    def _translate(self, exc: BaseException) -> Exception:
+        """The driver's translation, but a statement stopped at this pool's
+        own time limit is the reader's doing, not the database's: TooCostly."""
+        if self._statement_timeout_ms and error_code(exc) in STATEMENT_TIMEOUT:
+            return TooCostly(
+                f"the query took longer than {self._statement_timeout_ms} ms, the limit for "
+                "reads of many tasks (listing_timeout_ms): narrow the filter"
+            )
+        return self._driver.translate(exc, self._database)
 
     def _recycle_after_error(self, pooled: _Pooled, exc: BaseException) -> None:
         """Roll back; keep the connection only when the error was not the connection's."""

@@ -18,11 +18,18 @@ URL names it.
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from triggerhook.errors import ConfigError, SchemaError, StoreError, StoreUnavailable
+from triggerhook.errors import (
+    ConfigError,
+    SchemaError,
+    StoreError,
+    StoreReadOnly,
+    StoreUnavailable,
+)
 from triggerhook.store.sql import SESSION_CIPHER
 
 # Server and client error codes after which the same operation may succeed.
@@ -50,10 +57,36 @@ _TRANSIENT_CODES = frozenset(
         4031,  # disconnected by the server for inactivity
     }
 )
+# Writes refused until an operator or a failover acts (StoreReadOnly); reads go
+# on, and the session stays usable.
+_READ_ONLY_CODES = frozenset(
+    {
+        1290,  # read_only, super_read_only: a demoted writer, an Aurora reader, a cluster expel
+        1792,  # a READ ONLY transaction (transaction_read_only, set by the server or a proxy)
+        1036,  # table is read only (MariaDB's innodb_read_only)
+        1836,  # running in read-only mode (MySQL)
+        1874,  # InnoDB is in read only mode (MySQL)
+        3100,  # MySQL Group Replication: a member out of the group refuses every commit
+    }
+)
+_FULL_CODES = frozenset({1021, 1114})  # disk full; table full (its tablespace cannot grow)
+# Their message carries an errno ("Got error 28 "No space left on device" ..."):
+# 1030 from the storage engine, 1180 during COMMIT.
+_GOT_ERROR = 1030
+_COMMIT_FAILED = 1180
+_GOT_ERRNO = re.compile(r"Got error (\d+)")
+_ENOSPC = 28  # the OS's "no space left on device"
+_TABLE_READ_ONLY = 165  # the storage engine's HA_ERR_TABLE_READONLY
+_SESSION_KEPT = _READ_ONLY_CODES | _FULL_CODES | {_GOT_ERROR, _COMMIT_FAILED}
 _TLS_REFUSED = 2026  # the server does not do TLS, which the ssl_* parameters require
 UNKNOWN_DATABASE = 1049
 NO_SUCH_TABLE = 1146
 DUPLICATE_KEY = 1062
+# A statement the server stopped at its time limit: MariaDB's max_statement_time
+# (1969, transient above: so on the engine's connections, where the limit only
+# comes just before the client's own read timeout), MySQL's max_execution_time
+# (3024). On the listing reads' connections it is TooCostly (ConnectionPool).
+STATEMENT_TIMEOUT = frozenset({1969, 3024})
 
 # executemany must keep one chunk in one statement (atomic under autocommit);
 # this stays below the server's default max_allowed_packet of 16 MiB.
@@ -94,6 +127,8 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
     def select_db(self, db: str) -> None: ...
+
+    def thread_id(self) -> int: ...  # the session's id on the server (KILL QUERY names it)
 
 
 @dataclass(frozen=True)
@@ -170,7 +205,10 @@ class Driver:
         return f"mysql+{self.name}"
 
     def is_connection_error(self, exc: BaseException) -> bool:
-        """Whether ``exc`` may have left the connection unusable."""
+        """Whether ``exc`` may have left the connection unusable (a refused
+        write leaves it as it was: both drivers call that an OperationalError)."""
+        if error_code(exc) in _SESSION_KEPT:
+            return False
         errors = self.errors
         return isinstance(exc, errors.operational | errors.interface | OSError)
 
@@ -180,6 +218,9 @@ class Driver:
     def translate(self, exc: BaseException, database: str) -> Exception:
         """Map this driver's exception to the project's error hierarchy."""
         code = error_code(exc)
+        refused = _refused(code, exc)
+        if refused is not None:
+            return refused
         if code in _TRANSIENT_CODES or (code is None and self.is_connection_error(exc)):
             return StoreUnavailable(f"database unavailable: {exc}")
         if code == _TLS_REFUSED:
@@ -193,6 +234,34 @@ class Driver:
                 f"database {database!r} has no triggerhook tables: run `triggerhook db init`"
             )
         return StoreError(f"database error: {exc}")
+
+
+def _refused(code: int | None, exc: BaseException) -> StoreUnavailable | None:
+    """A refused write, transient: the database is read-only or full
+    (:class:`StoreReadOnly`), or its COMMIT failed; None for any other error."""
+    if code in _READ_ONLY_CODES:
+        return StoreReadOnly(f"database read-only: {exc}")
+    if code in _FULL_CODES:
+        return StoreReadOnly(f"database full: {exc}", full=True)
+    if code not in (_GOT_ERROR, _COMMIT_FAILED):
+        return None
+    errno = _errno(exc)
+    if errno == _ENOSPC:
+        return StoreReadOnly(f"database full: {exc}", full=True)
+    if errno == _TABLE_READ_ONLY:
+        return StoreReadOnly(f"database read-only: {exc}")
+    if code == _COMMIT_FAILED:
+        # The server rolled the transaction back (its binary log, a replication
+        # hook): nothing was written, and every write of the store may be retried.
+        return StoreUnavailable(f"database unavailable: COMMIT failed: {exc}")
+    return None  # 1030 with another errno: the engine's own failure, not a passing one
+
+
+def _errno(exc: BaseException) -> int | None:
+    """The errno in a 1030 or 1180 message (both drivers: ``args[1]``)."""
+    text = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], str) else ""
+    found = _GOT_ERRNO.search(text)
+    return int(found.group(1)) if found else None
 
 
 # -- PyMySQL ----------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ which runs against both. What a pass arms is decided by the same functions
   (unarmed, whatever its time), at the caller's revision; reschedule moves
   only an unarmed row (else TOO_LATE), the last move of an id wins, and the
   failed attempts start over;
-* R3 arming, fenced by each lease's (owner, epoch): the ranged and fresh
+* R3 arming, fenced by each lease's (owner, epoch): first R3a's ids (of a
+  pass whose answer was lost) that are armed now, then the ranged and fresh
   reads of every shard at once (``split_read``), ``plan_pass``, the new marks
   and the rows settled;
 * inherited rows: ``is_inherited(mark, gen, took)`` in mark order;
@@ -41,12 +42,13 @@ Thread-safe: every call holds one lock for its whole "transaction".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,7 +61,7 @@ from triggerhook.domain.arming import (
     is_inherited,
     shard_of,
 )
-from triggerhook.domain.listing import Key, TaskFilter, Timeline
+from triggerhook.domain.listing import Key, TaskFilter, Timeline, timeline_of
 from triggerhook.domain.meta import next_occurrence, stopping
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, InstanceNameInUse
@@ -72,11 +74,20 @@ from triggerhook.interfaces import (
     Lease,
     Move,
     Moved,
+    NameHolder,
     NewRow,
     TaskStore,
     new_rev,
 )
-from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
+from triggerhook.runtime.interrupt import Interrupt
+from triggerhook.store.arm_pass import (
+    PassReads,
+    PassResult,
+    held_only,
+    merge_taken,
+    plan_pass,
+    split_read,
+)
 
 _START_MARKS = ShardMarks(BOTTOM, 1)  # the schema's defaults: nothing armed, generation 1
 
@@ -227,6 +238,7 @@ class MemoryStore:
         horizon_ms: int,
         limit: int,
         urgent_ms: int | None = None,
+        unanswered: Mapping[Lease, frozenset[str]] | None = None,
     ) -> Armed:
         with self._lock:
             epochs = {lease.shard: lease.epoch for lease in leases}
@@ -238,19 +250,35 @@ class MemoryStore:
             lost = sorted(set(epochs) - set(held))
             if not held or limit <= 0:
                 return Armed([], lost)
-            if urgent_ms is not None:
+            again = self._armed_unanswered(held_only(unanswered, held, epochs), held)
+            room = limit - sum(map(len, again.values()))
+            if urgent_ms is not None and not unanswered:
                 probe = self._read_for_arming(held, min(urgent_ms, horizon_ms), limit)
                 if not probe.ranged and not probe.fresh:
                     return Armed([], lost, skipped=True)
-            result = plan_pass(
-                held, self._read_for_arming(held, horizon_ms, limit), horizon_ms, limit, _mark
-            )
+            result: PassResult[StoredRow] = PassResult()
+            if room > 0:
+                reads = self._read_for_arming(held, horizon_ms, room)
+                result = plan_pass(held, reads, horizon_ms, room, _mark)
             for shard, marks in result.marks.items():
                 self._shards[shard].marks = marks
             for row in result.settle:
                 row.gen -= 1
-            tasks = [self._read(row, epochs[s]) for s, rows in result.taken.items() for row in rows]
+            taken = merge_taken(again, result.taken, _mark)
+            tasks = [self._read(row, epochs[s]) for s, rows in taken.items() for row in rows]
             return Armed(tasks, lost, len(result.settle))
+
+    def _armed_unanswered(
+        self, unanswered: Mapping[Lease, frozenset[str]], held: dict[int, ShardMarks]
+    ) -> dict[int, list[StoredRow]]:
+        """R3a: of those ids, the rows armed now, per shard."""
+        found: dict[int, list[StoredRow]] = {}
+        for lease, ids in unanswered.items():
+            for task_id in sorted(ids):
+                row = self._rows.get(task_id)
+                if row is not None and row.shard == lease.shard and self._armed(row):
+                    found.setdefault(lease.shard, []).append(row)
+        return {shard: sorted(rows, key=_mark) for shard, rows in found.items()}
 
     def _read_for_arming(
         self, held: dict[int, ShardMarks], horizon_ms: int, limit: int
@@ -436,6 +464,25 @@ class MemoryStore:
             member.heartbeat_until_ms = self._now() + lease_ms
             return True
 
+    def name_holder(self, instance: str) -> NameHolder | None:
+        with self._lock:
+            member = self._members.get(instance)
+            if member is None:
+                return None
+            now = self._now()
+            return NameHolder(member.token, member.host, member.pid, member.heartbeat_until_ms, now)
+
+    def take_over_name(
+        self, instance: str, token: int, host: str, pid: int, lease_ms: int, holder: NameHolder
+    ) -> bool:
+        with self._lock:
+            member = self._members.get(instance)
+            as_read = (holder.token, holder.heartbeat_until_ms)
+            if member is None or (member.token, member.heartbeat_until_ms) != as_read:
+                return False
+            self._members[instance] = MemberRow(token, self._now() + lease_ms, host, pid)
+            return True
+
     def leave(self, instance: str, token: int) -> None:
         with self._lock:
             member = self._members.get(instance)
@@ -467,30 +514,44 @@ class MemoryStore:
         state = TaskState.FIRING if self._armed(row) else TaskState.SCHEDULED
         return TaskInfo(self._content(row.task), state)
 
-    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
-        with self._lock:
+    # The listing reads honour an interrupt set before they start (each is one
+    # step, in memory); they have no time limit: no server runs them.
+
+    def list_tasks(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[TaskInfo]:
+        with self._lock, _uncut(interrupt):
             found = self._matching(where)
         return [i for i in found if after is None or _key(i) > after][:limit]
 
-    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
+    def match_keys(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[Key]:
         anyhow = dataclasses.replace(where, state=None)
-        return [_key(info) for info in self.list_tasks(anyhow, after, limit)]
+        return [_key(info) for info in self.list_tasks(anyhow, after, limit, interrupt)]
 
-    def count_where(self, where: TaskFilter) -> int:
-        with self._lock:
-            return len(self._matching(where))
+    def count_where(
+        self, where: TaskFilter, up_to: int | None = None, interrupt: Interrupt | None = None
+    ) -> int:
+        with self._lock, _uncut(interrupt):
+            found = len(self._matching(where))
+        return found if up_to is None else min(found, up_to)
 
-    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
+    def timeline(
+        self,
+        where: TaskFilter,
+        start_ms: int,
+        bucket_ms: int,
+        buckets: int,
+        interrupt: Interrupt | None = None,
+    ) -> Timeline:
         span = dataclasses.replace(
             where, due_after_ms=start_ms, due_before_ms=start_ms + bucket_ms * buckets, state=None
         )
-        counts: dict[str, list[int]] = {}
-        with self._lock:
+        with self._lock, _uncut(interrupt):
             found = self._matching(span)
-        for info in found:
-            row = counts.setdefault(info.task.routing_key, [0] * buckets)
-            row[(info.task.due_ms - start_ms) // bucket_ms] += 1
-        return Timeline(start_ms, bucket_ms, buckets, dict(sorted(counts.items())))
+        rows = [(i.task.routing_key, (i.task.due_ms - start_ms) // bucket_ms, 1) for i in found]
+        return timeline_of(rows, start_ms, bucket_ms, buckets, self._default_routing_key)
 
     def earliest_due_ms(self) -> int | None:
         """The earliest due time (a row waiting for a retry keeps its own)."""
@@ -506,6 +567,11 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release (the rows stay, as a database's would)."""
+
+
+def _uncut(interrupt: Interrupt | None) -> contextlib.AbstractContextManager[None]:
+    """Raises Interrupted if ``interrupt`` is set (nothing to cut: one step)."""
+    return contextlib.nullcontext() if interrupt is None else interrupt.cutting(lambda: None)
 
 
 if TYPE_CHECKING:  # mypy checks the store against the protocol it implements

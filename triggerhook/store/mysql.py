@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from triggerhook.domain.arming import (
@@ -48,21 +48,32 @@ from triggerhook.errors import (
     InstanceNameInUse,
     SchemaError,
     StoreError,
+    TransientError,
 )
 from triggerhook.interfaces import (
     Acquired,
     Armed,
+    ArmUnanswered,
     DeferOutcome,
     Deferral,
     InsertOutcome,
     Lease,
     Move,
     Moved,
+    NameHolder,
     NewRow,
     new_rev,
 )
-from triggerhook.store import queries, sql
-from triggerhook.store.arm_pass import PassReads, PassResult, plan_pass, split_read
+from triggerhook.runtime.interrupt import Interrupt
+from triggerhook.store import sql
+from triggerhook.store.arm_pass import (
+    PassReads,
+    PassResult,
+    held_only,
+    merge_taken,
+    plan_pass,
+    split_read,
+)
 from triggerhook.store.connection import (
     ConnectionPool,
     Cursor,
@@ -70,6 +81,7 @@ from triggerhook.store.connection import (
     target,
 )
 from triggerhook.store.galera import GaleraStatus, status_of
+from triggerhook.store.mysql_listing import ListingReads
 from triggerhook.store.rows import (
     INSERT_CHUNK_BYTES,
     INSERT_CHUNK_ROWS,
@@ -159,6 +171,8 @@ class MySQLStore:
         idle_transaction_timeout_s: int = 0,
         pool_recycle_s: int = 3600,
         pool_ping_idle_s: int = 2,
+        listing_timeout_ms: int = 5000,
+        listing_pool_size: int = 4,
     ) -> None:
         to = target(url)
         self._database = to.database
@@ -179,14 +193,21 @@ class MySQLStore:
             ping_idle_s=pool_ping_idle_s,
         )
         self._default_routing_key = default_routing_key
+        # Reads of many tasks (store/mysql_listing.py): a pool and time limit of their own.
+        self._listing = ListingReads(
+            to,
+            self._info,
+            default_routing_key,
+            listing_timeout_ms,
+            listing_pool_size,
+            recycle_s=pool_recycle_s,
+            ping_idle_s=pool_ping_idle_s,
+        )
         self._shard_count: int | None = None
         # The armer thread's hints (see _nothing_to_arm): the marks each lease's
         # shard had after the last locked pass, and whether it armed nothing.
         self._arm_cache: dict[int, tuple[int, ShardMarks]] = {}
         self._probe_next = False
-        # The ids that failed passes took, by shard: (the epoch, ids). A pass
-        # whose COMMIT lost its answer may have committed: R3a (arm) settles it.
-        self._unanswered: dict[int, tuple[int, set[str]]] = {}
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the database holds the current schema version."""
@@ -384,6 +405,7 @@ class MySQLStore:
         horizon_ms: int,
         limit: int,
         urgent_ms: int | None = None,
+        unanswered: Mapping[Lease, frozenset[str]] | None = None,
     ) -> Armed:
         epochs = {lease.shard: lease.epoch for lease in leases}
         if not epochs or limit <= 0:
@@ -392,7 +414,7 @@ class MySQLStore:
         # pass costs one statement.
         probe_ms = horizon_ms if self._probe_next else urgent_ms
         if (
-            not self._unanswered
+            not unanswered
             and probe_ms is not None
             and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit)
         ):
@@ -408,55 +430,43 @@ class MySQLStore:
                 }
                 lost = sorted(set(epochs) - set(held))
                 if not held:
-                    self._unanswered.clear()
                     return Armed([], lost)
-                taken = self._armed_unanswered(cur, {s: epochs[s] for s in held})
+                taken = self._armed_unanswered(cur, held_only(unanswered, held, epochs))
                 room = limit - sum(map(len, taken.values()))
                 result = PassResult[TaskRow]()
                 if room > 0:
                     reads = self._read_for_arming(cur, held, horizon_ms, room)
                     result = plan_pass(held, reads, horizon_ms, room, row_mark)
-                for shard, rows in result.taken.items():
-                    earlier = taken.get(shard, [])  # R3a's, then this pass's: in mark order
-                    taken[shard] = sorted(earlier + rows, key=row_mark) if earlier else rows
+                taken = merge_taken(taken, result.taken, row_mark)
                 self._write_marks(cur, result.marks)
                 for part in chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
                     cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
-        except Exception:
-            self._remember_unanswered(taken, epochs)
-            raise
-        self._unanswered.clear()
+        except TransientError as exc:
+            if not taken:
+                raise
+            # Its COMMIT may have gone through, the answer lost: R3a.
+            ids = {Lease(s, epochs[s]): frozenset(r.id for r in rows) for s, rows in taken.items()}
+            raise ArmUnanswered(str(exc), ids) from exc
         held.update(result.marks)
         self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
         self._probe_next = not taken
         tasks = [self._task(row, epochs[s]) for s, rows in sorted(taken.items()) for row in rows]
         return Armed(tasks, lost, len(result.settle))
 
-    def _remember_unanswered(self, taken: dict[int, list[TaskRow]], epochs: dict[int, int]) -> None:
-        """A pass failed after taking ``taken``: if its commit went through
-        (the answer lost), they are armed, and no later read finds them."""
-        for shard, rows in taken.items():
-            epoch, ids = self._unanswered.get(shard, (epochs[shard], set()))
-            if epoch != epochs[shard]:  # an older epoch's: R2's inheritance covers them
-                ids = set()
-            self._unanswered[shard] = (epochs[shard], ids | {row.id for row in rows})
-
-    def _armed_unanswered(self, cur: Cursor, held: dict[int, int]) -> dict[int, list[TaskRow]]:
-        """R3a: of the rows failed passes took, in shards still held in the
-        same epoch, those armed now (the pass committed), by shard in mark
-        order; the others are unarmed, and this pass's reads find them."""
-        ids = sorted(
-            task_id
-            for shard, (epoch, shard_ids) in self._unanswered.items()
-            if held.get(shard) == epoch
-            for task_id in shard_ids
-        )
+    def _armed_unanswered(
+        self, cur: Cursor, unanswered: Mapping[Lease, frozenset[str]]
+    ) -> dict[int, list[TaskRow]]:
+        """R3a: of the ids passes whose answer was lost took (in shards still
+        held at that epoch), those armed now (the pass committed), by shard in
+        mark order; the others are unarmed, and this pass's reads find them."""
+        shard_of_id = {tid: lease.shard for lease, ids in unanswered.items() for tid in ids}
         found: dict[int, list[TaskRow]] = {}
-        for part in chunks(ids, _IN_LIST_CHUNK):
+        for part in chunks(sorted(shard_of_id), _IN_LIST_CHUNK):
             cur.execute(sql.ARMED_OF_IDS.format(ids=sql.placeholders(len(part))), part)
             for r in cur.fetchall():
                 row = TaskRow(*r)
-                found.setdefault(row.shard, []).append(row)
+                if shard_of_id[row.id] == row.shard:  # an id only ever lives in its own shard
+                    found.setdefault(row.shard, []).append(row)
         if found:
             log.warning(
                 "an arming pass committed though its answer was lost: taking its %d tasks",
@@ -772,6 +782,22 @@ class MySQLStore:
             row = cur.fetchone()
         return row is not None and int(row[0]) == token
 
+    def name_holder(self, instance: str) -> NameHolder | None:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.NAME_HOLDER, (instance,))
+            row = cur.fetchone()
+        if row is None:
+            return None
+        token, host, pid, until_ms, now_ms = row
+        return NameHolder(int(token), str(host), int(pid), int(until_ms), int(now_ms))
+
+    def take_over_name(
+        self, instance: str, token: int, host: str, pid: int, lease_ms: int, holder: NameHolder
+    ) -> bool:
+        values = (token, lease_ms, host, pid, instance, holder.token, holder.heartbeat_until_ms)
+        with self._autocommit_pool.transaction() as cur:
+            return bool(cur.execute(sql.TAKE_OVER_NAME, values))
+
     def leave(self, instance: str, token: int) -> None:
         with self._autocommit_pool.transaction() as cur:
             cur.execute(sql.LEAVE, (instance, token))
@@ -798,30 +824,30 @@ class MySQLStore:
         armed = is_armed((fire_ms, row[0]), gen, marks)
         return TaskInfo(self._content(row), TaskState.FIRING if armed else TaskState.SCHEDULED)
 
-    def _query(self, built: tuple[str, list[Any]]) -> list[Row]:
-        with self._autocommit_pool.transaction() as cur:
-            cur.execute(*built)
-            return list(cur.fetchall())
+    def list_tasks(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[TaskInfo]:
+        return self._listing.list_tasks(where, after, limit, interrupt)
 
-    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
-        built = queries.list_tasks(where, after, limit)
-        return [self._info(row) for row in self._query(built)]
+    def match_keys(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[Key]:
+        return self._listing.match_keys(where, after, limit, interrupt)
 
-    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
-        built = queries.match_keys(where, after, limit)
-        return [(int(row[0]), str(row[1])) for row in self._query(built)]
+    def count_where(
+        self, where: TaskFilter, up_to: int | None = None, interrupt: Interrupt | None = None
+    ) -> int:
+        return self._listing.count_where(where, up_to, interrupt)
 
-    def count_where(self, where: TaskFilter) -> int:
-        rows = self._query(queries.count(where))
-        return int(rows[0][0]) if rows else 0
-
-    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
-        built = queries.timeline(where, start_ms, bucket_ms, buckets)
-        counts: dict[str, list[int]] = {}
-        for key, bucket, number in self._query(built):
-            row = counts.setdefault(key or self._default_routing_key, [0] * buckets)
-            row[int(bucket)] += int(number)
-        return Timeline(start_ms, bucket_ms, buckets, dict(sorted(counts.items())))
+    def timeline(
+        self,
+        where: TaskFilter,
+        start_ms: int,
+        bucket_ms: int,
+        buckets: int,
+        interrupt: Interrupt | None = None,
+    ) -> Timeline:
+        return self._listing.timeline(where, start_ms, bucket_ms, buckets, interrupt)
 
     def count_tasks(self) -> int:
         with self._autocommit_pool.transaction() as cur:
@@ -853,3 +879,4 @@ class MySQLStore:
     def close(self) -> None:
         self._pool.close()
         self._autocommit_pool.close()
+        self._listing.close()

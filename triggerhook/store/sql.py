@@ -308,6 +308,21 @@ TAKE_OVER_MEMBER = (
 
 MEMBER = "SELECT token, host, pid FROM th_members WHERE instance = %s"
 
+# The holder of a name as it is now, and the database's time of the read (R1).
+NAME_HOLDER = (
+    f"SELECT token, host, pid, heartbeat_until_ms, {NOW_MS} FROM th_members WHERE instance = %s"
+)
+
+# R1's takeover of a name, live or expired: a compare-and-set on the row as
+# read (its token and heartbeat), so a holder that renewed meanwhile, or a
+# second process taking the name over from the same dead holder, makes it
+# match nothing.
+TAKE_OVER_NAME = (
+    f"UPDATE th_members SET token = %s, heartbeat_until_ms = {NOW_MS} + %s, host = %s, pid = %s,"
+    " started_at = CURRENT_TIMESTAMP(3)"
+    " WHERE instance = %s AND token = %s AND heartbeat_until_ms = %s"
+)
+
 HEARTBEAT = (
     f"UPDATE th_members SET heartbeat_until_ms = {NOW_MS} + %s WHERE instance = %s AND token = %s"
 )
@@ -367,6 +382,16 @@ FROM_KEY = "th_tasks t FORCE INDEX (th_tasks_key)"
 FROM_DUE = "th_tasks t FORCE INDEX (th_tasks_listed)"  # else a first page may sort them all
 FROM_PREFIX = "th_tasks t"
 WITH_SHARDS = " JOIN th_shards s FORCE INDEX (PRIMARY) ON s.shard = t.shard"
+# The armed tasks (state=firing): per shard, th_tasks_fire's range up to its
+# watermark (FIRE_RANGE, one per shard, OR-ed), which holds only armed rows
+# and rows written since the shard's last pass: few, however large the table
+# (a walk of everything in due order would read it all when nothing is armed).
+# The marks come first (ARMED_SHARDS); ARMED then decides each row, against
+# the marks the statement reads itself.
+FROM_FIRE = "th_tasks t FORCE INDEX (th_tasks_fire)"
+FROM_FIRE_TAG = f"{FROM_FIRE} JOIN th_task_tags g FORCE INDEX (th_task_tags_id) ON g.id = t.id"
+FIRE_RANGE = "(t.shard = %s AND t.fire_ms <= %s)"
+ARMED_SHARDS = "SELECT shard, armed_ms FROM th_shards WHERE armed_ms > %s"
 
 # Unlocked reads, like get(): a snapshot, each row with its shard's marks.
 # STRAIGHT_JOIN: the tasks in index order first, then each one's shard row
@@ -379,10 +404,15 @@ LIST_TASKS = (
 # those ids (R7, exact per task) in a transaction of its own.
 MATCH_KEYS = "SELECT {due}, {id} FROM {source} WHERE {where} ORDER BY {due}, {id} LIMIT %s"
 COUNT_WHERE = "SELECT STRAIGHT_JOIN COUNT(*) FROM {source}{shards} WHERE {where}"
-# Per routing key and bucket; covering (th_tasks_listed has routing_key) unless by tag.
+# A count that stops at a cap (the LIMIT): it reads at most that many matches.
+COUNT_UP_TO = (
+    "SELECT COUNT(*) FROM (SELECT STRAIGHT_JOIN 1 FROM {source}{shards} WHERE {where} LIMIT %s) c"
+)
+# Per routing key and bucket; covering (th_tasks_listed has routing_key) unless by
+# tag. The LIMIT: one row more than a timeline may hold (domain/listing.py).
 TIMELINE = (
     "SELECT t.routing_key, ({due} - %s) DIV %s AS bucket, COUNT(*) FROM {source}"
-    " WHERE {where} GROUP BY t.routing_key, bucket"
+    " WHERE {where} GROUP BY t.routing_key, bucket LIMIT %s"
 )
 
 # The terms of a WHERE, joined by AND (TRUE when none).
@@ -408,6 +438,12 @@ IDLE_TRANSACTION_TIMEOUT = "SET SESSION idle_transaction_timeout = %s"
 # Per session, MariaDB only (see ConnectionPool): stop any statement running
 # this many seconds, just before the client would stop waiting for it.
 STATEMENT_TIME_LIMIT = "SET SESSION max_statement_time = %s"
+
+# Per session, MySQL's (milliseconds; SELECTs only): the listing reads' pool.
+SELECT_TIME_LIMIT = "SET SESSION max_execution_time = %s"
+
+# Stop the statement a session runs (the listing reads', when their caller is gone).
+KILL_QUERY = "KILL QUERY %s"
 
 # The session's TLS cipher: empty when it is not encrypted (see store/drivers.py).
 SESSION_CIPHER = "SHOW SESSION STATUS LIKE 'Ssl_cipher'"

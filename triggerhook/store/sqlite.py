@@ -41,11 +41,11 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, arm_horizon, is_armed
-from triggerhook.domain.listing import Key, TaskFilter, Timeline
+from triggerhook.domain.listing import Key, TaskFilter, Timeline, timeline_of
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
 from triggerhook.errors import ConflictError, InstanceNameInUse
 from triggerhook.interfaces import (
@@ -57,13 +57,22 @@ from triggerhook.interfaces import (
     Lease,
     Move,
     Moved,
+    NameHolder,
     NewRow,
     TaskStore,
     new_rev,
 )
+from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.store import sqlite_listing
 from triggerhook.store import sqlite_sql as q
-from triggerhook.store.arm_pass import PassReads, plan_pass, split_read
+from triggerhook.store.arm_pass import (
+    PassReads,
+    PassResult,
+    held_only,
+    merge_taken,
+    plan_pass,
+    split_read,
+)
 from triggerhook.store.rows import (
     Row,
     ShardRow,
@@ -87,6 +96,8 @@ from triggerhook.store.rows import (
 from triggerhook.store.sqlite_schema import check_version, connect, open_schema, translated
 
 __all__ = ["SQLiteStore"]
+
+ShardRows = dict[int, ShardRow]
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +167,13 @@ class SQLiteStore:
         now_ms: Callable[[], float] | None = None,
         *,
         busy_timeout_ms: int = 5000,
+        listing_timeout_ms: int = 0,
     ) -> None:
+        """``listing_timeout_ms``: a listing read running longer stops (0: never)."""
         if shard_count < 1:
             raise ValueError("shard_count must be at least 1")
         self._path = path
+        self._listing_timeout_ms = listing_timeout_ms
         self._default_routing_key = default_routing_key
         self._clock = now_ms if now_ms is not None else lambda: time.time() * 1000.0
         self._lock = threading.RLock()
@@ -304,7 +318,10 @@ class SQLiteStore:
         horizon_ms: int,
         limit: int,
         urgent_ms: int | None = None,
+        unanswered: Mapping[Lease, frozenset[str]] | None = None,
     ) -> Armed:
+        """R3; R3a's ids are settled as the contract says (an in-process
+        COMMIT loses no answer: no pass here raises ArmUnanswered)."""
         epochs = {lease.shard: lease.epoch for lease in leases}
         if not epochs:
             return Armed([], [])
@@ -318,16 +335,31 @@ class SQLiteStore:
             lost = sorted(set(epochs) - set(held))
             if not held or limit <= 0:
                 return Armed([], lost)
-            if _nothing_to_arm(cur, held, horizon_ms, limit, urgent_ms):
+            again = self._armed_unanswered(cur, held_only(unanswered, held, epochs), shards)
+            room = limit - sum(map(len, again.values()))
+            if not unanswered and _nothing_to_arm(cur, held, horizon_ms, limit, urgent_ms):
                 return Armed([], lost, skipped=urgent_ms is not None)
-            result = plan_pass(
-                held, _arm_reads(cur, held, horizon_ms, limit), horizon_ms, limit, row_mark
-            )
+            result: PassResult[TaskRow] = PassResult()
+            if room > 0:
+                reads = _arm_reads(cur, held, horizon_ms, room)
+                result = plan_pass(held, reads, horizon_ms, room, row_mark)
             marks = [(m.armed[0], m.armed[1], m.gen, s) for s, m in result.marks.items()]
             cur.executemany(q.SET_MARKS, marks)
             cur.executemany(q.ARM_SETTLE, [(row.id,) for row in result.settle])
-        tasks = [self._task(row, epochs[s]) for s, rows in result.taken.items() for row in rows]
+        taken = merge_taken(again, result.taken, row_mark)
+        tasks = [self._task(row, epochs[s]) for s, rows in taken.items() for row in rows]
         return Armed(tasks, lost, len(result.settle))
+
+    def _armed_unanswered(
+        self, cur: sqlite3.Cursor, unanswered: Mapping[Lease, frozenset[str]], shards: ShardRows
+    ) -> dict[int, list[TaskRow]]:
+        """R3a: of those ids (of leases held), the rows armed now, per shard."""
+        mine = {i: lease.shard for lease, ids in unanswered.items() for i in ids}
+        found: dict[int, list[TaskRow]] = {}
+        for row in sorted(self._rows(cur, sorted(mine)).values(), key=row_mark):
+            if mine[row.id] == row.shard and is_armed_row(row, shards):
+                found.setdefault(row.shard, []).append(row)
+        return found
 
     def inherited(
         self, acquired: Acquired, after: Mark | None, limit: int
@@ -483,6 +515,20 @@ class SQLiteStore:
             cur.execute(q.HEARTBEAT, (self._now() + lease_ms, instance, token))
             return cur.rowcount > 0
 
+    def name_holder(self, instance: str) -> NameHolder | None:
+        now, row = self._now(), self._one(q.MEMBER, (instance,))
+        if row is None:
+            return None
+        return NameHolder(int(row[0]), str(row[1]), int(row[2]), int(row[3]), now)
+
+    def take_over_name(
+        self, instance: str, token: int, host: str, pid: int, lease_ms: int, holder: NameHolder
+    ) -> bool:
+        as_read = (instance, holder.token, holder.heartbeat_until_ms)  # compare-and-set
+        with self._transaction() as cur:
+            cur.execute(q.TAKE_OVER_NAME, (token, self._now() + lease_ms, host, pid, *as_read))
+            return cur.rowcount > 0
+
     def leave(self, instance: str, token: int) -> None:
         with self._transaction() as cur:
             cur.execute(q.LEAVE, (instance, token))
@@ -497,30 +543,42 @@ class SQLiteStore:
         row = self._one(q.SELECT_TASK_STATE, (task_id,))
         return None if row is None else self._info(row)
 
-    def _query(self, built: tuple[str, list[Any]]) -> list[Row]:
-        with self._read() as cur:
+    def _query(self, built: tuple[str, list[Any]], interrupt: Interrupt | None = None) -> list[Row]:
+        """A listing read, bounded (sqlite_listing.bounded)."""
+        timeout_ms = self._listing_timeout_ms
+        with self._read() as cur, sqlite_listing.bounded(self._conn, timeout_ms, interrupt):
             cur.execute(*built)
             return list(cur.fetchall())
 
-    def list_tasks(self, where: TaskFilter, after: Key | None, limit: int) -> list[TaskInfo]:
-        rows = self._query(sqlite_listing.list_tasks(where, after, limit))
+    def list_tasks(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[TaskInfo]:
+        rows = self._query(sqlite_listing.list_tasks(where, after, limit), interrupt)
         return [self._info(row) for row in rows]
 
-    def match_keys(self, where: TaskFilter, after: Key | None, limit: int) -> list[Key]:
-        rows = self._query(sqlite_listing.match_keys(where, after, limit))
+    def match_keys(
+        self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None
+    ) -> list[Key]:
+        rows = self._query(sqlite_listing.match_keys(where, after, limit), interrupt)
         return [(int(due), str(tid)) for due, tid in rows]
 
-    def count_where(self, where: TaskFilter) -> int:
-        rows = self._query(sqlite_listing.count(where))
+    def count_where(
+        self, where: TaskFilter, up_to: int | None = None, interrupt: Interrupt | None = None
+    ) -> int:
+        rows = self._query(sqlite_listing.count(where, up_to), interrupt)
         return int(rows[0][0]) if rows else 0
 
-    def timeline(self, where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Timeline:
-        counts: dict[str, list[int]] = {}
-        for key, bucket, number in self._query(
-            sqlite_listing.timeline(where, start_ms, bucket_ms, buckets)
-        ):
-            counts.setdefault(key or self._default_routing_key, [0] * buckets)[bucket] += number
-        return Timeline(start_ms, bucket_ms, buckets, dict(sorted(counts.items())))
+    def timeline(
+        self,
+        where: TaskFilter,
+        start_ms: int,
+        bucket_ms: int,
+        buckets: int,
+        interrupt: Interrupt | None = None,
+    ) -> Timeline:
+        built = sqlite_listing.timeline(where, start_ms, bucket_ms, buckets)
+        rows = self._query(built, interrupt)
+        return timeline_of(rows, start_ms, bucket_ms, buckets, self._default_routing_key)
 
     def count_tasks(self) -> int:
         row = self._one(q.COUNT_TASKS)

@@ -9,18 +9,32 @@ id)``; else ``th_tasks_listed (due_ms, id, routing_key)`` or, for an id
 prefix, the primary key's range, as SQLite's planner finds cheaper (checked by
 tests/unit/test_sqlite_store.py). ``state`` compares each row with its shard's
 marks.
+
+Bounds (:func:`bounded`): as MySQL's server stops a listing read at the
+store's time limit, SQLite's progress handler stops one here (raised as
+:class:`~triggerhook.errors.TooCostly`), and one whose interrupt is set
+(:class:`~triggerhook.errors.Interrupted`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from triggerhook.domain.listing import Key, TaskFilter
+from triggerhook.domain.listing import MAX_TIMELINE_CELLS, Key, TaskFilter
 from triggerhook.domain.task import TaskState
+from triggerhook.errors import Interrupted, TooCostly
+from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.store import sqlite_sql as q
 
 Built = tuple[str, list[Any]]
+# SQLite's virtual machine steps between two looks at the time and the interrupt
+# (some microseconds' work).
+_PROGRESS_STEPS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +90,14 @@ def match_keys(where: TaskFilter, after: Key | None, limit: int) -> Built:
     return statement, [*params, max(limit, 0)]
 
 
-def count(where: TaskFilter) -> Built:
+def count(where: TaskFilter, up_to: int | None = None) -> Built:
+    """The number of matches, or of the first ``up_to`` (None: all of them)."""
     src = _source(where)
     text, params = _where(where, src)
     shards = q.WITH_SHARDS if where.state is not None else ""
-    return q.COUNT_WHERE.format(source=src.text, shards=shards, where=text), params
+    if up_to is None:
+        return q.COUNT_WHERE.format(source=src.text, shards=shards, where=text), params
+    return q.COUNT_UP_TO.format(source=src.text, shards=shards, where=text), [*params, up_to]
 
 
 def timeline(where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> Built:
@@ -92,4 +109,38 @@ def timeline(where: TaskFilter, start_ms: int, bucket_ms: int, buckets: int) -> 
     src = _source(span)
     text, params = _where(span, src)
     statement = q.TIMELINE.format(source=src.text, where=text, due=src.due)
-    return statement, [start_ms, bucket_ms, *params]
+    return statement, [start_ms, bucket_ms, *params, MAX_TIMELINE_CELLS + 1]
+
+
+@contextlib.contextmanager
+def bounded(
+    conn: sqlite3.Connection, timeout_ms: int, interrupt: Interrupt | None
+) -> Iterator[None]:
+    """Statements run in the block stop once the block has run ``timeout_ms``
+    (0: no limit; :class:`TooCostly`) or ``interrupt`` is set
+    (:class:`Interrupted`, at once if it is set already)."""
+    deadline_s = time.monotonic() + timeout_ms / 1000
+    stopped: list[Exception] = []
+
+    def look() -> int:  # nonzero: SQLite stops the statement ("interrupted")
+        if interrupt is not None and interrupt.is_set:
+            stopped.append(Interrupted(f"stopped: {interrupt.why}"))
+        elif timeout_ms and time.monotonic() >= deadline_s:
+            stopped.append(
+                TooCostly(
+                    f"the query took longer than {timeout_ms} ms, the limit for reads of "
+                    "many tasks (listing_timeout_ms): narrow the filter"
+                )
+            )
+        return len(stopped)
+
+    with contextlib.nullcontext() if interrupt is None else interrupt.cutting(lambda: None):
+        conn.set_progress_handler(look, _PROGRESS_STEPS)
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if stopped:
+                raise stopped[0] from exc
+            raise
+        finally:
+            conn.set_progress_handler(None, 0)

@@ -8,7 +8,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from triggerhook.errors import SchemaError, StoreError, StoreUnavailable, TriggerHookError
+from triggerhook.errors import (
+    SchemaError,
+    StoreError,
+    StoreReadOnly,
+    StoreUnavailable,
+    TriggerHookError,
+)
 from triggerhook.store import sqlite_sql as q
 
 log = logging.getLogger(__name__)
@@ -19,13 +25,18 @@ _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 def translated(exc: sqlite3.Error, path: str) -> TriggerHookError:
     """The project's error for a sqlite3 one (raise it ``from`` that one):
-    busy or locked is transient, a file that is no database a SchemaError,
-    anything else a StoreError."""
+    busy or locked is transient, and so is a read-only or full file (until
+    its permissions or the disk are fixed); a file that is no database is a
+    SchemaError, anything else a StoreError."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary result code
     if code in _BUSY:
         return StoreUnavailable(
             f"SQLite database {path!r} is locked by another connection (busy): {exc}"
         )
+    if code == sqlite3.SQLITE_READONLY:
+        return StoreReadOnly(f"SQLite database {path!r} read-only: {exc}")
+    if code == sqlite3.SQLITE_FULL:
+        return StoreReadOnly(f"SQLite database {path!r} full: {exc}", full=True)
     if code == sqlite3.SQLITE_NOTADB:
         return _not_ours(path, str(exc))
     return StoreError(f"SQLite database {path!r}: {exc}")

@@ -209,6 +209,11 @@ REGISTER = (
     " heartbeat_until_ms = excluded.heartbeat_until_ms, host = excluded.host, pid = excluded.pid"
 )
 HEARTBEAT = "UPDATE th_members SET heartbeat_until_ms = ? WHERE instance = ? AND token = ?"
+# R1's takeover: a compare-and-set on the row as read (token and heartbeat).
+TAKE_OVER_NAME = (
+    "UPDATE th_members SET token = ?, heartbeat_until_ms = ?, host = ?, pid = ?"
+    " WHERE instance = ? AND token = ? AND heartbeat_until_ms = ?"
+)
 LEAVE = "DELETE FROM th_members WHERE instance = ? AND token = ?"
 LIVE_MEMBERS = "SELECT COUNT(*) FROM th_members WHERE heartbeat_until_ms >= ?"
 
@@ -235,10 +240,13 @@ LIST_TASKS = (
 )
 MATCH_KEYS = "SELECT {due}, {id} FROM {source} WHERE {where} ORDER BY {due}, {id} LIMIT ?"
 COUNT_WHERE = "SELECT COUNT(*) FROM {source}{shards} WHERE {where}"
-# Per routing key and bucket (integer division: due >= start, so a floor).
+# A count that stops at a cap (the LIMIT): it reads at most that many matches.
+COUNT_UP_TO = "SELECT COUNT(*) FROM (SELECT 1 FROM {source}{shards} WHERE {where} LIMIT ?)"
+# Per routing key and bucket (integer division: due >= start, so a floor); the
+# LIMIT: one row more than a timeline may hold (domain/listing.py).
 TIMELINE = (
     "SELECT t.routing_key, ({due} - ?) / ? AS bucket, COUNT(*) FROM {source}"
-    " WHERE {where} GROUP BY t.routing_key, bucket"
+    " WHERE {where} GROUP BY t.routing_key, bucket LIMIT ?"
 )
 
 # The terms of a WHERE, joined by AND (ALWAYS when none).

@@ -25,7 +25,7 @@ from triggerhook.errors import ValidationError
 FILTER_ORDER = ("prefix", "routing_key", "tag", "due_after", "due_before", "state")
 FILTER_PARAMS = frozenset(FILTER_ORDER)
 BULK_FIELDS = FILTER_PARAMS - {"state"}
-NOTICE_PARAMS = frozenset({"task", "outcome", "cancelled", "too_late"})
+NOTICE_PARAMS = frozenset({"task", "outcome", "cancelled", "too_late", "stopped"})
 PAGE_PARAMS = FILTER_PARAMS | NOTICE_PARAMS | {"cursor"}
 VIEW_FIELD = "view"  # a single cancel's form: the listing to go back to
 MAX_FORM_BYTES = 16 * 1024
@@ -79,7 +79,9 @@ def notice_of(values: Mapping[str, str]) -> str | None:
         return f"{task}: {_OUTCOME_TEXT[outcome]}"
     cancelled, too_late = values.get("cancelled", ""), values.get("too_late", "")
     if cancelled.isdecimal() and too_late.isdecimal() and len(cancelled + too_late) < 20:
-        return f"{int(cancelled)} cancelled, {int(too_late)} too late"
+        # stopped: at bulk_cancel_timeout_s, before the end
+        rest = "; stopped before the end: cancel again for the rest" if "stopped" in values else ""
+        return f"{int(cancelled)} cancelled, {int(too_late)} too late{rest}"
     return None
 
 

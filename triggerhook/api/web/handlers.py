@@ -1,7 +1,10 @@
 """The web view's request handlers, on the HTTP API's aiohttp application.
 
-Threads: handlers run on the event loop; every store call (list, count,
-timeline, cancels) runs on the API's thread pool. The HTTP API's middlewares
+Threads: handlers run on the event loop; a page's reads (tasks, count,
+timeline: one call) and a bulk cancel run as the API's listing work
+(:class:`~triggerhook.api.listing_work.ListingWork`: its bound on calls at
+once, stopped when the browser goes away; a bulk cancel at its time limit),
+a single cancel on the API's thread pool. The HTTP API's middlewares
 run first: connection limits, request figures, and :meth:`WebView.refuse`,
 its login check for ``/ui``. A bad filter or form value is answered with a
 page naming the field (422), never a traceback; other failures (the
@@ -22,6 +25,7 @@ from aiohttp import web
 
 from triggerhook.api.config import HttpConfig
 from triggerhook.api.limits import BodyTimeout, BodyTooLarge, read_body
+from triggerhook.api.listing_work import ListingWork
 from triggerhook.api.web.answers import (
     Refused,
     html,
@@ -52,13 +56,18 @@ from triggerhook.api.web.forms import (
 )
 from triggerhook.api.web.pages import Listing, listing_page, login_page
 from triggerhook.app import Figures, TriggerHook
+from triggerhook.domain.listing import Page, Timeline
 from triggerhook.domain.task import validate_id
-from triggerhook.errors import ValidationError
+from triggerhook.errors import TooCostly, ValidationError
+from triggerhook.runtime.interrupt import Interrupt
 
 T = TypeVar("T")
 Handler = Callable[["WebView", web.Request], Awaitable[web.StreamResponse]]
 
 PAGE_SIZE = 50
+# A page counts the matches up to this many (then shows "100,000+"): the count
+# of a filter matching millions would read them all.
+COUNT_UP_TO = 100_000
 _FORM = "application/x-www-form-urlencoded"
 
 
@@ -101,7 +110,9 @@ class WebView:
         # Reachable without a login: exact paths, never a prefix.
         self._open = frozenset({"/ui/login", *(f"/ui/static/{name}" for name in self._static)})
 
-    def add_routes(self, router: web.UrlDispatcher) -> None:
+    def add_routes(self, router: web.UrlDispatcher, work: ListingWork) -> None:
+        """The pages on ``router``; their reads and bulk cancels run as ``work``."""
+        self._work = work
         router.add_get("/ui", self.listing, allow_head=False)
         router.add_get("/ui/", self.to_listing, allow_head=False)
         router.add_get("/ui/figures.json", self.figures, allow_head=False)
@@ -145,7 +156,7 @@ class WebView:
             logout=self._auth.required,
         )
         if view.where is not None:
-            listing = await self._found(listing, view)
+            listing = await self._found(request, listing, view)
         response = html(listing_page(listing), 200 if listing.view.error is None else 422)
         if fresh is not None:
             self._cookie(request, response, CSRF_COOKIE, fresh, None)
@@ -162,23 +173,31 @@ class WebView:
             nonce = fresh = self._auth.new_nonce()
         return self._auth.form_token(nonce), fresh
 
-    async def _found(self, listing: Listing, view: View) -> Listing:
-        """``listing`` with the tasks, count and timeline of its filter; a
-        refused cursor as the view's error."""
+    async def _found(self, request: web.Request, listing: Listing, view: View) -> Listing:
+        """``listing`` with the tasks, count and timeline of its filter (one
+        listing call: one of its slots); a refused cursor, or a read over its
+        bounds, as the view's error."""
         where = view.where
         assert where is not None
+
+        def reads(stop: Interrupt) -> tuple[Page, int, Timeline]:
+            hook = self._hook
+            page = hook.list_tasks(where, limit=PAGE_SIZE, cursor=view.cursor, interrupt=stop)
+            count = hook.count(where, up_to=COUNT_UP_TO, interrupt=stop)
+            return page, count, hook.timeline(timeline_filter(where), interrupt=stop)
+
         try:
-            page, count, timeline = await asyncio.gather(
-                self._blocking(
-                    lambda: self._hook.list_tasks(where, limit=PAGE_SIZE, cursor=view.cursor)
-                ),
-                self._blocking(lambda: self._hook.count(where)),
-                self._blocking(lambda: self._hook.timeline(timeline_filter(where))),
-            )
-        except ValidationError as exc:  # the cursor
-            return replace(listing, view=replace(view, where=None, error=exc, cursor=None))
+            page, count, timeline = await self._work.run(request, reads)
+        except (ValidationError, TooCostly) as exc:  # the cursor; the filter too broad
+            error = exc if isinstance(exc, ValidationError) else ValidationError("filter", str(exc))
+            return replace(listing, view=replace(view, where=None, error=error, cursor=None))
         return replace(
-            listing, tasks=page.tasks, count=count, next_cursor=page.cursor, timeline=timeline
+            listing,
+            tasks=page.tasks,
+            count=count,
+            count_capped=count == COUNT_UP_TO,
+            next_cursor=page.cursor,
+            timeline=timeline,
         )
 
     async def figures(self, _request: web.Request) -> web.Response:
@@ -268,8 +287,14 @@ class WebView:
     async def bulk_cancel(self, request: web.Request) -> web.StreamResponse:
         fields = await self._cancel_form(request)
         typed, where = bulk_filter({k: v for k, v in fields.items() if k != CSRF_FIELD})
-        done = await self._blocking(lambda: self._hook.cancel_where(where))
+        done = await self._work.run(
+            request,
+            lambda stop: self._hook.cancel_where(where, interrupt=stop),
+            self._work.bulk_cancel_timeout_s,
+        )
         back = {"cancelled": str(done.cancelled), "too_late": str(done.too_late)}
+        if done.cursor is not None:  # stopped at its time limit
+            back["stopped"] = "1"
         return see_other(listing_url(typed, **back))
 
 

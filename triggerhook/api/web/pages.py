@@ -42,6 +42,7 @@ class Listing:
     figures: dict[str, str]
     tasks: list[TaskInfo]
     count: int | None = None
+    count_capped: bool = False  # count is where counting stopped: at least that many
     next_cursor: str | None = None
     timeline: Timeline | None = None
     csrf: str | None = None
@@ -190,13 +191,18 @@ def bulk_form(listing: Listing) -> str:
         f'<input type="hidden"{_attrs(name=key, value=value)}>'
         for key, value in filter_values(listing.view.values).items()
     )
-    text = f"cancel all {listing.count:,} matching"
+    text = f"cancel all {_count_text(listing)} matching"
     return (
         '<form method="post" action="/ui/cancel" id="bulk-cancel" class="bulk"'
-        f"{_attrs(data_confirm=f'Cancel all {listing.count:,} tasks this filter matches?')}>"
+        f"{_attrs(data_confirm=f'Cancel all {_count_text(listing)} tasks this filter matches?')}>"
         f'<input type="hidden" name="{CSRF_FIELD}"{_attrs(value=listing.csrf)}>{hidden}'
         f'<button type="submit">{escape(text)}</button></form>'
     )
+
+
+def _count_text(listing: Listing) -> str:
+    """``1,234``; ``100,000+`` where counting stopped (the count's cap)."""
+    return f"{listing.count or 0:,}{'+' if listing.count_capped else ''}"
 
 
 def _pages(listing: Listing) -> str:
@@ -215,7 +221,7 @@ def _tasks_section(listing: Listing) -> str:
     view = listing.view
     if view.error is not None:
         return error_box(view.error.field, view.error.message)
-    count = "" if listing.count is None else f"{listing.count:,} matching"
+    count = "" if listing.count is None else f"{_count_text(listing)} matching"
     return (
         f'<section id="tasks"><h2>Tasks <span id="count" class="count">{count}</span></h2>'
         f"{bulk_form(listing)}{task_table(listing)}{_pages(listing)}</section>"

@@ -1,0 +1,24 @@
+"""A fault-injection simulator that runs the real engine (issue 29).
+
+The engine's promises — never early by the database's clock, never lost, a
+task whose cancel answered CANCELLED never fires, a stale owner causes at
+most a duplicate — judged by an oracle against seeded adversarial runs:
+2-3 instances of the real engine (keeper, armer, scheduler, confirmer,
+series advance, the database clock) stepped by one thread under simulated
+time, over a real store (memory, SQLite or MariaDB) behind a fault layer,
+with a publisher whose broker nacks, returns, drops the connection and
+confirms late or out of order, and clients that create, cancel, reschedule,
+bulk-cancel and create series.
+
+* ``world``: the loop, its choices, simulated time; ``run(seed, config)``.
+* ``instance``: one daemon's engine with its threads as steps.
+* ``faults``: the store's fault layer (errors, lost answers, stalls, read-only).
+* ``broker``: the publisher and the broker's answers.
+* ``clients``: what clients do.
+* ``oracle``: the invariants.
+* ``backends``: the stores, and the oracle's view of their tables.
+
+Run it: ``scripts/sim`` (``--help``); the test command runs a CI-sized set
+(``tests/sim/test_sim.py``). Every run prints its seed; ``scripts/sim --seed
+N`` replays it and prints the trace of a failing one.
+"""

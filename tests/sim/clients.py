@@ -1,0 +1,141 @@
+"""The clients of the simulated daemon: they create tasks and series,
+cancel, reschedule and bulk-cancel, through a live instance's write path
+(``Engine.writes``, as the library, HTTP and AMQP commands do), and so
+through that instance's fault layer. A call that fails is simply left (a
+client may try again later, and a retry of a create is answered EXISTS);
+what took effect is what the oracle judges.
+
+Ids are grouped by prefix (``g0.`` … ``g3.``) for bulk cancels; once an id's
+row is gone, a client may create it again (a new incarnation, as an HTTP
+client may: a fired id can be created again at once).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from triggerhook.domain.listing import TaskFilter
+from triggerhook.domain.spec import TaskRules, TaskSpec, resolve
+from triggerhook.domain.task import Task
+from triggerhook.engine.bulk import cancel_where
+from triggerhook.errors import TransientError
+
+if TYPE_CHECKING:
+    from sim.instance import SimInstance
+    from sim.world import World
+
+_GROUPS = 4
+_RULES = TaskRules(default_routing_key="sim", max_payload_bytes=1024)
+# Every schedule is at least a second apart (a series' occurrences) and the
+# cron ones meet the daylight-saving nights the world may start on.
+_EVERY = ("PT1S", "PT2S", "PT3.5S")
+_CRON = (
+    "* * * * *",
+    "*/5 * * * *",
+    "30 2 * * *",
+    "30 1 * * *",
+    "30 0-3 * * *",
+    "15,45 1-2 * * *",
+    "0 2 * * *",
+)
+_ZONES = ("UTC", "Europe/Berlin", "America/New_York")
+
+
+class Clients:
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._rng = world.rng
+        self.created = 0
+        self._ids: list[str] = []  # every id a create was tried for
+
+    def act(self) -> None:
+        live = [i for i in self._world.live() if i.registered]
+        now_ms = self._world.true_ms()  # a client's host clock: not the database's
+        live = [i for i in live if i.runnable(now_ms)]
+        if not live:
+            return
+        via = self._rng.choice(live)
+        draw = self._rng.random()
+        try:
+            if draw < 0.45 or not self._ids:
+                self._create(via, now_ms)
+            elif draw < 0.55:
+                self._create_series(via, now_ms)
+            elif draw < 0.75:
+                self._cancel(via)
+            elif draw < 0.92:
+                self._reschedule(via, now_ms)
+            elif draw < 0.95:
+                self._bulk_cancel(via)
+            else:
+                self._recreate(via, now_ms)
+        except TransientError as exc:
+            self._world.log(f"client via {via.name}: {exc}")
+
+    def _new_id(self, kind: str) -> str:
+        task_id = f"g{self._rng.randrange(_GROUPS)}.{kind}{len(self._ids)}"
+        self._ids.append(task_id)
+        return task_id
+
+    def _insert(self, via: SimInstance, task: Task, start_ms: int | None = None) -> None:
+        self._world.oracle.asked(task, start_ms)
+        outcome = via.engine.writes.inserts.direct([task])[0]
+        self.created += 1
+        self._world.log(f"client via {via.name}: create {task.id} due {task.due_ms}: {outcome}")
+
+    def _create(self, via: SimInstance, now_ms: float) -> None:
+        delay_ms = self._rng.randint(-1000, self._world.config.max_delay_ms)
+        spec = TaskSpec(id=self._new_id("t"), at_ms=int(now_ms) + delay_ms, payload=b"x")
+        self._insert(via, resolve(spec, now_ms, _RULES))
+
+    def _create_series(self, via: SimInstance, now_ms: float) -> None:
+        rng = self._rng
+        start_ms = int(now_ms) + rng.randint(0, 3000)
+        until_ms = start_ms + rng.randint(2000, 20_000) if rng.random() < 0.5 else None
+        if rng.random() < 0.7:
+            spec = TaskSpec(
+                id=self._new_id("s"), every=rng.choice(_EVERY), at_ms=start_ms, until_ms=until_ms
+            )
+        else:
+            spec = TaskSpec(
+                id=self._new_id("c"),
+                cron=rng.choice(_CRON),
+                timezone=rng.choice(_ZONES),
+                at_ms=start_ms,
+            )
+        self._insert(via, resolve(spec, now_ms, _RULES), start_ms)
+
+    def _recreate(self, via: SimInstance, now_ms: float) -> None:
+        gone = [t for t in self._ids if t not in self._world.table and t.split(".")[1][0] == "t"]
+        if not gone:
+            return
+        task_id = self._rng.choice(gone)
+        delay_ms = self._rng.randint(0, self._world.config.max_delay_ms)
+        spec = TaskSpec(id=task_id, at_ms=int(now_ms) + delay_ms, payload=b"again")
+        self._insert(via, resolve(spec, now_ms, _RULES))
+
+    def _cancel(self, via: SimInstance) -> None:
+        task_id = self._rng.choice(self._ids)
+        result = via.engine.writes.cancels.direct([task_id])[0]
+        self._world.log(f"client via {via.name}: cancel {task_id}: {result.value}")
+
+    def _reschedule(self, via: SimInstance, now_ms: float) -> None:
+        task_id = self._rng.choice(self._ids)
+        due_ms = int(now_ms) + self._rng.randint(-500, self._world.config.max_delay_ms)
+        moved = via.engine.writes.moves.direct([(task_id, due_ms)])[0]
+        self._world.log(
+            f"client via {via.name}: reschedule {task_id} to {due_ms}: {moved.result.value}"
+        )
+
+    def _bulk_cancel(self, via: SimInstance) -> None:
+        """By prefix. Its calls go without faults: its own retries wait in real
+        time (engine/bulk.py); each batch is an R7 cancel, faulted in ``_cancel``."""
+        prefix = f"g{self._rng.randrange(_GROUPS)}."
+        if self._world.read_only():  # its retries would wait out the outage in real time
+            self._world.log(f"client via {via.name}: bulk cancel {prefix}: read-only, not tried")
+            return
+        done = cancel_where(self._world.quiet_store(via), TaskFilter(prefix=prefix), batch=3)
+        self._world.log(
+            f"client via {via.name}: bulk cancel {prefix}: {done.cancelled} cancelled,"
+            f" {done.too_late} too late"
+        )
