@@ -199,7 +199,12 @@ class FaultyStore:
     @staticmethod
     def _lost(name: str, result: object) -> StoreUnavailable:
         message = f"sim: {name} {Fault.AFTER.value}"
-        if name == "arm" and ArmUnanswered is not None and isinstance(result, Armed):
+        if (
+            name == "arm"
+            and ArmUnanswered is not None
+            and isinstance(result, Armed)
+            and result.tasks
+        ):
             taken: dict[Lease, set[str]] = {}
             for task in result.tasks:
                 taken.setdefault(Lease(task.shard, task.epoch), set()).add(task.id)
