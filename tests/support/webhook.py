@@ -27,36 +27,15 @@ class Received:
     body: bytes
 
 
-class WebhookServer:
-    def __init__(self, status: int = 204) -> None:
-        self.status = status  # the answer to every request (settable meanwhile)
+class _Recorder:
+    """What both receivers share: the requests recorded (under ``_cond``),
+    waiting for them with a deadline, their URL, and use as a context manager."""
+
+    port: int
+
+    def __init__(self) -> None:
         self._received: list[Received] = []
         self._cond = threading.Condition()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as a real webhook receiver
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {
-                    name.lower(): value.encode("iso-8859-1").decode("utf-8", "replace")
-                    for name, value in self.headers.items()
-                }
-                server.record(Received(self.path, headers, body))
-                self.send_response(server.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Silent: the test's output stays readable."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True  # a keep-alive connection ends with the test
-        self.port = int(self._server.server_address[1])
-        # serve_forever's poll interval: how long shutdown() may wait.
-        serve = functools.partial(self._server.serve_forever, 0.02)
-        self._thread = threading.Thread(target=serve, name="webhook-receiver", daemon=True)
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -86,13 +65,10 @@ class WebhookServer:
             return self._received[:count]
 
     def start(self) -> Self:
-        self._thread.start()
-        return self
+        raise NotImplementedError
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5.0)
+        raise NotImplementedError
 
     def __enter__(self) -> Self:
         return self.start()
@@ -106,7 +82,47 @@ class WebhookServer:
         self.stop()
 
 
-class HostileWebhook:
+class WebhookServer(_Recorder):
+    def __init__(self, status: int = 204) -> None:
+        super().__init__()
+        self.status = status  # the answer to every request (settable meanwhile)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as a real webhook receiver
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {
+                    name.lower(): value.encode("iso-8859-1").decode("utf-8", "replace")
+                    for name, value in self.headers.items()
+                }
+                server.record(Received(self.path, headers, body))
+                self.send_response(server.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Silent: the test's output stays readable."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True  # a keep-alive connection ends with the test
+        self.port = int(self._server.server_address[1])
+        # serve_forever's poll interval: how long shutdown() may wait.
+        serve = functools.partial(self._server.serve_forever, 0.02)
+        self._thread = threading.Thread(target=serve, name="webhook-receiver", daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+
+class HostileWebhook(_Recorder):
     """A webhook that reads each request whole, records it (as
     :class:`WebhookServer` does), then misbehaves with the answer:
 
@@ -117,43 +133,21 @@ class HostileWebhook:
 
     Each connection has a thread of its own; they all end at :meth:`stop`.
     :attr:`sent_bytes` counts the answer bytes the client took, and
-    :meth:`wait_for` waits for requests as :meth:`WebhookServer.wait_for` does.
+    :meth:`wait_for` waits for requests as :class:`WebhookServer` does.
     """
 
     def __init__(self, mode: str, every_s: float = 2.0, status: int = 200) -> None:
         if mode not in ("trickle", "endless"):
             raise ValueError(f"unknown mode {mode!r}")
+        super().__init__()
         self.mode, self.every_s, self.status = mode, every_s, status
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._stopping = threading.Event()
-        self._cond = threading.Condition()
-        self._received: list[Received] = []
         self.sent_bytes = 0
         self.hung_up = 0  # connections the client closed while an answer was going out
         self._threads: list[threading.Thread] = []
         self._conns: list[socket.socket] = []  # shut at stop(): a blocked send or read ends
-
-    def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    @property
-    def received(self) -> list[Received]:
-        with self._cond:
-            return list(self._received)
-
-    def wait_for(self, count: int, timeout_s: float) -> list[Received]:
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while len(self._received) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(
-                        f"{len(self._received)} webhook requests within {timeout_s:.1f}s, "
-                        f"expected {count}"
-                    )
-                self._cond.wait(left)
-            return self._received[:count]
 
     def _accept(self) -> None:
         while not self._stopping.is_set():
@@ -197,9 +191,7 @@ class HostileWebhook:
             if not chunk:
                 return False
             body += chunk
-        with self._cond:
-            self._received.append(Received(lines[0].split(" ")[1], headers, body[:length]))
-            self._cond.notify_all()
+        self.record(Received(lines[0].split(" ")[1], headers, body[:length]))
         return True
 
     def _answer(self, conn: socket.socket) -> None:
@@ -238,14 +230,3 @@ class HostileWebhook:
                 conn.shutdown(socket.SHUT_RDWR)
         for thread in list(self._threads):
             thread.join(5.0)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
