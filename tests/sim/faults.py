@@ -39,6 +39,7 @@ from triggerhook.errors import StoreReadOnly, StoreUnavailable
 from triggerhook.interfaces import (
     Acquired,
     Armed,
+    ArmUnanswered,
     DeferOutcome,
     Deferral,
     InsertOutcome,
@@ -49,11 +50,6 @@ from triggerhook.interfaces import (
     NewRow,
     TaskStore,
 )
-
-try:  # the engine's form of R3a (absent from older code the simulator also runs on)
-    from triggerhook.interfaces import ArmUnanswered
-except ImportError:  # pragma: no cover - only on the code before the fix
-    ArmUnanswered = None  # type: ignore[assignment,misc]
 
 R = TypeVar("R")
 
@@ -199,12 +195,7 @@ class FaultyStore:
     @staticmethod
     def _lost(name: str, result: object) -> StoreUnavailable:
         message = f"sim: {name} {Fault.AFTER.value}"
-        if (
-            name == "arm"
-            and ArmUnanswered is not None
-            and isinstance(result, Armed)
-            and result.tasks
-        ):
+        if name == "arm" and isinstance(result, Armed) and result.tasks:
             taken: dict[Lease, set[str]] = {}
             for task in result.tasks:
                 taken.setdefault(Lease(task.shard, task.epoch), set()).add(task.id)
@@ -228,10 +219,8 @@ class FaultyStore:
         urgent_ms: int | None = None,
         unanswered: Mapping[Lease, frozenset[str]] | None = None,
     ) -> Armed:
-        inner, args = self._inner, (instance, leases, horizon_ms, limit, urgent_ms)
-        if unanswered is None:  # also the call of code older than R3a in the engine
-            return self._call("arm", args, lambda: inner.arm(*args))
-        return self._call("arm", args, lambda: inner.arm(*args, unanswered))
+        args = (instance, leases, horizon_ms, limit, urgent_ms)
+        return self._call("arm", args, lambda: self._inner.arm(*args, unanswered))
 
     def inherited(
         self, acquired: Acquired, after: Mark | None, limit: int

@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -93,14 +92,13 @@ class Armer(Worker):
         self.inherited = 0
         self.settled = 0  # armed by a write of their own row (rare: see ArmPlan)
         self.passes = 0  # passes made (not skipped)
-        self.beat_s = time.monotonic()
 
     def wake(self) -> None:
         self._wakeup.set()
 
     def run(self) -> None:
         while not self.stopping:
-            self.beat_s = time.monotonic()
+            self.beat()
             try:
                 more = self.step(self._clock.now_ms())
             except TransientError as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Sequence
 from typing import Generic
 
@@ -38,7 +37,6 @@ class TimedWorker(Worker, Generic[Item]):
         self._cond = threading.Condition()
         # After stop(): keep handling tasks due by this time, then exit.
         self._finish_until_ms = -math.inf
-        self.beat_s = time.monotonic()  # when the loop last went round
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -110,7 +108,7 @@ class TimedWorker(Worker, Generic[Item]):
                     if self.stopping and self._finished():
                         return
                     now_ms = clock.now_ms()
-                    self.beat_s = time.monotonic()
+                    self.beat()
                     batch, wait_s = self.poll(now_ms)
                     if batch:
                         break
