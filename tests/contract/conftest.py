@@ -1,6 +1,6 @@
 """The contract suite's stores: every test there runs once per store
-(``memory``, ``mysql`` on a fresh database through each driver, and
-``sqlite`` on a new file: see :mod:`support.stores`)."""
+(``memory``: SQLite in memory, ``mysql`` on a fresh database through each
+driver, and ``sqlite`` on a new file: see :mod:`support.stores`)."""
 
 from __future__ import annotations
 

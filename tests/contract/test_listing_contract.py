@@ -1,5 +1,5 @@
 """The TaskStore contract for metadata and finding tasks: run against the
-memory store and MySQL alike (see test_store_contract.py)."""
+in-memory store, SQLite and MySQL alike (see test_store_contract.py)."""
 
 from __future__ import annotations
 

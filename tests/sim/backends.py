@@ -1,8 +1,8 @@
 """The real stores the simulator runs the engine over, and the oracle's view of
 their task table.
 
-* ``memory``: :class:`~triggerhook.store.memory.MemoryStore` — the breadth:
-  thousands of runs a minute;
+* ``memory``: ``SQLiteStore(":memory:")`` (the store kernel over an in-memory
+  SQLite database) — the breadth: hundreds of runs a minute;
 * ``sqlite``: :class:`~triggerhook.store.sqlite.SQLiteStore` on a file;
 * ``mysql``: :class:`~triggerhook.store.mysql.MySQLStore` on a fresh MariaDB
   database — the truth, short. Its clock is the world's too: every
@@ -11,13 +11,15 @@ their task table.
   time, and a run of simulated minutes takes seconds.
 
 Each backend dumps its task table for the oracle (``dump``): read past the
-store, on the backend's own terms (the memory store's rows; a second SQLite
-connection; a separate MariaDB session), so a store bug cannot hide itself.
+store, on the backend's own terms (plain SQL on the in-memory database's one
+connection; a second SQLite connection; a separate MariaDB session), so a
+store bug cannot hide itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -30,9 +32,9 @@ from sim.oracle import RowView, Table
 from triggerhook.domain.meta import Meta
 from triggerhook.errors import StoreUnavailable
 from triggerhook.interfaces import TaskStore
-from triggerhook.store.memory import MemoryStore
 from triggerhook.store.rows import meta_of
 from triggerhook.store.schema import init_schema
+from triggerhook.store.sqlite import SQLiteStore
 
 DEFAULT_ROUTING_KEY = "sim"
 BACKENDS = ("memory", "sqlite", "mysql")
@@ -61,30 +63,38 @@ def _view(rev: int, due_ms: int, fire_ms: int, meta: Meta) -> RowView:
     )
 
 
-class _DumpedMemory(MemoryStore):
-    def dump(self) -> Table:
-        with self._lock:
-            return {
-                tid: _view(r.rev, r.task.due_ms, r.fire_ms, r.task.meta)
-                for tid, r in self._rows.items()
-            }
+_DUMP = "SELECT id, rev, due_ms, fire_ms, meta FROM th_tasks"
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta(blob: bytes | None) -> Meta:
+    """th_tasks.meta decoded (cached: the oracle dumps the table at every step)."""
+    return meta_of(blob, "(dumped)")
+
+
+def _table(rows: Any) -> Table:
+    return {
+        r[0]: _view(r[1], r[2], r[3], _meta(None if r[4] is None else bytes(r[4]))) for r in rows
+    }
 
 
 class MemoryBackend:
     commit_faults = False
 
     def __init__(self, now_ms: Callable[[], float], shard_count: int) -> None:
-        self._memory = _DumpedMemory(DEFAULT_ROUTING_KEY, shard_count, now_ms)
+        self._memory = SQLiteStore(":memory:", DEFAULT_ROUTING_KEY, shard_count, now_ms)
         self.store: TaskStore = self._memory
 
     def connect(self) -> TaskStore:
         return self.store  # the "database" itself: it keeps nothing per client
 
     def dump(self) -> Table:
-        return self._memory.dump()
+        with self._memory._transaction(write=False) as cur:
+            rows = cur.execute(_DUMP).fetchall()
+        return _table(rows)
 
     def close(self) -> None:
-        pass
+        self._memory.close()
 
 
 class SQLiteBackend:
@@ -92,8 +102,6 @@ class SQLiteBackend:
 
     def __init__(self, now_ms: Callable[[], float], shard_count: int) -> None:
         import sqlite3
-
-        from triggerhook.store.sqlite import SQLiteStore
 
         self._dir = tempfile.TemporaryDirectory(prefix="th-sim-")
         path = os.path.join(self._dir.name, "sim.db")
@@ -104,8 +112,8 @@ class SQLiteBackend:
         return self.store  # one process's file (dev mode): nothing kept per caller
 
     def dump(self) -> Table:
-        rows = self._reader.execute("SELECT id, rev, due_ms, fire_ms, meta FROM th_tasks")
-        return {r[0]: _view(r[1], r[2], r[3], meta_of(r[4], r[0])) for r in rows}
+        rows = self._reader.execute(_DUMP)
+        return _table(rows)
 
     def close(self) -> None:
         self.store.close()
@@ -173,7 +181,7 @@ class MySQLBackend:
         with self._reader.cursor() as cur:
             cur.execute("SELECT id, rev, due_ms, fire_ms, meta FROM th_tasks")
             rows = cur.fetchall()
-        return {r[0]: _view(r[1], r[2], r[3], meta_of(r[4], r[0])) for r in rows}
+        return _table(rows)
 
     def close(self) -> None:
         try:

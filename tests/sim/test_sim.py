@@ -24,10 +24,14 @@ from pathlib import Path
 import pytest
 
 from sim.world import Outcome, SimConfig, run
+from triggerhook.domain.task import CancelResult
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.interfaces import Lease
-from triggerhook.store.memory import MemoryStore
+from triggerhook.store import kernel
+from triggerhook.store.sqlite_tables import SQLiteTables
+
+_REV = "SELECT rev FROM th_tasks WHERE id = ?"
 
 MEMORY_SEEDS = range(1, 401)
 SQLITE_SEEDS = range(1, 21)
@@ -149,30 +153,25 @@ def test_it_finds_an_event_fired_early(mutate: Callable[..., None]) -> None:
 
 
 def test_it_finds_a_cancel_that_ignores_the_armed_state(mutate: Callable[..., None]) -> None:
-    cancel = MemoryStore.cancel
+    def blind(armed: bool | None) -> CancelResult:
+        return CancelResult.NOT_FOUND if armed is None else CancelResult.CANCELLED
 
-    def blind(self: MemoryStore, task_ids: list[str]) -> object:
-        with self._lock:
-            for task_id in task_ids:
-                row = self._rows.get(task_id)
-                if row is not None and row.task.meta.recur is None:
-                    row.gen = self._shards[row.shard].marks.gen  # unarmed: then deleted
-        return cancel(self, task_ids)
-
-    mutate(MemoryStore, "cancel", blind)
+    mutate(kernel, "cancel_result", blind)
     _finds("CANCELLED")
 
 
 def test_it_finds_a_delete_by_id_alone(mutate: Callable[..., None]) -> None:
     """Release 1's delete: a newer incarnation of the id is deleted unfired."""
-    delete = MemoryStore.delete_fired
+    delete = SQLiteTables.delete_fired
 
-    def by_id(self: MemoryStore, fired: list[tuple[str, int]]) -> int:
-        with self._lock:
-            current = [(tid, self._rows[tid].rev) for tid, _ in fired if tid in self._rows]
-        return delete(self, current)
+    def by_id(self: SQLiteTables, fired: list[tuple[str, int]]) -> int:
+        with self.transaction(write=False) as cur:
+            revs = [cur.execute(_REV, (tid,)).fetchall() for tid, _ in fired]
+        return delete(
+            self, [(tid, found[0][0]) for (tid, _), found in zip(fired, revs, strict=True) if found]
+        )
 
-    mutate(MemoryStore, "delete_fired", by_id)
+    mutate(SQLiteTables, "delete_fired", by_id)
     # It needs an id created again while its old incarnation's confirm is pending.
     _finds("delete_fired removed", range(1, 81), SimConfig(fault_ms=20_000))
 

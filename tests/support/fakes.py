@@ -2,8 +2,10 @@
 
 * :class:`FakeClock`: wall-clock time the test sets (``now``) instead of reading it.
 * :class:`FakeStore`: the package's in-memory store,
-  :class:`triggerhook.store.memory.MemoryStore` (held to the same rules as the
-  MySQL store by the contract suite in ``tests/contract``), with test controls:
+  ``SQLiteStore(":memory:")`` (the store kernel over SQLite, held to the same
+  rules as the MySQL store by the contract suite in ``tests/contract``), with
+  test controls: :attr:`FakeStore.rows` and :attr:`FakeStore.shards` read its
+  tables,
   it records calls, :meth:`FakeStore.put` writes a row directly (unarmed, or
   armed), :meth:`FakeStore.fail_next` makes the next call(s) of a method
   raise; its "database" clock is the ``now_ms`` it is given (a FakeClock's).
@@ -20,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triggerhook.domain.arming import Mark, ShardMarks, shard_of
+from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, is_armed, shard_of
 from triggerhook.domain.task import CancelResult, Task, TaskInfo
 from triggerhook.errors import SchemaError
 from triggerhook.interfaces import (
@@ -38,7 +40,9 @@ from triggerhook.interfaces import (
     TaskStore,
     new_rev,
 )
-from triggerhook.store.memory import MemoryStore, ShardRow, StoredRow
+from triggerhook.store.rows import ShardRow as ShardColumns
+from triggerhook.store.rows import TaskRow, task_of
+from triggerhook.store.sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_NOW_MS",
@@ -52,6 +56,40 @@ __all__ = [
 ]
 
 DEFAULT_NOW_MS = 1_700_000_000_000.0
+
+_START_MARKS = ShardMarks(BOTTOM, 1)  # the schema's defaults: nothing armed, generation 1
+
+_TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen, meta"
+_SHARD_COLUMNS = (
+    "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
+)
+
+
+@dataclass(slots=True)
+class StoredRow:
+    """A snapshot of one th_tasks row: ``task`` its content and attempts (as
+    armed, but for the epoch), and the row's shard, revision, gen and fire time."""
+
+    task: Task
+    shard: int
+    rev: int
+    gen: int
+    fire_ms: int
+
+    @property
+    def mark(self) -> Mark:
+        return (self.fire_ms, self.task.id)
+
+
+@dataclass(slots=True)
+class ShardRow:
+    """A snapshot of one th_shards row."""
+
+    owner: str | None = None
+    epoch: int = 0
+    lease_until_ms: int = 0
+    marks: ShardMarks = _START_MARKS
+    took: ShardMarks = _START_MARKS
 
 
 class FakeClock:
@@ -98,9 +136,9 @@ class LeaseCall:
     lease_ms: int = 0
 
 
-class FakeStore(MemoryStore):
-    """The in-memory :class:`~triggerhook.store.memory.MemoryStore`, with test
-    controls: direct access to its tables, recorded calls, injected failures.
+class FakeStore(SQLiteStore):
+    """The in-memory store (``SQLiteStore(":memory:")``), with test controls:
+    snapshots of its tables, recorded calls, injected failures.
 
     ``now_ms`` is the "database" clock (pass a :class:`FakeClock`'s
     ``now_ms``; default: the wall clock). Every TaskStore method first raises
@@ -114,7 +152,7 @@ class FakeStore(MemoryStore):
         shard_count: int = 64,
         default_routing_key: str = "",
     ) -> None:
-        super().__init__(default_routing_key, shard_count, now_ms)
+        super().__init__(":memory:", default_routing_key, shard_count, now_ms)
         self._failures: defaultdict[str, deque[BaseException]] = defaultdict(deque)
         self.insert_calls: list[list[NewRow]] = []
         self.arm_calls: list[ArmCall] = []
@@ -132,13 +170,31 @@ class FakeStore(MemoryStore):
 
     @property
     def rows(self) -> dict[str, StoredRow]:
-        """th_tasks itself (live: read it while no call is running)."""
-        return self._rows
+        """th_tasks, read now (a snapshot: read it again after a call)."""
+        with self._transaction(write=False) as cur:
+            cur.execute(f"SELECT {_TASK_COLUMNS} FROM th_tasks")
+            found = [TaskRow(*r) for r in cur.fetchall()]
+        return {row.id: self._stored(row) for row in found}
+
+    def _stored(self, row: TaskRow) -> StoredRow:
+        task = task_of(row, 0, self._default_routing_key)
+        content = Task(
+            task.id, task.due_ms, task.routing_key, task.payload, task.attempts, meta=task.meta
+        )
+        return StoredRow(content, row.shard, row.rev, row.gen, row.fire_ms)
 
     @property
     def shards(self) -> list[ShardRow]:
-        """th_shards itself, indexed by shard (live)."""
-        return self._shards
+        """th_shards, indexed by shard, read now (a snapshot)."""
+        return [
+            ShardRow(r.owner, r.epoch, r.lease_until_ms, r.marks, r.took)
+            for r in self._shard_rows()
+        ]
+
+    def _shard_rows(self) -> list[ShardColumns]:
+        with self._transaction(write=False) as cur:
+            cur.execute(f"SELECT {_SHARD_COLUMNS} FROM th_shards ORDER BY shard")
+            return [ShardColumns(*r) for r in cur.fetchall()]
 
     def fail_next(self, method: str, *errors: BaseException) -> None:
         """The next ``len(errors)`` calls of ``method`` raise these errors, in order."""
@@ -170,32 +226,45 @@ class FakeStore(MemoryStore):
         earlier generation in between; put those armed as well, or first).
         """
         row_rev = new_rev() if rev is None else rev
-        with self._lock:
-            shard = self.shard_of(task.id)
-            marks = self._shards[shard].marks
-            content = Task(task.id, task.due_ms, task.routing_key, task.payload, task.attempts)
-            row = StoredRow(content, shard, row_rev, marks.gen, task.due_ms)
-            if fire_ms is not None:
-                row.fire_ms = fire_ms
+        shard = self.shard_of(task.id)
+        fire = task.due_ms if fire_ms is None else fire_ms
+        with self._transaction() as cur:
+            cur.execute(
+                "SELECT armed_ms, armed_id, arm_gen FROM th_shards WHERE shard = ?", (shard,)
+            )
+            armed_ms, armed_id, gen = cur.fetchone()
+            row_gen = gen - 1 if armed else gen
+            head = (task.id, shard, row_rev, row_gen, fire, task.due_ms, task.routing_key or None)
+            cur.execute(
+                "INSERT OR REPLACE INTO th_tasks"
+                " (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload, meta, attempts)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                (*head, task.payload or None, task.attempts),
+            )
             if armed:
-                row.gen = marks.gen - 1
-                self._shards[shard].marks = ShardMarks(max(marks.armed, row.mark), marks.gen)
-            self._rows[task.id] = row
+                top = max((armed_ms, armed_id), (fire, task.id))
+                cur.execute(
+                    "UPDATE th_shards SET armed_ms = ?, armed_id = ? WHERE shard = ?",
+                    (*top, shard),
+                )
         return row_rev
 
     def row(self, task_id: str) -> StoredRow | None:
-        with self._lock:
-            return self._rows.get(task_id)
+        with self._transaction(write=False) as cur:
+            cur.execute(f"SELECT {_TASK_COLUMNS} FROM th_tasks WHERE id = ?", (task_id,))
+            found = cur.fetchone()
+        return None if found is None else self._stored(TaskRow(*found))
 
     def ids(self) -> set[str]:
-        with self._lock:
-            return set(self._rows)
+        return set(self.rows)
 
     def is_armed(self, task_id: str) -> bool:
         """The row is armed by its shard's marks (False: no such row)."""
         with self._lock:
-            row = self._rows.get(task_id)
-            return row is not None and self._armed(row)
+            row = self.row(task_id)
+            if row is None:
+                return False
+            return is_armed(row.mark, row.gen, self._shard_rows()[row.shard].marks)
 
     def deleted_ids(self) -> list[str]:
         """Every id passed to delete_fired by a call that was not failed, in order."""
@@ -209,7 +278,7 @@ class FakeStore(MemoryStore):
             raise queue.popleft()
 
     # -- TaskStore: each call may fail first, and some are recorded -----------------
-    # (self._lock is re-entrant: the whole call is one "transaction", as in MemoryStore)
+    # (self._lock is re-entrant: it is the store's own, held for each transaction)
 
     def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
         with self._lock:

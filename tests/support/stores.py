@@ -1,7 +1,8 @@
 """The task stores the contract suite (``tests/contract``) runs against.
 
-* ``memory``: :class:`triggerhook.store.memory.MemoryStore` on this process's
-  wall clock (the clock the local test database has too);
+* ``memory``: ``SQLiteStore(":memory:")``, the in-memory store of the unit
+  tests and the simulator, on this process's wall clock (the clock the local
+  test database has too);
 * ``mysql``: :class:`triggerhook.store.mysql.MySQLStore` on a database with
   the schema applied;
 * ``sqlite``: :class:`triggerhook.store.sqlite.SQLiteStore` on a new file.
@@ -20,7 +21,6 @@ from pathlib import Path
 from support.mysql import connect, with_driver
 from triggerhook.domain.arming import shard_of
 from triggerhook.interfaces import TaskStore
-from triggerhook.store.memory import MemoryStore
 from triggerhook.store.mysql import MySQLStore, init_schema
 from triggerhook.store.sqlite import SQLiteStore
 
@@ -54,11 +54,11 @@ class Backend:
 
 
 def memory_backend(shard_count: int = SHARD_COUNT) -> Backend:
-    store = MemoryStore(DEFAULT_ROUTING_KEY, shard_count)
+    store = SQLiteStore(":memory:", DEFAULT_ROUTING_KEY, shard_count)
 
     def null_routing_key(task_id: str) -> None:
-        row = store._rows[task_id]  # the memory store's NULL is the empty key
-        row.task = replace(row.task, routing_key="")
+        with store._transaction() as cur:  # the one connection to this database
+            cur.execute("UPDATE th_tasks SET routing_key = NULL WHERE id = ?", (task_id,))
 
     return Backend("memory", store, null_routing_key)
 

@@ -42,7 +42,7 @@ from triggerhook.domain.recurrence import Recurrence
 from triggerhook.domain.task import TaskState
 from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
-from triggerhook.store.memory import MemoryStore
+from triggerhook.store.sqlite import SQLiteStore
 from triggerhook.wiring import assemble
 
 NOW_MS = int(DEFAULT_NOW_MS)
@@ -51,12 +51,12 @@ AT_MS = 1_893_456_000_250
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
+def store() -> SQLiteStore:
+    return SQLiteStore(":memory:")
 
 
 @pytest.fixture
-def backend(store: MemoryStore) -> Iterator[LibraryBackend]:
+def backend(store: SQLiteStore) -> Iterator[LibraryBackend]:
     settings = Settings(instance_id="unit", max_payload_bytes=64, default_routing_key="rk")
     hook = assemble(settings, store, FakeClock(), lambda buffer, sink, retry, fail: FakePublisher())
     with LibraryBackend(hook) as library:
@@ -69,7 +69,7 @@ def schedule(backend: LibraryBackend, task_id: str | None = "t-1", **kw: object)
     return backend.schedule(task_id, **args)  # type: ignore[arg-type]
 
 
-def arm(store: MemoryStore) -> None:
+def arm(store: SQLiteStore) -> None:
     """Another instance commits every stored task to firing."""
     acquired = store.acquire("other", store.shard_count(), 2**40)
     assert store.arm("other", [a.lease for a in acquired], 2**53, 100).tasks
@@ -104,7 +104,7 @@ def test_schedule_with_a_delay_and_a_new_id(backend: LibraryBackend) -> None:
     ],
 )
 def test_schedule_invalid_names_the_field(
-    backend: LibraryBackend, store: MemoryStore, kw: dict[str, object], message: str
+    backend: LibraryBackend, store: SQLiteStore, kw: dict[str, object], message: str
 ) -> None:
     task_id = kw.pop("task_id", "t-1")
     with pytest.raises(BackendError) as info:
@@ -114,7 +114,7 @@ def test_schedule_invalid_names_the_field(
     assert store.count_tasks() == 0
 
 
-def test_reschedule_outcomes(backend: LibraryBackend, store: MemoryStore) -> None:
+def test_reschedule_outcomes(backend: LibraryBackend, store: SQLiteStore) -> None:
     schedule(backend)
     moved = backend.reschedule("t-1", at=None, delay_ms=60_000)
     assert moved == Moved(Outcome.RESCHEDULED, NOW_MS + 60_000)
@@ -127,7 +127,7 @@ def test_reschedule_outcomes(backend: LibraryBackend, store: MemoryStore) -> Non
     assert str(info.value).startswith("in: ")
 
 
-def test_cancel_outcomes(backend: LibraryBackend, store: MemoryStore) -> None:
+def test_cancel_outcomes(backend: LibraryBackend, store: SQLiteStore) -> None:
     schedule(backend, "a")
     schedule(backend, "b", at="2031-01-01T00:00:00Z")
     assert backend.cancel("a") is Outcome.CANCELLED
@@ -152,7 +152,7 @@ def test_get(backend: LibraryBackend) -> None:
 
 
 def test_a_store_failure_is_unavailable(
-    backend: LibraryBackend, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    backend: LibraryBackend, store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from triggerhook.errors import StoreUnavailable
 
@@ -180,7 +180,7 @@ def run(
 
 
 def test_commands_print_and_exit(
-    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sched = ("schedule", "--id", "c-1", "--at", AT, "--payload", "\xff")
     assert run(backend, capsys, *sched) == (
@@ -347,7 +347,7 @@ def test_a_deadline_is_parsed_like_at_and_may_be_past(backend: LibraryBackend) -
     ],
 )
 def test_bad_metadata_names_the_field(
-    backend: LibraryBackend, store: MemoryStore, meta: Metadata, message: str
+    backend: LibraryBackend, store: SQLiteStore, meta: Metadata, message: str
 ) -> None:
     with pytest.raises(BackendError) as info:
         schedule(backend, meta=meta)
@@ -368,7 +368,7 @@ def schedule_tenant(backend: LibraryBackend, count: int = 6) -> list[str]:
     return ids
 
 
-def test_list_page_count_and_cancel_where(backend: LibraryBackend, store: MemoryStore) -> None:
+def test_list_page_count_and_cancel_where(backend: LibraryBackend, store: SQLiteStore) -> None:
     ids = schedule_tenant(backend)
     schedule(backend, "other", at="1893456000")
     first = backend.list_page(Where(tag="tenant"), 4, None)
@@ -467,7 +467,7 @@ def test_schedule_and_get_show_the_metadata(
     ],
 )
 def test_bad_header_flags(
-    backend: LibraryBackend, store: MemoryStore, flags: list[str], message: str
+    backend: LibraryBackend, store: SQLiteStore, flags: list[str], message: str
 ) -> None:
     args = _parser().parse_args(["schedule", "--at", AT, *flags])
     with pytest.raises(BackendError) as info:
@@ -513,7 +513,7 @@ def test_list_prints_a_line_per_task_and_follows_the_cursor(
 
 
 def test_list_limit_default_and_state(
-    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     schedule_tenant(backend, 3)
     args = _parser().parse_args(["list"])
@@ -547,7 +547,7 @@ def test_bad_list_flags_are_usage_errors(argv: list[str]) -> None:
 
 
 def test_count_and_bulk_cancel_print_their_numbers(
-    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     schedule_tenant(backend, 6)
     assert run(backend, capsys, "count", "--tag", "tenant") == (EXIT_OK, {"count": 6})
@@ -579,7 +579,7 @@ def test_count_and_bulk_cancel_print_their_numbers(
 )
 def test_cancel_takes_an_id_or_filters(
     backend: LibraryBackend,
-    store: MemoryStore,
+    store: SQLiteStore,
     capsys: pytest.CaptureFixture[str],
     argv: list[str],
     message: str,
@@ -594,7 +594,7 @@ def test_cancel_takes_an_id_or_filters(
     assert store.count_tasks() == 2
 
 
-def test_the_librarys_retry_warnings_stay_off_stderr_below_debug(store: MemoryStore) -> None:
+def test_the_librarys_retry_warnings_stay_off_stderr_below_debug(store: SQLiteStore) -> None:
     """A bulk cancel retries failed batches with a warning each: the CLI prints
     one error line instead (the HTTP backend quiets its client the same way)."""
     bulk = logging.getLogger("triggerhook.engine.bulk")
@@ -647,7 +647,7 @@ def test_schedule_a_series_with_or_without_a_first_time(backend: LibraryBackend)
     ],
 )
 def test_bad_series_name_the_field(
-    backend: LibraryBackend, store: MemoryStore, meta: Metadata, message: str
+    backend: LibraryBackend, store: SQLiteStore, meta: Metadata, message: str
 ) -> None:
     with pytest.raises(BackendError) as info:
         schedule(backend, meta=meta)
@@ -657,7 +657,7 @@ def test_bad_series_name_the_field(
 
 
 def test_schedule_get_and_list_show_a_series(
-    backend: LibraryBackend, store: MemoryStore, capsys: pytest.CaptureFixture[str]
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sched = ["schedule", "--id", "s-1", "--every", "PT90M", "--until", AT, "--tag", "s"]
     assert run(backend, capsys, *sched) == (
@@ -706,7 +706,7 @@ def test_schedule_get_and_list_show_a_series(
 
 @pytest.mark.parametrize("flags", [[], ["--until", AT], ["--timezone", "Europe/Berlin"]])
 def test_schedule_needs_a_time_or_a_series(
-    backend: LibraryBackend, store: MemoryStore, flags: list[str]
+    backend: LibraryBackend, store: SQLiteStore, flags: list[str]
 ) -> None:
     args = _parser().parse_args(["schedule", *flags])
     with pytest.raises(BackendError) as info:

@@ -432,21 +432,31 @@ def test_between_full_passes_only_a_row_due_before_the_next_one_makes_a_pass(
     assert stages.armer.passes == 2
 
 
-def test_a_shard_found_lost_by_a_skipped_pass_is_dropped(stages: Stages) -> None:
+def test_a_shard_lost_meanwhile_is_dropped_by_the_next_locked_pass(stages: Stages) -> None:
+    # A skipped pass reads without a lock and cannot tell a lease lost (the
+    # store kernel's skip); the next locked pass does.
     _own_all(stages)
-    stages.armer.step(NOW)  # full
+    _insert(stages, plain("first", NOW + 50))
+    stages.armer.step(NOW)  # full; it arms something, so the next is not an idle probe
     shard = shard_of("t", SHARDS)
     stages.store.release(ME, [x for x in stages.shards.leases() if x.shard == shard])
     assert stages.store.acquire(OTHER, 1, LEASE_MS)
     stages.armer.step(NOW + 10)  # between full passes: nothing urgent, skipped
     assert stages.store.arm_calls[-1].urgent_ms is not None
     assert stages.armer.passes == 1
+    stages.armer.step(NOW + 100)  # full: locks the shard rows, finds it lost
+    full = stages.store.arm_calls[-1]
+    assert full.urgent_ms is None
     assert not stages.shards.owns(shard)
 
 
 def test_a_full_pass_comes_within_half_of_arm_ahead(stages: Stages) -> None:
     _own_all(stages)
-    stages.armer.step(NOW)  # full (nothing there)
+    # Full; it arms something (after a pass that armed nothing, the store
+    # probes the whole horizon and would arm "crossing" at once).
+    _insert(stages, plain("first", NOW + 50))
+    stages.armer.step(NOW)
+    assert ids(stages.scheduler.take_remaining()) == ["first"]
     _insert(stages, plain("crossing", NOW + 290))  # beyond that pass's horizon
     stages.armer.step(NOW + 99)
     assert len(stages.scheduler) == 0

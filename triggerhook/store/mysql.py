@@ -1,17 +1,11 @@
 """The MySQL/MariaDB task store (implements :class:`triggerhook.interfaces.TaskStore`).
 
-The protocol is ``docs/design/ownership.md`` (rules R1-R10), the SQL is in
-``store/sql.py``, and what a pass arms is decided by ``domain/arming.py``
-through ``store/arm_pass.py`` (the memory store applies the same functions).
-Every "now" is the server's, computed in the statement (:data:`sql.NOW_MS`).
-
-Locks: a transaction that writes for a shard locks the shard row first, in
-shard order: arming exclusively (R3), insert, cancel, reschedule and the
-rewrite of a returned event in shared mode (R6-R8), each with one statement
-that takes all its shard locks before anything else; task rows are locked
-after. So one arming pass of a shard and any of those happen one entirely
-before the other, and no two of them wait for each other in a cycle (the
-contract suite races them over many rows: tests/contract/test_mysql_store.py).
+The protocol is ``docs/design/ownership.md`` (rules R1-R10). What each
+transaction writes is decided by the store kernel (``store/kernel.py``) over
+this backend's steps (``store/mysql_tables.py``, which also says how the
+locks are ordered); here are R1 and R2 (one compare-and-set statement each)
+and the reads. The SQL is in ``store/sql.py``. Every "now" is the server's,
+computed in the statement (:data:`sql.NOW_MS`).
 
 Round trips (each statement is one; a transaction adds its COMMIT):
 
@@ -21,7 +15,9 @@ Round trips (each statement is one; a transaction adds its COMMIT):
 * arm: 1 after a pass that armed nothing, if it again finds nothing (one
   unlocked read); else lock, read, commit (3), plus the marks (4) and, rarely,
   the settled rows (store/arm_pass.py);
-* cancel, reschedule and defer: 4 (lock shards, lock rows, write, commit);
+* cancel: 2 when every id exists unarmed (delete, commit), else that
+  statement rolled back, then lock shards, lock rows, delete, commit;
+* reschedule and defer: 4 (lock shards, lock rows, write, commit);
 * delete_fired: 1 per 2,000 rows; renew 2; release 1; acquire 3.
 """
 
@@ -29,97 +25,30 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
-from triggerhook.domain.arming import (
-    BOTTOM,
-    TOP_ID,
-    Mark,
-    ShardMarks,
-    arm_horizon,
-    is_armed,
-    shard_of,
-)
+from triggerhook.domain.arming import ShardMarks, is_armed
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
-from triggerhook.errors import (
-    ConflictError,
-    InstanceNameInUse,
-    SchemaError,
-    StoreError,
-    TransientError,
-)
-from triggerhook.interfaces import (
-    Acquired,
-    Armed,
-    ArmUnanswered,
-    DeferOutcome,
-    Deferral,
-    InsertOutcome,
-    Lease,
-    Move,
-    Moved,
-    NameHolder,
-    NewRow,
-    new_rev,
-)
+from triggerhook.domain.task import TaskInfo, TaskState
+from triggerhook.errors import InstanceNameInUse, SchemaError, StoreError
+from triggerhook.interfaces import Acquired, Lease, NameHolder
 from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.store import sql
-from triggerhook.store.arm_pass import (
-    PassReads,
-    PassResult,
-    held_only,
-    merge_taken,
-    plan_pass,
-    split_read,
-)
-from triggerhook.store.connection import (
-    ConnectionPool,
-    Cursor,
-    is_duplicate_key,
-    target,
-)
+from triggerhook.store.connection import ConnectionPool, is_duplicate_key, target
 from triggerhook.store.galera import GaleraStatus, status_of
+from triggerhook.store.kernel import StoreKernel
 from triggerhook.store.mysql_listing import ListingReads
-from triggerhook.store.rows import (
-    INSERT_CHUNK_BYTES,
-    INSERT_CHUNK_ROWS,
-    Row,
-    ShardRow,
-    Step,
-    TaskRow,
-    cancel_result,
-    chunks,
-    defer_outcome,
-    first_wins,
-    insert_chunks,
-    insert_params,
-    insert_tags,
-    is_armed_row,
-    meta_blob,
-    meta_of,
-    next_step,
-    repeat_outcome,
-    row_mark,
-    row_shard,
-    split_repeats,
-    stopped_series,
-)
+from triggerhook.store.mysql_tables import MySQLTables, arm_reads
+from triggerhook.store.rows import Row, content_of
 from triggerhook.store.schema import init_schema, read_shard_count, read_version
 
-# init_schema lives in store/schema.py; it is imported from here too, as before.
-__all__ = ["MySQLStore", "init_schema"]
+# init_schema lives in store/schema.py and arm_reads in store/mysql_tables.py;
+# they are imported from here too, as before.
+__all__ = ["MySQLStore", "arm_reads", "init_schema"]
 
 log = logging.getLogger(__name__)
 
-_IN_LIST_CHUNK = 2000
-_DUPLICATE_RETRIES = 3
 _REGISTER_TRIES = 3
-
-
-class _NotEvery(Exception):
-    """Rolls back a one-statement cancel that did not find every id unarmed."""
 
 
 def _schema_hint(version: int) -> str:
@@ -134,33 +63,7 @@ def _pairs(leases: Iterable[Lease]) -> list[int]:
     return [value for lease in leases for value in (lease.shard, lease.epoch)]
 
 
-def arm_reads(held: dict[int, ShardMarks], horizon_ms: int, limit: int) -> tuple[str, list[Any]]:
-    """The statement of a pass's two reads (sql.ARM_READS) and its values."""
-    ranged: list[str] = []
-    ranged_params: list[Any] = []
-    fresh: list[str] = []
-    fresh_params: list[Any] = []
-    for shard in sorted(held):
-        marks = held[shard]
-        (armed_ms, armed_id), gen = marks.armed, marks.gen
-        ranged.append(sql.ARM_RANGED_SHARD)
-        ranged_params += (shard, armed_ms, arm_horizon(horizon_ms, marks))
-        if armed_id == TOP_ID:  # no id sorts after '~': no tie above, all of it below
-            fresh.append(sql.ARM_FRESH_UPTO)
-            fresh_params += (shard, gen, armed_ms)
-            continue
-        ranged.append(sql.ARM_RANGED_TIE)
-        ranged_params += (shard, armed_ms, armed_id)
-        if marks.armed != BOTTOM:  # nothing is at or below the bottom
-            fresh += (sql.ARM_FRESH_BELOW, sql.ARM_FRESH_TIE)
-            fresh_params += (shard, gen, armed_ms, shard, gen, armed_ms, armed_id)
-    statement = sql.ARM_READS.format(
-        ranged=" OR ".join(ranged), fresh=" OR ".join(fresh) or "FALSE"
-    )
-    return statement, [*ranged_params, limit + 1, *fresh_params, limit + 1]
-
-
-class MySQLStore:
+class MySQLStore(StoreKernel):
     """Thread-safe: every call borrows a pooled connection for one transaction."""
 
     def __init__(
@@ -204,10 +107,14 @@ class MySQLStore:
             ping_idle_s=pool_ping_idle_s,
         )
         self._shard_count: int | None = None
-        # The armer thread's hints (see _nothing_to_arm): the marks each lease's
-        # shard had after the last locked pass, and whether it armed nothing.
-        self._arm_cache: dict[int, tuple[int, ShardMarks]] = {}
-        self._probe_next = False
+        tables = MySQLTables(
+            self._pool,
+            self._autocommit_pool,
+            default_routing_key,
+            to.driver.errors.integrity,
+            self.shard_count,
+        )
+        super().__init__(tables, default_routing_key)
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the database holds the current schema version."""
@@ -230,466 +137,6 @@ class MySQLStore:
                 )
             self._shard_count = count
         return self._shard_count
-
-    def _shard(self, task_id: str) -> int | None:
-        """The id's shard; None for an id no row can have (not ASCII)."""
-        try:
-            return shard_of(task_id, self.shard_count())
-        except UnicodeEncodeError:
-            return None
-
-    def _shards_of(self, task_ids: Sequence[str]) -> dict[str, int]:
-        """Each distinct id that a row can have, with its shard, in order."""
-        found: dict[str, int] = {}
-        for tid in task_ids:
-            shard = self._shard(tid)
-            if shard is not None:
-                found[tid] = shard
-        return found
-
-    def _task(self, row: TaskRow, epoch: int = 0) -> Task:
-        return Task(
-            row.id,
-            row.due_ms,
-            row.routing_key or self._default_routing_key,
-            bytes(row.payload or b""),
-            row.attempts,
-            row.rev,
-            row.shard,
-            epoch,
-            row.fire_ms,
-            meta_of(row.meta, row.id),
-        )
-
-    def _content(self, row: Row) -> Task:
-        """A task as get and the duplicate check compare it (no attempts,
-        rev), from sql.CONTENT_COLUMNS."""
-        return Task(
-            row[0],
-            row[1],
-            row[2] or self._default_routing_key,
-            bytes(row[3] or b""),
-            meta=meta_of(row[4], row[0]),
-        )
-
-    # -- shard and task row locks ---------------------------------------------------
-
-    @staticmethod
-    def _lock_shards(cur: Cursor, shards: Iterable[int], statement: str) -> dict[int, ShardRow]:
-        ordered = sorted(set(shards))
-        if not ordered:
-            return {}
-        cur.execute(statement.format(shards=sql.placeholders(len(ordered))), ordered)
-        return {int(r[0]): ShardRow(*r) for r in cur.fetchall()}
-
-    def _lock_shared(self, cur: Cursor, shards: Iterable[int]) -> dict[int, ShardRow]:
-        return self._lock_shards(cur, shards, sql.LOCK_SHARDS_SHARED)
-
-    @staticmethod
-    def _lock_tasks(cur: Cursor, ids: Sequence[str]) -> dict[str, TaskRow]:
-        found: dict[str, TaskRow] = {}
-        for part in chunks(ids, _IN_LIST_CHUNK):
-            cur.execute(sql.LOCK_TASKS.format(ids=sql.placeholders(len(part))), part)
-            for r in cur.fetchall():
-                found[r[0]] = TaskRow(*r)
-        return found
-
-    # -- R6: insert -----------------------------------------------------------------
-
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
-        if not rows:
-            return []
-        first, repeats = split_repeats(rows)
-        if not repeats and self._insert_one_statement(rows):
-            return [InsertOutcome.CREATED] * len(rows)
-        outcomes: list[InsertOutcome | None] = [None] * len(rows)
-        count = self.shard_count()
-        with self._pool.transaction() as cur:
-            locked = self._lock_shared(cur, (shard_of(rows[i].task.id, count) for i in first))
-            gens = {shard: row.arm_gen for shard, row in locked.items()}
-            for chunk in insert_chunks([rows[i] for i in first], first):
-                self._insert_chunk(cur, rows, chunk, gens, outcomes)
-            for index, earlier in repeats.items():
-                outcomes[index] = repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
-            if atomic:
-                for index, outcome in enumerate(outcomes):
-                    if outcome is InsertOutcome.CONFLICT:
-                        raise ConflictError(rows[index].task.id)
-        return [o or InsertOutcome.CONFLICT for o in outcomes]
-
-    def _insert_one_statement(self, rows: Sequence[NewRow]) -> bool:
-        """Group commit's usual case: rows that fit one statement, none existing,
-        committed by that statement alone (see sql.INSERT_TASKS_LOCKING). False:
-        take the general path."""
-        if (
-            len(rows) > INSERT_CHUNK_ROWS
-            or sum(len(r.task.payload) for r in rows) > INSERT_CHUNK_BYTES
-            or any(r.task.meta.tags for r in rows)  # tag rows: the general path
-        ):
-            return False
-        count = self.shard_count()
-        params: list[Any] = []
-        shards: set[int] = set()
-        for row in rows:
-            task, shard = row.task, shard_of(row.task.id, count)
-            shards.add(shard)
-            params += (task.id, shard, row.rev, task.due_ms, task.due_ms)
-            params += (task.routing_key or self._default_routing_key, task.payload or None)
-            params.append(meta_blob(task.meta))
-        params += sorted(shards)
-        statement = sql.INSERT_TASKS_LOCKING.format(
-            rows=sql.new_rows(len(rows)), shards=sql.placeholders(len(shards))
-        )
-        try:
-            with self._autocommit_pool.transaction() as cur:
-                cur.execute(statement, params)
-        except StoreError as exc:
-            if is_duplicate_key(exc.__cause__ or exc):
-                return False
-            raise
-        return True
-
-    def _insert_chunk(
-        self,
-        cur: Cursor,
-        rows: Sequence[NewRow],
-        chunk: list[int],
-        gens: dict[int, int],
-        outcomes: list[InsertOutcome | None],
-    ) -> None:
-        count = self.shard_count()
-        pending = chunk
-        for _ in range(_DUPLICATE_RETRIES):
-            params = [
-                insert_params(rows[i], count, gens, self._default_routing_key) for i in pending
-            ]
-            try:
-                cur.executemany(sql.INSERT_TASKS, params)
-            except self._integrity_error as exc:
-                if not is_duplicate_key(exc):
-                    raise
-            else:
-                for i in pending:
-                    outcomes[i] = InsertOutcome.CREATED
-                insert_tags(cur, [rows[i].task for i in pending])
-                return
-            # Slow path: some ids exist. Compare their contents, insert the rest.
-            existing = self._fetch(cur, [rows[i].task.id for i in pending])
-            remaining = []
-            for i in pending:
-                stored = existing.get(rows[i].task.id)
-                if stored is None:
-                    remaining.append(i)
-                else:
-                    same = stored == rows[i].task
-                    outcomes[i] = InsertOutcome.EXISTS if same else InsertOutcome.CONFLICT
-            if not remaining:
-                return
-            pending = remaining
-        raise StoreError("concurrent inserts of the same ids kept colliding; retry")
-
-    def _fetch(self, cur: Cursor, ids: Sequence[str]) -> dict[str, Task]:
-        found: dict[str, Task] = {}
-        for part in chunks(ids, _IN_LIST_CHUNK):
-            cur.execute(sql.SELECT_CONTENT_BY_IDS.format(ids=sql.placeholders(len(part))), part)
-            for row in cur.fetchall():
-                found[row[0]] = self._content(row)
-        return found
-
-    # -- R3: arming -----------------------------------------------------------------
-
-    def arm(
-        self,
-        instance: str,
-        leases: Sequence[Lease],
-        horizon_ms: int,
-        limit: int,
-        urgent_ms: int | None = None,
-        unanswered: Mapping[Lease, frozenset[str]] | None = None,
-    ) -> Armed:
-        epochs = {lease.shard: lease.epoch for lease in leases}
-        if not epochs or limit <= 0:
-            return Armed([], [])
-        # After a pass that armed nothing, probe the whole horizon: an idle
-        # pass costs one statement.
-        probe_ms = horizon_ms if self._probe_next else urgent_ms
-        if (
-            not unanswered
-            and probe_ms is not None
-            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit)
-        ):
-            return Armed([], [], skipped=True)
-        taken: dict[int, list[TaskRow]] = {}
-        try:
-            with self._pool.transaction() as cur:
-                locked = self._lock_shards(cur, epochs, sql.LOCK_SHARDS_FOR_ARMING)
-                held = {
-                    r.shard: r.marks
-                    for r in locked.values()
-                    if r.held_by(instance, epochs[r.shard])
-                }
-                lost = sorted(set(epochs) - set(held))
-                if not held:
-                    return Armed([], lost)
-                taken = self._armed_unanswered(cur, held_only(unanswered, held, epochs))
-                room = limit - sum(map(len, taken.values()))
-                result = PassResult[TaskRow]()
-                if room > 0:
-                    reads = self._read_for_arming(cur, held, horizon_ms, room)
-                    result = plan_pass(held, reads, horizon_ms, room, row_mark)
-                taken = merge_taken(taken, result.taken, row_mark)
-                self._write_marks(cur, result.marks)
-                for part in chunks([row.id for row in result.settle], _IN_LIST_CHUNK):
-                    cur.execute(sql.ARM_SETTLE.format(ids=sql.placeholders(len(part))), part)
-        except TransientError as exc:
-            if not taken:
-                raise
-            # Its COMMIT may have gone through, the answer lost: R3a.
-            ids = {Lease(s, epochs[s]): frozenset(r.id for r in rows) for s, rows in taken.items()}
-            raise ArmUnanswered(str(exc), ids) from exc
-        held.update(result.marks)
-        self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
-        self._probe_next = not taken
-        tasks = [self._task(row, epochs[s]) for s, rows in sorted(taken.items()) for row in rows]
-        return Armed(tasks, lost, len(result.settle))
-
-    def _armed_unanswered(
-        self, cur: Cursor, unanswered: Mapping[Lease, frozenset[str]]
-    ) -> dict[int, list[TaskRow]]:
-        """R3a: of the ids passes whose answer was lost took (in shards still
-        held at that epoch), those armed now (the pass committed), by shard in
-        mark order; the others are unarmed, and this pass's reads find them."""
-        shard_of_id = {tid: lease.shard for lease, ids in unanswered.items() for tid in ids}
-        found: dict[int, list[TaskRow]] = {}
-        for part in chunks(sorted(shard_of_id), _IN_LIST_CHUNK):
-            cur.execute(sql.ARMED_OF_IDS.format(ids=sql.placeholders(len(part))), part)
-            for r in cur.fetchall():
-                row = TaskRow(*r)
-                if shard_of_id[row.id] == row.shard:  # an id only ever lives in its own shard
-                    found.setdefault(row.shard, []).append(row)
-        if found:
-            log.warning(
-                "an arming pass committed though its answer was lost: taking its %d tasks",
-                sum(map(len, found.values())),
-            )
-        return {shard: sorted(rows, key=row_mark) for shard, rows in found.items()}
-
-    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, limit: int) -> bool:
-        """The pass's reads up to ``horizon_ms``, without a lock or a
-        transaction, from the marks the last pass left (only the owner moves
-        them, and only up: the reads are a superset). Finding nothing, the
-        pass is skipped. Any doubt (a lease the last pass did not see): False."""
-        cache = self._arm_cache
-        if any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
-            return False
-        held = {s: cache[s][1] for s in epochs}
-        with self._autocommit_pool.transaction() as cur:
-            if self._probe_next and not self._any_due(cur, held, horizon_ms):
-                return True  # idle: nothing at all is due
-            reads = self._read_for_arming(cur, held, horizon_ms, limit)
-        return not reads.ranged and not reads.fresh
-
-    @staticmethod
-    def _any_due(cur: Cursor, held: dict[int, ShardMarks], horizon_ms: int) -> bool:
-        """Whether any row of the shards, armed or not, is due by what a
-        pass could arm (sql.ANY_DUE)."""
-        bound_ms = max(horizon_ms, *(marks.armed[0] for marks in held.values()))
-        shards = sorted(held)
-        cur.execute(sql.ANY_DUE.format(shards=sql.placeholders(len(shards))), [*shards, bound_ms])
-        return cur.fetchone() is not None
-
-    @staticmethod
-    def _read_for_arming(
-        cur: Cursor, held: dict[int, ShardMarks], horizon_ms: int, limit: int
-    ) -> PassReads[TaskRow]:
-        """Both reads of every shard (store/arm_pass.py), in one statement."""
-        cur.execute(*arm_reads(held, horizon_ms, limit))
-        parts: tuple[list[TaskRow], list[TaskRow]] = ([], [])
-        for r in cur.fetchall():
-            parts[int(r[0])].append(TaskRow(*r[1:]))
-        ranged_by, ranged_frontier = split_read(parts[0], limit, row_shard, row_mark)
-        fresh_by, fresh_frontier = split_read(parts[1], limit, row_shard, row_mark)
-        return PassReads(ranged_by, fresh_by, ranged_frontier, fresh_frontier)
-
-    @staticmethod
-    def _write_marks(cur: Cursor, marks: dict[int, ShardMarks]) -> None:
-        """Every changed shard's new marks, in one statement."""
-        if not marks:
-            return
-        shards = sorted(marks)
-        armed_ms = [v for shard in shards for v in (shard, marks[shard].armed[0])]
-        armed_id = [v for shard in shards for v in (shard, marks[shard].armed[1])]
-        arm_gen = [v for shard in shards for v in (shard, marks[shard].gen)]
-        when = sql.cases(len(shards))
-        statement = sql.SET_MARKS.format(
-            armed_ms=when, armed_id=when, arm_gen=when, shards=sql.placeholders(len(shards))
-        )
-        cur.execute(statement, [*armed_ms, *armed_id, *arm_gen, *shards])
-
-    def inherited(
-        self, acquired: Acquired, after: Mark | None, limit: int
-    ) -> tuple[list[Task], Mark | None]:
-        took, start = acquired.took, BOTTOM if after is None else after
-        if limit <= 0 or took.armed <= start:
-            return [], None
-        params = (acquired.lease.shard, start[0], start[0], start[1])
-        params_took = (took.armed[0], took.armed[0], took.armed[1], took.gen, limit)
-        with self._autocommit_pool.transaction() as cur:
-            cur.execute(sql.INHERITED, (*params, *params_took))
-            rows = [TaskRow(*r) for r in cur.fetchall()]
-        tasks = [self._task(row, acquired.lease.epoch) for row in rows]
-        return tasks, (rows[-1].mark if rows else None)
-
-    # -- R5: the delete after the broker's confirm ------------------------------------------
-
-    def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
-        deleted = 0
-        # Each chunk commits by itself: every delete stands alone (R5).
-        for part in chunks(list(dict.fromkeys(fired)), _IN_LIST_CHUNK):
-            params = [value for pair in part for value in pair]
-            statement = sql.DELETE_FIRED.format(pairs=sql.placeholders(len(part), width=2))
-            with self._autocommit_pool.transaction() as cur:
-                deleted += cur.execute(statement, params)
-        return int(deleted)
-
-    # -- R8: an event the broker did not take -------------------------------------------
-
-    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
-        if not deferrals:
-            return []
-        with self._pool.transaction() as cur:
-            locked = self._lock_shared(cur, (d.task.shard for d in deferrals))
-            found = self._lock_tasks(cur, list(dict.fromkeys(d.task.id for d in deferrals)))
-            outcomes: list[DeferOutcome] = []
-            writes: list[Any] = []
-            for d in deferrals:
-                row = found.get(d.task.id)
-                outcome = defer_outcome(instance, d, locked.get(d.task.shard), row)
-                outcomes.append(outcome)
-                if outcome is DeferOutcome.DEFERRED:
-                    gen = locked[d.task.shard].arm_gen
-                    writes += (d.task.id, d.not_before_ms, d.new_rev, gen)
-                    # A second deferral of the row in this call finds the new revision.
-                    found[d.task.id] = found[d.task.id]._replace(rev=d.new_rev, gen=gen)
-            if writes:
-                cur.execute(sql.DEFER.format(moves=sql.moves(len(writes) // 4)), writes)
-        return outcomes
-
-    # -- R5s: a series' next occurrence ---------------------------------------------------
-
-    def advance(self, fired: Sequence[Task], now_ms: float) -> int:
-        if not fired:
-            return 0
-        last = {task.id: task for task in fired}
-        shards = self._shards_of(list(last))
-        changed = 0
-        with self._pool.transaction() as cur:
-            locked = self._lock_shared(cur, shards.values())
-            for part in chunks(list(shards), _IN_LIST_CHUNK):
-                rows = self._lock_tasks(cur, part)
-                steps = [next_step(rows.get(tid), last[tid], now_ms) for tid in part]
-                changed += self._write_steps(cur, [s for s in steps if s is not None], locked)
-        return changed
-
-    @staticmethod
-    def _write_steps(cur: Cursor, steps: list[Step], locked: dict[int, ShardRow]) -> int:
-        """The next occurrences (ADVANCE) and the ends of series (DELETE_TASKS)."""
-        ended = [step.row.id for step in steps if step.due_ms is None]
-        if ended:
-            cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(ended))), ended)
-        moved: list[Any] = []
-        tagged = False
-        for step in steps:
-            if step.due_ms is not None:
-                gen = locked[step.row.shard].arm_gen
-                moved += (step.row.id, step.due_ms, new_rev(), gen, meta_blob(step.meta))
-                tagged = tagged or bool(step.meta.tags)
-        if moved:
-            derived = sql.advances(len(moved) // 5)
-            cur.execute(sql.ADVANCE.format(moves=derived), moved)
-            if tagged:
-                cur.execute(sql.RESCHEDULE_TAGS.format(moves=derived), moved)
-        return len(steps)
-
-    # -- R7: cancel, R6: reschedule -----------------------------------------------------
-
-    def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
-        if not task_ids:
-            return []
-        shards = self._shards_of(task_ids)
-        unique = list(shards)
-        if len(unique) <= _IN_LIST_CHUNK and self._cancel_all_unarmed(shards):
-            return first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))
-        results = dict.fromkeys(task_ids, CancelResult.NOT_FOUND)
-        if unique:
-            with self._pool.transaction() as cur:
-                locked = self._lock_shared(cur, shards.values())
-                for part in chunks(unique, _IN_LIST_CHUNK):
-                    found = self._lock_tasks(cur, part)
-                    for tid, row in found.items():
-                        results[tid] = cancel_result(is_armed_row(row, locked))
-                    gone = [tid for tid in part if results[tid] is CancelResult.CANCELLED]
-                    if gone:
-                        cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(gone))), gone)
-                    late = [found[t] for t in part if results[t] is CancelResult.TOO_LATE]
-                    for tid, meta in stopped_series(late):  # rare: one statement each
-                        cur.execute(sql.SET_META, (meta_blob(meta), tid))
-        return first_wins(task_ids, results)
-
-    def _cancel_all_unarmed(self, shards: dict[str, int]) -> bool:
-        """The usual case in one statement (sql.CANCEL_UNARMED): every id
-        exists and is not armed. Commits only when it deleted every id;
-        otherwise rolls back, and the caller locks and classifies each."""
-        if not shards:
-            return False
-        ids, shard_set = list(shards), sorted(set(shards.values()))
-        statement = sql.CANCEL_UNARMED.format(
-            shards=sql.placeholders(len(shard_set)), ids=sql.placeholders(len(ids)), armed=sql.ARMED
-        )
-        try:
-            with self._pool.transaction() as cur:
-                if cur.execute(statement, [*shard_set, *ids]) != len(ids):
-                    raise _NotEvery
-        except _NotEvery:
-            return False
-        return True
-
-    def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
-        last = {move.task_id: move for move in moves}  # an id moved twice: the last move
-        shards = self._shards_of(list(last))
-        moved = {tid: Moved(RescheduleResult.NOT_FOUND) for tid in last}
-        unique = list(shards)
-        if unique:
-            with self._pool.transaction() as cur:
-                locked = self._lock_shared(cur, shards.values())
-                for part in chunks(unique, _IN_LIST_CHUNK):
-                    self._reschedule_part(cur, part, last, locked, moved)
-        return [moved[move.task_id] for move in moves]
-
-    def _reschedule_part(
-        self,
-        cur: Cursor,
-        part: Sequence[str],
-        last: dict[str, Move],
-        locked: dict[int, ShardRow],
-        moved: dict[str, Moved],
-    ) -> None:
-        writes: list[Any] = []
-        tagged = False
-        for tid, row in self._lock_tasks(cur, part).items():
-            if is_armed_row(row, locked):
-                moved[tid] = Moved(RescheduleResult.TOO_LATE)
-                continue
-            move = last[tid]
-            writes += (tid, move.due_ms, move.rev, locked[row.shard].arm_gen)
-            task = self._content((tid, move.due_ms, row.routing_key, row.payload, row.meta))
-            tagged = tagged or bool(task.meta.tags)
-            moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
-        if writes:
-            derived = sql.moves(len(writes) // 4)
-            cur.execute(sql.RESCHEDULE.format(moves=derived), writes)
-            if tagged:
-                cur.execute(sql.RESCHEDULE_TAGS.format(moves=derived), writes)
 
     # -- R2: shard leases -----------------------------------------------------------
 
@@ -811,8 +258,8 @@ class MySQLStore:
     # -- lookups --------------------------------------------------------------------------
 
     def get(self, task_id: str) -> TaskInfo | None:
-        if self._shard(task_id) is None:
-            return None
+        if not self._shards_of([task_id]):
+            return None  # no row can have it (not ASCII)
         with self._autocommit_pool.transaction() as cur:
             cur.execute(sql.SELECT_TASK_STATE, (task_id,))
             row = cur.fetchone()
@@ -822,7 +269,8 @@ class MySQLStore:
         """A task and its state from sql.TASK_STATE_COLUMNS."""
         fire_ms, gen, marks = row[5], row[6], ShardMarks((row[7], row[8]), row[9])
         armed = is_armed((fire_ms, row[0]), gen, marks)
-        return TaskInfo(self._content(row), TaskState.FIRING if armed else TaskState.SCHEDULED)
+        content = content_of(row, self._default_routing_key)
+        return TaskInfo(content, TaskState.FIRING if armed else TaskState.SCHEDULED)
 
     def list_tasks(
         self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None

@@ -1,10 +1,11 @@
-"""The MySQL store's rows and the pure functions over them (store/mysql.py
-runs the statements; these decide, per row, what they mean)."""
+"""The tables' rows and the pure functions over them: what each row means,
+per row (store/kernel.py orders these decisions into transactions; the
+backends in store/mysql and store/sqlite read and write the rows)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -15,8 +16,6 @@ from triggerhook.domain.meta import NO_META, Meta, from_record, next_occurrence,
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.errors import StoreError, ValidationError
 from triggerhook.interfaces import DeferOutcome, Deferral, InsertOutcome, NewRow
-from triggerhook.store import sql
-from triggerhook.store.connection import Cursor
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ Row = tuple[Any, ...]
 
 
 class TaskRow(NamedTuple):
-    """A th_tasks row as sql.TASK_COLUMNS reads it."""
+    """A th_tasks row as each backend's TASK_COLUMNS reads it."""
 
     id: str
     due_ms: int
@@ -48,7 +47,7 @@ class TaskRow(NamedTuple):
 
 
 class ShardRow(NamedTuple):
-    """A th_shards row as sql.SHARD_COLUMNS reads it."""
+    """A th_shards row as each backend's SHARD_COLUMNS reads it."""
 
     shard: int
     owner: str | None
@@ -107,7 +106,7 @@ def meta_of(blob: bytes | None, task_id: str) -> Meta:
         return NO_META
 
 
-def insert_params(row: NewRow, shard_count: int, gens: dict[int, int], default_key: str) -> Row:
+def insert_params(row: NewRow, shard_count: int, gens: Mapping[int, int], default_key: str) -> Row:
     task = row.task
     shard = shard_of(task.id, shard_count)
     if shard not in gens:
@@ -125,11 +124,35 @@ def insert_params(row: NewRow, shard_count: int, gens: dict[int, int], default_k
     )
 
 
-def insert_tags(cur: Cursor, tasks: Sequence[Task]) -> None:
-    """The tag rows of tasks just inserted (sql.INSERT_TAGS)."""
-    rows = [(tag, task.due_ms, task.id) for task in tasks for tag in task.meta.tags]
-    for part in chunks(rows, INSERT_CHUNK_ROWS):
-        cur.executemany(sql.INSERT_TAGS, part)
+def tag_rows(tasks: Sequence[Task]) -> list[tuple[str, int, str]]:
+    """The th_task_tags rows (tag, due_ms, id) of these tasks."""
+    return [(tag, task.due_ms, task.id) for task in tasks for tag in task.meta.tags]
+
+
+def content_of(row: Row, default_key: str) -> Task:
+    """A task as ``get`` and the duplicate check compare it (no attempts,
+    revision), from the columns (id, due_ms, routing_key, payload, meta)
+    (CONTENT_COLUMNS): a NULL routing key read back as ``default_key``."""
+    task_id, due_ms, routing_key, payload, meta = row[:5]
+    key = routing_key or default_key
+    return Task(task_id, due_ms, key, bytes(payload or b""), meta=meta_of(meta, task_id))
+
+
+def task_of(row: TaskRow, epoch: int, default_key: str) -> Task:
+    """A row as armed: its content, attempts, revision, shard, fire time and
+    the epoch of the lease it was armed under."""
+    return Task(
+        row.id,
+        row.due_ms,
+        row.routing_key or default_key,
+        bytes(row.payload or b""),
+        row.attempts,
+        row.rev,
+        row.shard,
+        epoch,
+        row.fire_ms,
+        meta_of(row.meta, row.id),
+    )
 
 
 def is_armed_row(row: TaskRow, locked: dict[int, ShardRow]) -> bool:

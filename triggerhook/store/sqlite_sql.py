@@ -120,6 +120,7 @@ SELECT_TASK_STATE = (
 )
 SELECT_CONTENT_BY_IDS = f"SELECT {CONTENT_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
 SELECT_TASKS_BY_IDS = f"SELECT {TASK_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
+SELECT_IDS = "SELECT id FROM th_tasks WHERE id IN ({ids})"
 # Every shard row (a few dozen): what a write transaction decides by.
 SELECT_SHARDS = f"SELECT {SHARD_COLUMNS} FROM th_shards ORDER BY shard"
 

@@ -1,0 +1,406 @@
+"""The store kernel: every rule that decides what a transaction of the task
+store writes, once, over a backend's steps (:mod:`triggerhook.store.tables`).
+
+It reads line by line against ``docs/design/ownership.md`` and its model
+``models/ownership.pml``:
+
+* **R6** insert (:meth:`StoreKernel.insert`) and reschedule: shard rows
+  locked shared, rows written unarmed in their shard's current generation at
+  the caller's revision; a reschedule moves only an unarmed row (else
+  TOO_LATE), the last move of an id wins, failed attempts start over;
+* **R3** arming (:meth:`StoreKernel.arm`): the pass's shard rows locked
+  exclusively and fenced by (owner, epoch); first **R3a**'s ids (a pass whose
+  answer was lost) that are armed now, then both reads and
+  ``arm_pass.plan_pass``, the new marks, the settled rows; a lost answer of a
+  pass that took rows raises ``ArmUnanswered``;
+* inherited rows: ``is_inherited(mark, gen, took)`` in mark order;
+* **R5** the delete after confirm, by (id, revision) only;
+* **R5s** a series' confirmed occurrence becomes its next (``rows.next_step``);
+* **R7** cancel: armed → TOO_LATE (a series stops after it), else deleted,
+  whoever owns the shard;
+* **R8** a returned event (``rows.defer_outcome``): GONE, INHERITED (nothing
+  written) or DEFERRED (unarmed again at the retry time, new revision, one
+  more failed attempt).
+
+R1 (members) and R2 (leases) are one compare-and-set statement each; they
+live with each backend's SQL (``store/mysql``, ``store/sqlite``), as do the
+reads of ``get`` and the listing.
+
+The per-row decisions are :mod:`triggerhook.store.rows`' functions and
+:mod:`triggerhook.domain.arming`'s; this module orders them into transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, shard_of
+from triggerhook.domain.task import CancelResult, RescheduleResult, Task
+from triggerhook.errors import ConflictError, StoreError, TransientError
+from triggerhook.interfaces import (
+    Acquired,
+    Armed,
+    ArmUnanswered,
+    DeferOutcome,
+    Deferral,
+    InsertOutcome,
+    Lease,
+    Move,
+    Moved,
+    NewRow,
+    new_rev,
+)
+from triggerhook.store.arm_pass import PassResult, held_only, merge_taken, plan_pass
+from triggerhook.store.rows import (
+    ShardRow,
+    TaskRow,
+    cancel_result,
+    chunks,
+    content_of,
+    defer_outcome,
+    first_wins,
+    insert_chunks,
+    is_armed_row,
+    next_step,
+    repeat_outcome,
+    row_mark,
+    split_repeats,
+    stopped_series,
+    task_of,
+)
+from triggerhook.store.tables import DuplicateRow, RowMove, Tables, Tx
+
+log = logging.getLogger(__name__)
+
+# Ids per locking read or write of rows by id (a bound on statement size).
+ID_CHUNK = 2000
+_DUPLICATE_RETRIES = 3
+
+
+class StoreKernel:
+    """The write operations of :class:`~triggerhook.interfaces.TaskStore`
+    over ``tables``; a backend's store class subclasses it and adds R1, R2
+    and the reads. Thread-safe as its tables are; the idle-pass hints below
+    belong to the one armer thread that calls :meth:`arm`."""
+
+    def __init__(self, tables: Tables, default_routing_key: str) -> None:
+        self._tables = tables
+        self._default_routing_key = default_routing_key
+        # The armer's hints (see _nothing_to_arm): the marks each lease's
+        # shard had after the last locked pass, and whether it armed nothing.
+        self._arm_cache: dict[int, tuple[int, ShardMarks]] = {}
+        self._probe_next = False
+
+    def shard_count(self) -> int:
+        raise NotImplementedError
+
+    def _task(self, row: TaskRow, epoch: int = 0) -> Task:
+        return task_of(row, epoch, self._default_routing_key)
+
+    def _shards_of(self, task_ids: Sequence[str]) -> dict[str, int]:
+        """Each distinct id that a row can have (ASCII), with its shard, in order."""
+        count = self.shard_count()
+        found: dict[str, int] = {}
+        for tid in task_ids:
+            try:
+                found.setdefault(tid, shard_of(tid, count))
+            except UnicodeEncodeError:
+                continue
+        return found
+
+    # -- R6: insert -----------------------------------------------------------------
+
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+        if not rows:
+            return []
+        first, repeats = split_repeats(rows)
+        count = self.shard_count()
+        if not repeats and self._tables.insert_fast(rows, count):
+            return [InsertOutcome.CREATED] * len(rows)
+        outcomes: list[InsertOutcome | None] = [None] * len(rows)
+        with self._tables.write() as tx:
+            shards = {shard_of(rows[i].task.id, count) for i in first}
+            locked = tx.lock_shards(shards, exclusive=False)
+            missing = shards - set(locked)
+            if missing:
+                raise StoreError(
+                    f"the database has no row for shard {min(missing)}: run `triggerhook db init`"
+                )
+            gens = {shard: row.arm_gen for shard, row in locked.items()}
+            for chunk in insert_chunks([rows[i] for i in first], first):
+                self._insert_chunk(tx, rows, chunk, gens, outcomes)
+            for index, earlier in repeats.items():
+                outcomes[index] = repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
+            if atomic:
+                for index, outcome in enumerate(outcomes):
+                    if outcome is InsertOutcome.CONFLICT:
+                        raise ConflictError(rows[index].task.id)
+        return [o or InsertOutcome.CONFLICT for o in outcomes]
+
+    @staticmethod
+    def _insert_chunk(
+        tx: Tx,
+        rows: Sequence[NewRow],
+        chunk: list[int],
+        gens: Mapping[int, int],
+        outcomes: list[InsertOutcome | None],
+    ) -> None:
+        """Insert first; when an id exists, compare its content as read back
+        (the same: EXISTS, else CONFLICT) and insert the rest. A concurrent
+        insert of the same ids may collide again: retried a few times."""
+        pending = chunk
+        for _ in range(_DUPLICATE_RETRIES):
+            try:
+                tx.insert_rows([rows[i] for i in pending], gens)
+            except DuplicateRow:
+                pass
+            else:
+                for i in pending:
+                    outcomes[i] = InsertOutcome.CREATED
+                return
+            existing = tx.contents([rows[i].task.id for i in pending])
+            remaining = []
+            for i in pending:
+                stored = existing.get(rows[i].task.id)
+                if stored is None:
+                    remaining.append(i)
+                else:
+                    same = stored == rows[i].task
+                    outcomes[i] = InsertOutcome.EXISTS if same else InsertOutcome.CONFLICT
+            if not remaining:
+                return
+            pending = remaining
+        raise StoreError("concurrent inserts of the same ids kept colliding; retry")
+
+    # -- R3: arming -----------------------------------------------------------------
+
+    def arm(
+        self,
+        instance: str,
+        leases: Sequence[Lease],
+        horizon_ms: int,
+        limit: int,
+        urgent_ms: int | None = None,
+        unanswered: Mapping[Lease, frozenset[str]] | None = None,
+    ) -> Armed:
+        epochs = {lease.shard: lease.epoch for lease in leases}
+        if not epochs or limit <= 0:
+            return Armed([], [])
+        # After a pass that armed nothing, probe the whole horizon: an idle
+        # pass costs one statement.
+        probe_ms = horizon_ms if self._probe_next else urgent_ms
+        if (
+            not unanswered
+            and probe_ms is not None
+            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit)
+        ):
+            return Armed([], [], skipped=True)
+        taken: dict[int, list[TaskRow]] = {}
+        try:
+            with self._tables.write() as tx:
+                locked = tx.lock_shards(set(epochs), exclusive=True)
+                held = {
+                    r.shard: r.marks
+                    for r in locked.values()
+                    if r.held_by(instance, epochs[r.shard])
+                }
+                lost = sorted(set(epochs) - set(held))
+                if not held:
+                    return Armed([], lost)
+                taken = self._armed_unanswered(tx, held_only(unanswered, held, epochs), locked)
+                room = limit - sum(map(len, taken.values()))
+                result = PassResult[TaskRow]()
+                if room > 0:
+                    reads = tx.read_for_arming(held, horizon_ms, room)
+                    result = plan_pass(held, reads, horizon_ms, room, row_mark)
+                taken = merge_taken(taken, result.taken, row_mark)
+                if result.marks:
+                    tx.set_marks(result.marks)
+                for part in chunks([row.id for row in result.settle], ID_CHUNK):
+                    tx.settle(part)
+        except TransientError as exc:
+            if not taken:
+                raise
+            # Its COMMIT may have gone through, the answer lost: R3a.
+            ids = {Lease(s, epochs[s]): frozenset(r.id for r in rows) for s, rows in taken.items()}
+            raise ArmUnanswered(str(exc), ids) from exc
+        held.update(result.marks)
+        self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
+        self._probe_next = not taken
+        tasks = [self._task(row, epochs[s]) for s, rows in sorted(taken.items()) for row in rows]
+        return Armed(tasks, lost, len(result.settle))
+
+    @staticmethod
+    def _armed_unanswered(
+        tx: Tx, unanswered: Mapping[Lease, frozenset[str]], locked: dict[int, ShardRow]
+    ) -> dict[int, list[TaskRow]]:
+        """R3a: of the ids passes whose answer was lost took (in shards still
+        held at that epoch), those armed now (the pass committed), by shard in
+        mark order; the others are unarmed, and this pass's reads find them."""
+        shard_of_id = {tid: lease.shard for lease, ids in unanswered.items() for tid in ids}
+        found: dict[int, list[TaskRow]] = {}
+        for part in chunks(sorted(shard_of_id), ID_CHUNK):
+            for row in tx.lock_rows(part).values():
+                # An id only ever lives in its own shard.
+                if shard_of_id[row.id] == row.shard and is_armed_row(row, locked):
+                    found.setdefault(row.shard, []).append(row)
+        if found:
+            log.warning(
+                "an arming pass committed though its answer was lost: taking its %d tasks",
+                sum(map(len, found.values())),
+            )
+        return {shard: sorted(rows, key=row_mark) for shard, rows in found.items()}
+
+    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, limit: int) -> bool:
+        """The pass's reads up to ``horizon_ms``, without a lock, from the
+        marks the last pass left (only the owner moves them, and only up: the
+        reads are a superset). Finding nothing, the pass is skipped. Any
+        doubt (a lease the last pass did not see): False."""
+        cache = self._arm_cache
+        if any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
+            return False
+        held = {s: cache[s][1] for s in epochs}
+        with self._tables.read() as tx:
+            if self._probe_next:
+                # Every row a pass could arm has fire_ms <= max(horizon, its watermark).
+                bound_ms = max(horizon_ms, *(marks.armed[0] for marks in held.values()))
+                if not tx.any_due(held, bound_ms):
+                    return True  # idle: nothing at all is due
+            reads = tx.read_for_arming(held, horizon_ms, limit)
+        return not reads.ranged and not reads.fresh
+
+    def inherited(
+        self, acquired: Acquired, after: Mark | None, limit: int
+    ) -> tuple[list[Task], Mark | None]:
+        took, start = acquired.took, BOTTOM if after is None else after
+        if limit <= 0 or took.armed <= start:
+            return [], None
+        rows = self._tables.inherited(acquired.lease.shard, start, took, limit)
+        tasks = [self._task(row, acquired.lease.epoch) for row in rows]
+        return tasks, (rows[-1].mark if rows else None)
+
+    # -- R5: the delete after the broker's confirm ------------------------------------------
+
+    def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
+        if not fired:
+            return 0
+        return self._tables.delete_fired(list(dict.fromkeys(fired)))
+
+    # -- R8: an event the broker did not take -------------------------------------------
+
+    def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
+        if not deferrals:
+            return []
+        with self._tables.write() as tx:
+            locked = tx.lock_shards({d.task.shard for d in deferrals}, exclusive=False)
+            found = tx.lock_rows(list(dict.fromkeys(d.task.id for d in deferrals)))
+            outcomes: list[DeferOutcome] = []
+            writes: list[RowMove] = []
+            for d in deferrals:
+                outcome = defer_outcome(instance, d, locked.get(d.task.shard), found.get(d.task.id))
+                outcomes.append(outcome)
+                if outcome is DeferOutcome.DEFERRED:
+                    gen = locked[d.task.shard].arm_gen
+                    writes.append(RowMove(d.task.id, d.not_before_ms, d.new_rev, gen))
+                    # A second deferral of the row in this call finds the new revision.
+                    found[d.task.id] = found[d.task.id]._replace(rev=d.new_rev, gen=gen)
+            if writes:
+                tx.defer_rows(writes)
+        return outcomes
+
+    # -- R5s: a series' next occurrence ---------------------------------------------------
+
+    def advance(self, fired: Sequence[Task], now_ms: float) -> int:
+        if not fired:
+            return 0
+        last = {task.id: task for task in fired}
+        shards = self._shards_of(list(last))
+        changed = 0
+        with self._tables.write() as tx:
+            locked = tx.lock_shards(set(shards.values()), exclusive=False)
+            for part in chunks(list(shards), ID_CHUNK):
+                rows = tx.lock_rows(part)
+                steps = [next_step(rows.get(tid), last[tid], now_ms) for tid in part]
+                taken = [step for step in steps if step is not None]
+                ended = [step.row.id for step in taken if step.due_ms is None]
+                if ended:
+                    tx.delete_rows(ended)
+                moves = [
+                    RowMove(
+                        step.row.id,
+                        step.due_ms,
+                        new_rev(),
+                        locked[step.row.shard].arm_gen,
+                        step.meta,
+                        bool(step.meta.tags),
+                    )
+                    for step in taken
+                    if step.due_ms is not None
+                ]
+                if moves:
+                    tx.move_rows(moves)
+                changed += len(taken)
+        return changed
+
+    # -- R7: cancel -------------------------------------------------------------------------
+
+    def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
+        if not task_ids:
+            return []
+        shards = self._shards_of(task_ids)
+        unique = list(shards)
+        if len(unique) <= ID_CHUNK and unique and self._tables.cancel_unarmed(shards):
+            return first_wins(task_ids, dict.fromkeys(unique, CancelResult.CANCELLED))
+        results = dict.fromkeys(task_ids, CancelResult.NOT_FOUND)
+        if unique:
+            with self._tables.write() as tx:
+                locked = tx.lock_shards(set(shards.values()), exclusive=False)
+                for part in chunks(unique, ID_CHUNK):
+                    found = tx.lock_rows(part)
+                    for tid, row in found.items():
+                        results[tid] = cancel_result(is_armed_row(row, locked))
+                    gone = [tid for tid in part if results[tid] is CancelResult.CANCELLED]
+                    if gone:
+                        tx.delete_rows(gone)
+                    late = [found[t] for t in part if results[t] is CancelResult.TOO_LATE]
+                    stops = stopped_series(late)  # a series: this occurrence is its last
+                    if stops:
+                        tx.set_meta(stops)
+        return first_wins(task_ids, results)
+
+    # -- R6: reschedule ---------------------------------------------------------------------
+
+    def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
+        last = {move.task_id: move for move in moves}  # an id moved twice: the last move
+        shards = self._shards_of(list(last))
+        moved = {tid: Moved(RescheduleResult.NOT_FOUND) for tid in last}
+        unique = list(shards)
+        if unique:
+            with self._tables.write() as tx:
+                locked = tx.lock_shards(set(shards.values()), exclusive=False)
+                for part in chunks(unique, ID_CHUNK):
+                    self._reschedule_part(tx, part, last, locked, moved)
+        return [moved[move.task_id] for move in moves]
+
+    def _reschedule_part(
+        self,
+        tx: Tx,
+        part: Sequence[str],
+        last: dict[str, Move],
+        locked: dict[int, ShardRow],
+        moved: dict[str, Moved],
+    ) -> None:
+        writes: list[RowMove] = []
+        for tid, row in tx.lock_rows(part).items():
+            if is_armed_row(row, locked):
+                moved[tid] = Moved(RescheduleResult.TOO_LATE)
+                continue
+            move = last[tid]
+            columns = (tid, move.due_ms, row.routing_key, row.payload, row.meta)
+            task = content_of(columns, self._default_routing_key)
+            gen = locked[row.shard].arm_gen
+            writes.append(RowMove(tid, move.due_ms, move.rev, gen, tagged=bool(task.meta.tags)))
+            moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
+        if writes:
+            tx.move_rows(writes)
