@@ -38,8 +38,10 @@ is due (epoch seconds), and the results' ``at_ms`` (now ``due_ms``).
 Both keep connections alive between calls (one httpx connection pool per
 client object: ``httpx.Client`` and ``httpx.AsyncClient``; share the object,
 it is safe across threads / tasks). They build every request and read every
-answer with the same code (:mod:`triggerhook_client.calls`, no I/O there):
-they differ only in how they send and wait.
+answer with the same code (:mod:`triggerhook_client.calls`, no I/O there;
+the methods of one call each, with their arguments and docstrings, are
+written once in :mod:`triggerhook_client.methods`): they differ only in how
+they send and wait.
 
 Retries. Every write is made safe to send twice before the first attempt:
 a delay becomes an absolute ``at_ms`` (rounded *up* to the millisecond) and

@@ -6,37 +6,30 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any, Self
+from collections.abc import AsyncIterator, Sequence
+from typing import Self, Unpack
 
 import httpx
 
+from triggerhook_client import methods
+from triggerhook_client.bodies import DUE_RANGE_KEYS, WHERE_KEYS, DueRange, Filter, Where
 from triggerhook_client.calls import (
     DEFAULT_BACKOFF_S,
     DEFAULT_BULK_TIMEOUT_S,
     DEFAULT_PAGE_SIZE,
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
-    At,
     BaseClient,
     BulkCancelled,
     Call,
-    Filter,
-    HeaderValue,
-    Health,
-    Late,
     Retry,
-    Scheduled,
-    Span,
-    State,
     T,
     TaskPage,
     TaskRequest,
-    TaskStatus,
     TaskSummary,
-    Timeline,
 )
 from triggerhook_client.errors import ApiError
+from triggerhook_client.methods import awaited
 
 # Connections per daemon: enough for the concurrency of one service. Every one
 # is kept alive (httpx keeps 20 by default: with more requests in flight it
@@ -94,48 +87,16 @@ class AsyncClient(BaseClient):
                     raise retry.error from None
                 await asyncio.sleep(retry.delay_s)
 
-    async def schedule(
-        self,
-        id: str | None = None,
-        *,
-        at: At | None = None,
-        at_ms: int | None = None,
-        delay_ms: int | None = None,
-        routing_key: str | None = None,
-        payload: str | bytes | None = None,
-        tags: Iterable[str] | None = None,
-        content_type: str | None = None,
-        content_encoding: str | None = None,
-        headers: Mapping[str, HeaderValue] | None = None,
-        late: Late | None = None,
-        every: str | None = None,
-        cron: str | None = None,
-        timezone: str | None = None,
-        until: At | None = None,
-        until_ms: int | None = None,
-        delay_s: float | None = None,
-    ) -> Scheduled:
-        """See :meth:`Client.schedule`."""
-        request = TaskRequest(
-            id,
-            at,
-            delay_s,
-            routing_key,
-            payload,
-            at_ms=at_ms,
-            delay_ms=delay_ms,
-            tags=tags,
-            content_type=content_type,
-            content_encoding=content_encoding,
-            headers=headers,
-            late=late,
-            every=every,
-            cron=cron,
-            timezone=timezone,
-            until=until,
-            until_ms=until_ms,
-        )
-        return await self._run(self._schedule_call(request))
+    # One call each: the arguments, docstring and call are triggerhook_client.methods'.
+    schedule = awaited(methods.schedule)
+    reschedule = awaited(methods.reschedule)
+    cancel = awaited(methods.cancel)
+    get = awaited(methods.get)
+    list_page = awaited(methods.list_page)
+    count = awaited(methods.count)
+    timeline = awaited(methods.timeline)
+    status = awaited(methods.status)
+    health = awaited(methods.health)
 
     async def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]:
         """See :meth:`Client.schedule_many`."""
@@ -143,51 +104,12 @@ class AsyncClient(BaseClient):
             return []
         return await self._run(self._schedule_many_call(tasks))
 
-    async def reschedule(
-        self,
-        id: str,
-        *,
-        at: At | None = None,
-        at_ms: int | None = None,
-        delay_ms: int | None = None,
-        delay_s: float | None = None,
-    ) -> Scheduled:
-        """See :meth:`Client.reschedule`."""
-        return await self._run(self._reschedule_call(id, at, at_ms, delay_ms, delay_s))
-
-    async def cancel(self, id: str) -> None:
-        """See :meth:`Client.cancel`."""
-        await self._run(self._cancel_call(id))
-
-    async def get(self, id: str) -> TaskStatus | None:
-        """See :meth:`Client.get`."""
-        return await self._run(self._get_call(id))
-
     def list(
-        self,
-        *,
-        prefix: str | None = None,
-        routing_key: str | None = None,
-        tag: str | None = None,
-        due_after: At | None = None,
-        due_after_ms: int | None = None,
-        due_before: At | None = None,
-        due_before_ms: int | None = None,
-        state: State | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
+        self, *, page_size: int = DEFAULT_PAGE_SIZE, **filters: Unpack[Where]
     ) -> AsyncIterator[TaskSummary]:
         """See :meth:`Client.list`: ``async for task in client.list(...)``
         (not awaited; the arguments are checked at the call)."""
-        where = Filter(
-            prefix,
-            routing_key,
-            tag,
-            due_after,
-            due_before,
-            state,
-            due_after_ms=due_after_ms,
-            due_before_ms=due_before_ms,
-        )
+        where = Filter.of(filters, WHERE_KEYS, "list")
         first = self._list_call(where, page_size, None, "page_size")
         return self._walk(first, where, page_size)
 
@@ -202,112 +124,16 @@ class AsyncClient(BaseClient):
                 return
             call = self._list_call(where, page_size, page.next_cursor, "page_size")
 
-    async def list_page(
-        self,
-        *,
-        prefix: str | None = None,
-        routing_key: str | None = None,
-        tag: str | None = None,
-        due_after: At | None = None,
-        due_after_ms: int | None = None,
-        due_before: At | None = None,
-        due_before_ms: int | None = None,
-        state: State | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> TaskPage:
-        """See :meth:`Client.list_page`."""
-        where = Filter(
-            prefix,
-            routing_key,
-            tag,
-            due_after,
-            due_before,
-            state,
-            due_after_ms=due_after_ms,
-            due_before_ms=due_before_ms,
-        )
-        return await self._run(self._list_call(where, limit, cursor))
-
-    async def count(
-        self,
-        *,
-        prefix: str | None = None,
-        routing_key: str | None = None,
-        tag: str | None = None,
-        due_after: At | None = None,
-        due_after_ms: int | None = None,
-        due_before: At | None = None,
-        due_before_ms: int | None = None,
-        state: State | None = None,
-        up_to: int | None = None,
-    ) -> int:
-        """See :meth:`Client.count`."""
-        where = Filter(
-            prefix,
-            routing_key,
-            tag,
-            due_after,
-            due_before,
-            state,
-            due_after_ms=due_after_ms,
-            due_before_ms=due_before_ms,
-        )
-        return await self._run(self._count_call(where, up_to))
-
-    async def timeline(
-        self,
-        *,
-        prefix: str | None = None,
-        routing_key: str | None = None,
-        tag: str | None = None,
-        bucket_ms: int | None = None,
-        buckets: int | None = None,
-        start: At | None = None,
-        start_ms: int | None = None,
-        bucket_s: int | None = None,
-    ) -> Timeline:
-        """See :meth:`Client.timeline`."""
-        where = Filter(prefix, routing_key, tag)
-        return await self._run(
-            self._timeline_call(where, Span(bucket_ms, buckets, start, start_ms, bucket_s))
-        )
-
     async def cancel_where(
-        self,
-        *,
-        prefix: str | None = None,
-        tag: str | None = None,
-        routing_key: str | None = None,
-        due_after: At | None = None,
-        due_after_ms: int | None = None,
-        due_before: At | None = None,
-        due_before_ms: int | None = None,
-        timeout_s: float = DEFAULT_BULK_TIMEOUT_S,
+        self, *, timeout_s: float = DEFAULT_BULK_TIMEOUT_S, **filters: Unpack[DueRange]
     ) -> BulkCancelled:
         """See :meth:`Client.cancel_where` (idempotent, so retried safely)."""
-        where = Filter(
-            prefix,
-            routing_key,
-            tag,
-            due_after,
-            due_before,
-            due_after_ms=due_after_ms,
-            due_before_ms=due_before_ms,
-        )
+        where = Filter.of(filters, DUE_RANGE_KEYS, "cancel_where")
         done, cursor = await self._run(self._cancel_where_call(where, timeout_s))
         while cursor is not None:  # the daemon stopped at its time limit: go on
             more, cursor = await self._run(self._cancel_where_call(where, timeout_s, cursor))
             done = BulkCancelled(done.cancelled + more.cancelled, done.too_late + more.too_late)
         return done
-
-    async def status(self) -> dict[str, Any]:
-        """See :meth:`Client.status`."""
-        return await self._run(self._status_call())
-
-    async def health(self) -> Health:
-        """See :meth:`Client.health`."""
-        return await self._run(self._health_call())
 
     async def ready(self) -> bool:
         """See :meth:`Client.ready`."""

@@ -12,13 +12,23 @@ import base64
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 from triggerhook_client import times
 from triggerhook_client.checks import deprecated, invalid, is_int, utf8
-from triggerhook_client.results import At, TaskRequest
-from triggerhook_client.rules import ID_PATTERN, ID_RULE, TaskState
+from triggerhook_client.results import At, State, TaskRequest
+from triggerhook_client.rules import (
+    DUE_RANGE_FIELDS,
+    ID_PATTERN,
+    ID_RULE,
+    RESERVED_IDS,
+    SELECTION_FIELDS,
+    STATE_FIELD,
+    TaskState,
+    in_ms,
+)
 from triggerhook_client.times import (
     delay_at_ms,
     delay_s_at_ms,
@@ -29,9 +39,6 @@ from triggerhook_client.times import (
     instant_field,
 )
 
-# Not task ids in a path: /v1/tasks/<these> are other endpoints (the daemon
-# refuses to create tasks with these ids).
-RESERVED_IDS = frozenset({"batch", "count", "timeline", "cancel"})
 _ONE_WHEN = "give exactly one of at, at_ms and delay_ms"
 
 Body = dict[str, object]
@@ -213,26 +220,69 @@ def positive(value: object, name: str) -> str:
     return str(value)
 
 
+class Selection(TypedDict, total=False):
+    """Which tasks a timeline is about: the keyword arguments of the filters
+    (:data:`~triggerhook_client.rules.SELECTION_FIELDS`) that name tasks."""
+
+    prefix: str | None  # of the id
+    routing_key: str | None
+    tag: str | None
+
+
+class DueRange(Selection, total=False):
+    """Which tasks a bulk cancel is about: a :class:`Selection` and a due
+    range, each bound given as a datetime or RFC 3339 text (epoch seconds,
+    deprecated), or in epoch ms (``due_after_ms``), at most one of the two."""
+
+    due_after: At | None  # inclusive
+    due_after_ms: int | None
+    due_before: At | None  # exclusive
+    due_before_ms: int | None
+
+
+class Where(DueRange, total=False):
+    """Which tasks a listing or count is about: a :class:`DueRange` and the state."""
+
+    state: State | None
+
+
+SELECTION_KEYS = frozenset(SELECTION_FIELDS)
+DUE_RANGE_KEYS = SELECTION_KEYS | {n for name in DUE_RANGE_FIELDS for n in (name, in_ms(name))}
+WHERE_KEYS = DUE_RANGE_KEYS | {STATE_FIELD}
+
+
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Which tasks a listing, count, timeline or bulk cancel is about (every
-    field given must match): the keyword arguments of those calls. A bound of
-    the due range is given as a datetime or RFC 3339 text, or in epoch ms
-    (``due_after_ms``), at most one of the two."""
+    field given must match): the keyword arguments of those calls
+    (:class:`Where`), as one value."""
 
-    prefix: str | None = None  # of the id
+    prefix: str | None = None
     routing_key: str | None = None
     tag: str | None = None
-    due_after: At | None = None  # inclusive
-    due_before: At | None = None  # exclusive
+    due_after: At | None = None
+    due_before: At | None = None
     state: TaskState | str | None = None
     due_after_ms: int | None = None
     due_before_ms: int | None = None
 
+    @staticmethod
+    def of(where: Mapping[str, object], allowed: Collection[str], call: str) -> Filter:
+        """The filter of ``call``'s keyword arguments ``where`` (``allowed``:
+        the ones it takes; any other is a :class:`TypeError`, as Python's)."""
+        for name in where:
+            if name not in allowed:
+                raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
+        return Filter(**cast(Where, where))
+
     @property
     def narrowed(self) -> bool:
         """It names tasks by id prefix, tag or routing key, as a bulk cancel must."""
-        return any(v is not None for v in (self.prefix, self.tag, self.routing_key))
+        return any(getattr(self, name) is not None for name in SELECTION_FIELDS)
+
+    def given(self) -> dict[str, object]:
+        """The fields given, as the keyword arguments of the calls (:class:`Where`)."""
+        return {name: value for name in WHERE_KEYS if (value := getattr(self, name)) is not None}
 
     def params(self) -> tuple[dict[str, str], Renames]:
         """As query parameters, and the renames of the fields the daemon's
@@ -241,9 +291,9 @@ class Filter:
         bounds, renames = self._due_range()
         params.update((name, str(value)) for name, value in bounds.items())
         if isinstance(self.state, TaskState):
-            params["state"] = self.state.value
+            params[STATE_FIELD] = self.state.value
         elif self.state is not None:
-            params["state"] = utf8(self.state, "state")
+            params[STATE_FIELD] = utf8(self.state, STATE_FIELD)
         return params, renames
 
     def body(self) -> tuple[dict[str, object], Renames]:
@@ -254,18 +304,15 @@ class Filter:
     def _due_range(self) -> tuple[dict[str, str | int], Renames]:
         sent: dict[str, str | int] = {}
         renames: Renames = {}
-        for name, value, value_ms in (
-            ("due_after", self.due_after, self.due_after_ms),
-            ("due_before", self.due_before, self.due_before_ms),
-        ):
-            bound, renamed = instant_field(name, value, value_ms)
+        for name in DUE_RANGE_FIELDS:
+            bound, renamed = instant_field(name, getattr(self, name), getattr(self, in_ms(name)))
             sent.update(bound)
             renames.update(renamed)
         return sent, renames
 
     def _selection(self) -> dict[str, str]:
         selection: dict[str, str] = {}
-        for name in ("prefix", "routing_key", "tag"):
+        for name in SELECTION_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 selection[name] = utf8(value, name)

@@ -17,7 +17,6 @@ import httpx
 
 from triggerhook_client import answers
 from triggerhook_client.bodies import (
-    RESERVED_IDS,
     Filter,
     Span,
     encode,
@@ -42,6 +41,7 @@ from triggerhook_client.results import (
     Timeline,
 )
 from triggerhook_client.retry import Attempts, Call, Retry, T
+from triggerhook_client.rules import RESERVED_IDS
 from triggerhook_client.times import instant_field
 
 __all__ = [

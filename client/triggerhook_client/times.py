@@ -3,10 +3,10 @@ instant is epoch milliseconds in a ``*_ms`` field or RFC 3339 text in a field
 without a suffix; a duration is milliseconds. A number given where an instant
 is due (epoch seconds) is deprecated: it is warned of, and sent in milliseconds.
 
-The rules are the daemon's (triggerhook/domain/timeparse.py, which the client
-may not import; tests/unit/test_client_contract.py holds them to the same
-answers): sub-millisecond parts round up, never early; a time before 1970
-means "now"; the latest is 9999-12-31T23:59:59.999Z.
+The rules are the daemon's, stated once in :mod:`triggerhook_client.timerules`
+(which the daemon imports): sub-millisecond parts round up, never early; a
+time before 1970 means "now"; the latest is 9999-12-31T23:59:59.999Z; an
+8-digit integer is refused (epoch seconds in 1970, or a date?).
 """
 
 from __future__ import annotations
@@ -17,16 +17,9 @@ import time
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from triggerhook_client import timerules
 from triggerhook_client.checks import deprecated, invalid, is_int, is_number, utf8
 from triggerhook_client.rules import DUE_RULE, MAX_DUE_MS, MIN_DUE_MS
-
-# Epoch seconds read as a compact date (20261201) too: refused, as the daemon does.
-_COMPACT_DATE = range(10_000_000, 100_000_000)
-_MAX_SECONDS = MAX_DUE_MS // 1000 + 1
-_AMBIGUOUS = (
-    "{seconds} is ambiguous: epoch seconds in 1970 or the date {seconds}? "
-    "give the date as RFC 3339 text, or epoch milliseconds"
-)
 
 
 def now_ms() -> Decimal:
@@ -90,16 +83,10 @@ def rfc_3339(value: datetime) -> str:
 
 def _seconds_ms(seconds: float, name: str) -> int:
     """Epoch seconds as epoch ms, exactly as the daemon reads them."""
-    if not math.isfinite(seconds):
-        raise invalid(name, "must be a finite number")
-    if isinstance(seconds, int) and seconds in _COMPACT_DATE:
-        raise invalid(name, _AMBIGUOUS.format(seconds=seconds))
-    if seconds < 0:
-        return MIN_DUE_MS  # before 1970: already due
-    if seconds > _MAX_SECONDS:  # compared before any arithmetic
-        raise invalid(name, DUE_RULE)
-    # The shortest decimal that reads back as the float: the number written.
-    return due_ms(math.ceil(Decimal(repr(seconds)) * 1000), name)
+    try:
+        return timerules.parse_at(seconds, name, past_ok=True)
+    except timerules.TimeError as exc:
+        raise invalid(exc.field, exc.message) from None
 
 
 def instant_field(

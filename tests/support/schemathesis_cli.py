@@ -56,8 +56,8 @@ from schemathesis.cli import schemathesis as st_command
 from schemathesis.generation.case import Case
 from schemathesis.hooks import HookContext
 
+from triggerhook.api.fields_task import EXCLUSIVE
 from triggerhook.api.listing import DUE_RANGE_PAIRS, TIMELINE_PAIRS
-from triggerhook.api.openapi import EXCLUSIVE
 from triggerhook.domain.listing import MAX_TIMELINE_SPAN_MS, encode_cursor
 from triggerhook.domain.task import MAX_DUE_MS
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from triggerhook.api.bodies import (
-    MAX_DELAY_MS,
-    MAX_DELAY_S,
     MalformedJson,
     When,
     decode_json,
@@ -15,6 +13,7 @@ from triggerhook.api.bodies import (
     parse_id,
     parse_reschedule,
 )
+from triggerhook.api.fields_task import MAX_DELAY_MS, MAX_DELAY_S
 from triggerhook.app import TaskSpec
 from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.spec import TaskRules, resolve

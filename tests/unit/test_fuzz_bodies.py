@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from support.cost import MAX_RATIO, cost_ratio
 
 from triggerhook.api.bodies import (
-    CREATE_FIELDS,
     MalformedJson,
     decode_json,
     parse_batch,
     parse_create,
     parse_reschedule,
 )
+from triggerhook.api.fields_task import CREATE_FIELDS
 from triggerhook.errors import ValidationError
 
 EXAMPLES = 300

@@ -38,8 +38,8 @@ The rules, checked over every ``import`` and ``from ... import`` of
 * Layers 0-2 import nothing but the standard library besides ``triggerhook``,
   and what the daemon shares with its client distribution (client/,
   ``triggerhook_client``: the base error class, task states, the id and
-  due-time rules, the back-off), which imports nothing of ``triggerhook``
-  (tests/unit/test_client_package.py).
+  due-time rules, the time parsing rules, the back-off), which imports
+  nothing of ``triggerhook`` (tests/unit/test_client_package.py).
 * Only amqp/ imports the broker client (``pika``): the publisher, the command
   consumer's broker side and their one connection loop live there.
 * client/ imports only ``triggerhook.errors``, ``triggerhook.retry`` and
@@ -93,7 +93,12 @@ BROKER_CLIENT_USERS = frozenset({"amqp"})
 # cronsim evaluates a series' cron expression (domain/recurrence.py).
 PURE_LIBRARIES = frozenset({"cronsim"})
 SHARED_WITH_CLIENT = frozenset(
-    {"triggerhook_client.errors", "triggerhook_client.rules", "triggerhook_client.backoff"}
+    {
+        "triggerhook_client.errors",
+        "triggerhook_client.rules",
+        "triggerhook_client.timerules",
+        "triggerhook_client.backoff",
+    }
 )
 
 

@@ -27,15 +27,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from multidict import MultiDict
 from support import schemathesis_cli
+from triggerhook_client.rules import RESERVED_IDS
 
-from triggerhook.api import openapi, openapi_schedule
+from triggerhook.api import fields_task, openapi, openapi_schedule
 from triggerhook.api.bodies import (
-    MAX_DELAY_MS,
-    RESERVED_IDS,
     parse_batch,
     parse_create,
     parse_reschedule,
 )
+from triggerhook.api.fields_task import MAX_DELAY_MS
 from triggerhook.api.listing import (
     parse_bulk_cancel,
     parse_filter,
@@ -311,7 +311,7 @@ def test_the_reserved_ids_are_refused_at_create(task_id: str) -> None:
 
 def test_an_8_digit_integer_at_is_described() -> None:
     # JSON Schema cannot tell 20261201 (refused: 1970 or a date?) from 20261201.0.
-    assert "8-digit integer (20261201) is refused" in openapi.AT_SCHEMA["description"]
+    assert "8-digit integer (20261201) is refused" in fields_task.AT_SCHEMA["description"]
     assert not created({"at": 20_261_201})
     assert created({"at": 20_261_201.0}) and created({"at": 120_261_201})
 

@@ -25,43 +25,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from triggerhook_client.rules import RESERVED_IDS
 
+from triggerhook.api.fields import names
+from triggerhook.api.fields_task import CREATE_FIELDS, MAX_DELAY_MS, MAX_DELAY_S, WHEN, WHEN_BODY
 from triggerhook.domain.meta import LateKind, LatePolicy, parse_late
 from triggerhook.domain.spec import TaskSpec
 from triggerhook.domain.task import MIN_DUE_MS, validate_due_ms
 from triggerhook.domain.timeparse import parse_at, seconds_to_ms
 from triggerhook.errors import ValidationError
 
-CREATE_FIELDS = frozenset(
-    {
-        "id",
-        "at",
-        "at_ms",
-        "delay_ms",
-        "delay",  # deprecated: seconds
-        "routing_key",
-        "payload",
-        "payload_b64",
-        "tags",
-        "content_type",
-        "content_encoding",
-        "headers",
-        "late",
-        "every",
-        "cron",
-        "timezone",
-        "until",
-        "until_ms",
-    }
-)
-# The ways to say when a task is due: exactly one (a series may give none).
-WHEN_FIELDS = ("at", "at_ms", "delay_ms", "delay")
-RESCHEDULE_FIELDS = frozenset(WHEN_FIELDS)
-# Longest delay accepted (about 6,300 years; also in the OpenAPI document).
-MAX_DELAY_S = 200_000_000_000
-MAX_DELAY_MS = MAX_DELAY_S * 1000
-# Not task ids over the interfaces: ``/v1/tasks/<these>`` are other endpoints.
-RESERVED_IDS = frozenset({"batch", "count", "timeline", "cancel"})
+# The fields each body may give, and the delay's bound, are defined once with
+# their schemas (triggerhook.api.fields_task, which the OpenAPI document states).
+WHEN_FIELDS = WHEN  # the ways to say when a task is due: exactly one (a series may give none)
+RESCHEDULE_FIELDS = names(WHEN_BODY)
 
 # msgspec decodes a 4 MiB batch body about 2.5 times as fast as json.loads (the
 # GIL is held for the whole decode, delaying the firing threads), and, like

@@ -24,9 +24,23 @@ from typing import Any
 
 from aiohttp import web
 from multidict import MultiMapping
+from triggerhook_client.rules import in_ms
 
 from triggerhook.api.bodies import epoch_ms
 from triggerhook.api.config import HttpConfig
+from triggerhook.api.fields import (
+    BULK_BODY,
+    COUNT_QUERY,
+    DEFAULT_BUCKET_MS,
+    DEFAULT_BUCKETS,
+    DUE_RANGE_QUERY,
+    FILTER_QUERY,
+    LIST_QUERY,
+    SELECTION_QUERY,
+    TIMELINE_QUERY,
+    names,
+    pairs,
+)
 from triggerhook.api.listing_work import ListingWork
 from triggerhook.api.render import task_json, timeline_json
 from triggerhook.app import TriggerHook
@@ -41,24 +55,24 @@ from triggerhook.domain.listing import (
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ValidationError
 
-SELECTION_PARAMS = frozenset({"prefix", "routing_key", "tag"})
-DUE_RANGE_PARAMS = frozenset({"due_after", "due_after_ms", "due_before", "due_before_ms"})
-FILTER_PARAMS = SELECTION_PARAMS | DUE_RANGE_PARAMS | {"state"}
-LIST_PARAMS = FILTER_PARAMS | {"limit", "cursor"}
-COUNT_PARAMS = FILTER_PARAMS | {"up_to"}
-TIMELINE_PARAMS = SELECTION_PARAMS | {"start", "start_ms", "bucket", "bucket_ms", "buckets"}
-BULK_FIELDS = SELECTION_PARAMS | DUE_RANGE_PARAMS | {"cursor"}
+# Each operation's parameters, and the bulk cancel's fields, are defined once
+# (triggerhook.api.fields, which the OpenAPI document states too).
 # Parameters of which at most one of each pair may be given (an OpenAPI
 # parameter list cannot say so; the bulk cancel's body schema does).
-DUE_RANGE_PAIRS = (("due_after", "due_after_ms"), ("due_before", "due_before_ms"))
-TIMELINE_PAIRS = (("start", "start_ms"), ("bucket", "bucket_ms"))
+DUE_RANGE_PAIRS = pairs(DUE_RANGE_QUERY)
+TIMELINE_PAIRS = (("start", in_ms("start")), ("bucket", "bucket_ms"))
+SELECTION_PARAMS = names(SELECTION_QUERY)
+DUE_RANGE_PARAMS = names(DUE_RANGE_QUERY)
+FILTER_PARAMS = names(FILTER_QUERY)
+LIST_PARAMS = names(LIST_QUERY)
+COUNT_PARAMS = names(COUNT_QUERY)
+TIMELINE_PARAMS = names(TIMELINE_QUERY)
+BULK_FIELDS = names(BULK_BODY)
 # Query parameters in epoch ms, read as integers before the filter sees them.
-_EPOCH_MS_PARAMS = ("due_after_ms", "due_before_ms", "start_ms")
+_EPOCH_MS_PARAMS = (*(ms for _text, ms in DUE_RANGE_PAIRS), in_ms("start"))
 _INTEGER = re.compile(r"[0-9]{1,12}")  # the range is checked where the value is used
 _EPOCH_MS_TEXT = re.compile(r"-?[0-9]+")  # at most _LONGEST_VALUE characters: cheap
-_DEFAULT_BUCKET_MS = 60_000
 _BUCKET_MS_RULE = f"must be {MIN_BUCKET_MS} to {MAX_BUCKET_MS} (1 s to 31 days)"
-_DEFAULT_BUCKETS = 60
 _LONGEST_VALUE = 300  # characters of any parameter (a cursor, a routing key)
 
 
@@ -102,7 +116,7 @@ def _integer(values: Mapping[str, object], key: str) -> int | None:
 def _time_ms(values: Mapping[str, object], key: str) -> int | None:
     """An instant given as ``key`` (RFC 3339 text; deprecated: epoch seconds)
     or as ``key_ms`` (epoch ms), at most one of them; None: neither."""
-    ms_key = f"{key}_ms"
+    ms_key = in_ms(key)
     if ms_key in values:
         if key in values:
             raise ValidationError(key, f"give at most one of {key} and {ms_key} (given: both)")
@@ -121,7 +135,7 @@ def timeline_bucket_ms(values: Mapping[str, object]) -> int:
     if bucket_s is None:
         if bucket_ms is not None and not MIN_BUCKET_MS <= bucket_ms <= MAX_BUCKET_MS:
             raise ValidationError("bucket_ms", _BUCKET_MS_RULE)
-        return _DEFAULT_BUCKET_MS if bucket_ms is None else bucket_ms
+        return DEFAULT_BUCKET_MS if bucket_ms is None else bucket_ms
     if bucket_ms is not None:
         raise ValidationError("bucket", "give at most one of bucket and bucket_ms (given: both)")
     return bucket_s * 1000
@@ -229,7 +243,7 @@ class ListingApi:
             lambda stop: self._hook.timeline(
                 where,
                 bucket_ms=bucket_ms,
-                buckets=_DEFAULT_BUCKETS if buckets is None else buckets,
+                buckets=DEFAULT_BUCKETS if buckets is None else buckets,
                 start_ms=start_ms,
                 interrupt=stop,
             ),

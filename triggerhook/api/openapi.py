@@ -13,14 +13,28 @@ OpenAPI 3.1 because its schemas are JSON Schema 2020-12: ``propertyNames``
 (the header names) means nothing to a 3.0 (draft 4) validator. In that data
 model 5.0 is an integer and 20261201.0 equals 20261201.
 
-The shared building blocks are in :mod:`triggerhook.api.openapi_parts`, the
-listing operations in :mod:`triggerhook.api.openapi_listing` and the schemas of a
-series' schedule in :mod:`triggerhook.api.openapi_schedule`.
+The request bodies' and queries' fields are defined once, in tables the
+parsers take their names from: :mod:`triggerhook.api.fields_task` (a create and
+a reschedule body) and :mod:`triggerhook.api.fields` (the listing queries and
+the bulk cancel's body). The shared building blocks are in
+:mod:`triggerhook.api.openapi_parts`, the listing operations in
+:mod:`triggerhook.api.openapi_listing` and the schemas of a series' schedule in
+:mod:`triggerhook.api.openapi_schedule`. docs/openapi.json holds the document
+of the default limits (:mod:`triggerhook.api.openapi_file`; ``python -m
+triggerhook.api.openapi --write``).
 """
 
 from __future__ import annotations
 
-from triggerhook.api.bodies import MAX_DELAY_MS, MAX_DELAY_S
+from triggerhook.api.fields import properties
+from triggerhook.api.fields_task import (
+    ONE_WHEN,
+    SERIES,
+    SHOWN_DEADLINES,
+    WHEN_BODY,
+    create_schema,
+    metadata_fields,
+)
 from triggerhook.api.openapi_listing import (
     bulk_cancel_operation,
     count_operation,
@@ -33,64 +47,18 @@ from triggerhook.api.openapi_parts import (
     EPOCH_MS,
     EPOCH_S,
     ID_SCHEMA,
-    NEW_ID_SCHEMA,
-    ROUTING_KEY_SCHEMA,
     SECURITY,
     STATE_SCHEMA,
-    TAG_SCHEMA,
     Schema,
-    epoch_ms_schema,
     error,
-    exclusive,
     json_content,
     object_schema,
-    time_schema,
 )
 from triggerhook.api.openapi_schedule import (
-    CRON_SPACE,
-    EVERY_SCHEMA,
     EVERY_SHOWN_SCHEMA,
     cron_schema,
     timezone_schema,
 )
-from triggerhook.domain.bounds import MAX_DUE_MS
-from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
-
-_INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
-
-_RFC_3339 = "an RFC 3339 string; without an offset it is UTC"
-AT_SCHEMA = time_schema(
-    f"Due time: {_RFC_3339} (deprecated: epoch seconds, a number, fraction allowed). "
-    "Any past time (even before 1970) fires at once; the latest is 9999-12-31T23:59:59.999Z. "
-    "An 8-digit integer (20261201) is refused: it reads as 1970 and as a date alike "
-    "(write 20261201.0, or the date as RFC 3339)."
-)
-AT_MS_SCHEMA = epoch_ms_schema(
-    "Due time in epoch milliseconds. Any past time (even before 1970) fires at once; the "
-    f"latest is {MAX_DUE_MS} (9999-12-31T23:59:59.999Z)."
-)
-DELAY_MS_SCHEMA = {
-    "type": "integer",
-    "minimum": 0,
-    "maximum": MAX_DELAY_MS,
-    "description": "Due this many milliseconds after the request arrives.",
-}
-DELAY_SCHEMA = {
-    "type": "number",
-    "minimum": 0,
-    "maximum": MAX_DELAY_S,
-    "deprecated": True,
-    "description": "Deprecated: seconds from now (use delay_ms).",
-}
-WHEN = ("at", "at_ms", "delay_ms", "delay")
-# Exactly one of these (a reschedule; a create as well, unless a series).
-_ONE_WHEN = [{"required": [name]} for name in WHEN]
-_WHEN_PROPERTIES = {
-    "at": AT_SCHEMA,
-    "at_ms": AT_MS_SCHEMA,
-    "delay_ms": DELAY_MS_SCHEMA,
-    "delay": DELAY_SCHEMA,
-}
 
 _TASK_PATH_PARAM = {
     "name": "id",
@@ -100,115 +68,6 @@ _TASK_PATH_PARAM = {
     "paths are other operations.",
     "schema": ID_SCHEMA,
 }
-
-# -- task metadata ------------------------------------------------------------------------------
-
-HEADER_VALUE_SCHEMA = {
-    "oneOf": [
-        {
-            "type": "string",
-            "maxLength": MAX_HEADER_VALUE_BYTES,
-            "description": f"At most {MAX_HEADER_VALUE_BYTES} bytes as UTF-8.",
-        },
-        _INT64,
-        {"type": "boolean"},
-    ]
-}
-# Printable ASCII without space, 1-128 characters, not starting with x- or X-
-# (those are the engine's own headers): a first character other than x/X, or
-# x/X followed by nothing or by anything but "-".
-_HEADER_NAME_PATTERN = "^([!-WYZ-wyz-~][!-~]{0,127}|[xX]([!-,.-~][!-~]{0,126})?)$"
-HEADERS_SCHEMA = {
-    "type": "object",
-    "maxProperties": MAX_HEADERS,
-    "propertyNames": {"pattern": _HEADER_NAME_PATTERN},
-    "additionalProperties": HEADER_VALUE_SCHEMA,
-    "description": "Custom AMQP headers of the event. Names: 1-128 printable ASCII "
-    "characters without space, not starting with x- (any case: the engine's); "
-    f"at most {MAX_HEADERS_BYTES} bytes of names and values in all (an integer or a "
-    "boolean counts 8).",
-}
-PROPERTY_SCHEMA = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": 255,
-    "pattern": "^[ -~]{1,255}$",
-    "description": "An AMQP property of the event: 1-255 printable ASCII characters.",
-}
-_SKIP_AFTER = {
-    **_INT64,
-    "minimum": 0,
-    "description": "More than this many ms late: dead-lettered instead.",
-}
-
-
-def _late_schema(deadlines: list[Schema]) -> Schema:
-    return {
-        "description": "What to do when the task is found late at publish time (by the "
-        "engine's clock): fire it anyway, or dead-letter it (cause: late) when more "
-        "than skip_after_ms late or past a deadline. Absent: the daemon's late_policy.",
-        "oneOf": [
-            {"type": "string", "enum": ["fire"]},
-            object_schema({"skip_after_ms": _SKIP_AFTER}, ["skip_after_ms"]),
-            *deadlines,
-        ],
-    }
-
-
-# A deadline as a create body gives it (one field), and as an answer shows it (both).
-_DEADLINE_MS = epoch_ms_schema("The deadline in epoch milliseconds (any past time: the epoch).")
-_GIVEN_DEADLINES = [
-    object_schema({"deadline_ms": _DEADLINE_MS}, ["deadline_ms"]),
-    object_schema({"deadline": time_schema(f"The deadline: {_RFC_3339}, as at.")}, ["deadline"]),
-]
-_SHOWN_DEADLINES = [
-    object_schema({"deadline_ms": EPOCH_MS, "deadline": EPOCH_S}, ["deadline_ms", "deadline"])
-]
-
-
-def _metadata(late_deadline: list[Schema]) -> Schema:
-    """Tags, AMQP properties, headers and late-fire policy of a task."""
-    return {
-        "tags": {
-            "type": "array",
-            "maxItems": MAX_TAGS,
-            "items": TAG_SCHEMA,
-            "description": "Labels to list, count and cancel by (a set: kept sorted).",
-        },
-        "content_type": PROPERTY_SCHEMA,
-        "content_encoding": PROPERTY_SCHEMA,
-        "headers": HEADERS_SCHEMA,
-        "late": _late_schema(late_deadline),
-    }
-
-
-_SERIES = {"anyOf": [{"required": ["every"]}, {"required": ["cron"]}]}
-
-
-def _series_fields() -> Schema:
-    """A series as a create body gives it (only with every or cron)."""
-    return {
-        "every": EVERY_SCHEMA,
-        "cron": cron_schema(
-            f"[{CRON_SPACE}]+",
-            f"[{CRON_SPACE}]*",
-            "A series by a cron expression of 5 fields (minute hour day-of-month month "
-            "day-of-week; Debian cron's syntax as cronsim reads it: lists, ranges, steps, "
-            "names, L, LW, nL, n#k) in timezone; fields separated by any whitespace. Not an "
-            "expression no date matches: days no listed month has (0 0 30 2 *, refused by "
-            "this schema), or none within 50 years (0 0 LW * */6: the last weekday on a "
-            "weekend; 422). With at or delay, the first occurrence is the first matching "
-            "minute at or after that time; it must come by 9999-12-31T23:59:59.999Z (else 422).",
-        ),
-        "timezone": {"$ref": "#/components/schemas/TimeZone", "default": "UTC"},
-        "until": time_schema(
-            f"The series' end: its last occurrence is the last one at or before it. {_RFC_3339} "
-            "(deprecated: epoch seconds), as at; not before the first occurrence (else 422)."
-        ),
-        "until_ms": epoch_ms_schema(
-            "The series' end in epoch milliseconds (before 1970: the epoch), as until."
-        ),
-    }
 
 
 def _series_shown() -> Schema:
@@ -240,65 +99,29 @@ _SHOWN_SERIES_RULES = {
         "cron": ["timezone", "occurrence"],
         "timezone": ["cron"],
     },
-    "dependentSchemas": {name: _SERIES for name in ("until_ms", "until", "occurrence", "stopping")},
+    "dependentSchemas": {name: SERIES for name in ("until_ms", "until", "occurrence", "stopping")},
 }
-
-
-def _create_schema(max_payload_bytes: int) -> Schema:
-    return object_schema(
-        {
-            "id": NEW_ID_SCHEMA,
-            **_WHEN_PROPERTIES,
-            "routing_key": ROUTING_KEY_SCHEMA,
-            "payload": {
-                "type": "string",
-                "maxLength": max_payload_bytes,
-                "description": f"UTF-8 text of at most {max_payload_bytes} bytes.",
-            },
-            "payload_b64": {
-                "type": "string",
-                "format": "byte",
-                "maxLength": -(-max_payload_bytes // 3) * 4,
-                "description": f"Base64 of at most {max_payload_bytes} bytes.",
-            },
-            **_metadata(_GIVEN_DEADLINES),
-            **_series_fields(),
-        },
-        anyOf=[*_ONE_WHEN, *_SERIES["anyOf"]],
-        dependentRequired={"timezone": ["cron"]},
-        dependentSchemas=exclusive(EXCLUSIVE, {"until": _SERIES, "until_ms": _SERIES}),
-        description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
-        "series: every or cron) none; at most one of payload and payload_b64, of every and "
-        "cron, and of until and until_ms; timezone only with cron, until only in a series "
-        "(without a due time the first occurrence is one every from now, or the next "
-        "matching minute). The metadata and the schedule are part of the content an "
-        "idempotent re-create compares.",
-    )
-
-
-# The fields of a create body of which at most one may be given, by group.
-EXCLUSIVE = (WHEN, ("until", "until_ms"), ("payload", "payload_b64"), ("every", "cron"))
 
 
 def _task_schema(payload: bool) -> Schema:
     """A stored task as a lookup (with its payload) or a listing shows it."""
-    properties: Schema = {
+    shown: Schema = {
         "id": ID_SCHEMA,
         "due_ms": {**EPOCH_MS, "description": "Due time, epoch milliseconds."},
         "at": EPOCH_S,
         "routing_key": {"type": "string"},
         "state": STATE_SCHEMA,
-        **_metadata(_SHOWN_DEADLINES),
+        **properties(metadata_fields(SHOWN_DEADLINES)),
         **_series_shown(),
     }
-    properties["tags"] = {**properties["tags"], "uniqueItems": True}
+    shown["tags"] = {**shown["tags"], "uniqueItems": True}
     required = ["id", "due_ms", "at", "routing_key", "state"]
     if not payload:
-        return object_schema(properties, required, allOf=[_SHOWN_SERIES_RULES])
-    properties["payload"] = {"type": "string", "description": "The payload, if UTF-8 text."}
-    properties["payload_b64"] = {"type": "string", "format": "byte", "description": "Else base64."}
+        return object_schema(shown, required, allOf=[_SHOWN_SERIES_RULES])
+    shown["payload"] = {"type": "string", "description": "The payload, if UTF-8 text."}
+    shown["payload_b64"] = {"type": "string", "format": "byte", "description": "Else base64."}
     return object_schema(
-        properties,
+        shown,
         required,
         allOf=[_SHOWN_SERIES_RULES],
         oneOf=[{"required": ["payload"]}, {"required": ["payload_b64"]}],
@@ -392,8 +215,8 @@ def _task_path() -> Schema:
                 "required": True,
                 **json_content(
                     object_schema(
-                        _WHEN_PROPERTIES,
-                        oneOf=_ONE_WHEN,
+                        properties(WHEN_BODY),
+                        oneOf=ONE_WHEN,
                         description="Exactly one of at, at_ms and delay_ms (or the "
                         "deprecated delay).",
                     )
@@ -535,7 +358,7 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> Schema:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
-                "CreateTask": _create_schema(max_payload_bytes),
+                "CreateTask": create_schema(max_payload_bytes),
                 "TimeZone": timezone_schema(),
                 "ShownCron": cron_schema(
                     " ", "", "The cron expression, its fields separated by one space."
@@ -557,3 +380,9 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> Schema:
             **_figure_paths(),
         },
     }
+
+
+if __name__ == "__main__":  # python -m triggerhook.api.openapi [--write | --check]
+    from triggerhook.api.openapi_file import main
+
+    raise SystemExit(main())

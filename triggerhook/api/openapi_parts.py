@@ -3,14 +3,16 @@ keys, tags, id prefixes and states; times (RFC 3339 text, epoch milliseconds,
 deprecated epoch seconds, and the pattern of epoch seconds as query text); and
 the helpers of responses, parameters and objects (bearer security, the common
 errors, ``dependentSchemas`` of fields that exclude each other). Used by
-:mod:`triggerhook.api.openapi` and :mod:`triggerhook.api.openapi_listing`.
+:mod:`triggerhook.api.openapi`, :mod:`triggerhook.api.openapi_listing` and the
+field tables (:mod:`triggerhook.api.fields`, :mod:`triggerhook.api.fields_task`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from triggerhook.api.bodies import RESERVED_IDS
+from triggerhook_client.rules import RESERVED_IDS
+
 from triggerhook.domain.bounds import MAX_DUE_MS
 
 Schema = dict[str, Any]

@@ -12,8 +12,7 @@ import base64
 from typing import Any
 
 from triggerhook.domain.listing import Timeline
-from triggerhook.domain.meta import Meta
-from triggerhook.domain.recurrence import Recurrence, every_text
+from triggerhook.domain.meta import meta_json
 from triggerhook.domain.task import TaskInfo
 
 
@@ -35,50 +34,13 @@ def task_json(info: TaskInfo, payload: bool = True) -> dict[str, Any]:
         **due_json(task.id, task.due_ms),
         "routing_key": task.routing_key,
         "state": info.state.value,
-        **meta_json(task.meta),
+        **meta_json(task.meta, seconds=True),
     }
     if payload:
         try:
             data["payload"] = task.payload.decode("utf-8")
         except UnicodeDecodeError:
             data["payload_b64"] = base64.b64encode(task.payload).decode("ascii")
-    return data
-
-
-def meta_json(meta: Meta) -> dict[str, Any]:
-    """The metadata fields that are set, as a create body gives them."""
-    data: dict[str, Any] = {}
-    if meta.tags:
-        data["tags"] = list(meta.tags)
-    if meta.content_type is not None:
-        data["content_type"] = meta.content_type
-    if meta.content_encoding is not None:
-        data["content_encoding"] = meta.content_encoding
-    if meta.headers:
-        data["headers"] = dict(meta.headers)
-    if meta.late is not None:
-        late = meta.late.to_json()
-        if isinstance(late, dict) and "deadline_ms" in late:
-            late = {"deadline_ms": late["deadline_ms"], "deadline": at_s(late["deadline_ms"])}
-        data["late"] = late
-    if meta.recur is not None:
-        data.update(series_json(meta.recur))
-    return data
-
-
-def series_json(recur: Recurrence) -> dict[str, Any]:
-    """A series' schedule as a create body gives it, and its current occurrence."""
-    data: dict[str, Any] = {}
-    if recur.every_ms is not None:
-        data["every"] = every_text(recur.every_ms)
-    else:
-        data["cron"], data["timezone"] = recur.cron, recur.timezone
-    if recur.until_ms is not None:
-        data["until_ms"] = recur.until_ms
-        data["until"] = at_s(recur.until_ms)
-    data["occurrence"] = recur.occurrence
-    if recur.stopped:
-        data["stopping"] = True  # cancelled while this occurrence fires: the last one
     return data
 
 

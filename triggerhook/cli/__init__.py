@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from triggerhook_client.rules import FILTER_FIELDS
+
 from triggerhook import logs
 from triggerhook.cli.backends import (
     Backend,
@@ -46,9 +48,8 @@ from triggerhook.cli.flags import (
 )
 from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
 from triggerhook.domain.listing import MAX_PAGE
-from triggerhook.domain.meta import Meta
+from triggerhook.domain.meta import meta_json
 from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
-from triggerhook.domain.recurrence import Recurrence, every_text
 from triggerhook.domain.task import TaskState
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
@@ -456,14 +457,8 @@ def _reschedule(backend: Backend, args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> Where:
-    return Where(
-        prefix=args.prefix,
-        routing_key=args.routing_key,
-        tag=args.tag,
-        due_after=args.due_after,
-        due_before=args.due_before,
-        state=getattr(args, "state", None),
-    )
+    """The filter flags given (``--state`` only where the command has it)."""
+    return Where(**{name: getattr(args, name, None) for name in FILTER_FIELDS})
 
 
 def _cancel(backend: Backend, args: argparse.Namespace) -> int:
@@ -502,7 +497,7 @@ def _get(backend: Backend, args: argparse.Namespace) -> int:
             "routing_key": found.routing_key,
             "payload": payload,
             "state": found.state.value,
-            **_meta_json(found.meta),
+            **meta_json(found.meta),
         }
     )
     return CLI_RENDERING[Outcome.FOUND].exit
@@ -536,44 +531,8 @@ def _listed_json(task: Listed) -> dict[str, object]:
         "due_ms": task.due_ms,
         "routing_key": task.routing_key,
         "state": task.state.value,
-        **_meta_json(task.meta),
+        **meta_json(task.meta),
     }
-
-
-def _meta_json(meta: Meta) -> dict[str, object]:
-    """The metadata that is set, as ``schedule`` took it (a deadline in epoch
-    ms, as ``due_ms``: ``{"deadline_ms": N}``)."""
-    data: dict[str, object] = {}
-    if meta.tags:
-        data["tags"] = list(meta.tags)
-    if meta.content_type is not None:
-        data["content_type"] = meta.content_type
-    if meta.content_encoding is not None:
-        data["content_encoding"] = meta.content_encoding
-    if meta.headers:
-        data["headers"] = dict(meta.headers)
-    if meta.late is not None:
-        data["late"] = meta.late.to_json()
-    if meta.recur is not None:
-        data.update(_series_json(meta.recur))
-    return data
-
-
-def _series_json(recur: Recurrence) -> dict[str, object]:
-    """A series as ``schedule`` took it (``until`` in epoch ms, as ``due_ms``:
-    ``until_ms``), the occurrence ``due_ms`` is, and ``stopping`` once a cancel
-    came while it was being published."""
-    data: dict[str, object] = {}
-    if recur.every_ms is not None:
-        data["every"] = every_text(recur.every_ms)
-    else:
-        data["cron"], data["timezone"] = recur.cron, recur.timezone
-    if recur.until_ms is not None:
-        data["until_ms"] = recur.until_ms
-    data["occurrence"] = recur.occurrence
-    if recur.stopped:
-        data["stopping"] = True
-    return data
 
 
 # The commands that act on tasks: through the HTTP API when --url is given.

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypedDict, TypeVar, cast
 
 from triggerhook_client import (
     ApiError,
@@ -31,9 +31,12 @@ from triggerhook_client import (
     Unauthorized,
     Unavailable,
 )
+from triggerhook_client.bodies import DueRange, Filter
+from triggerhook_client.bodies import Where as WhereArgs
 
+from triggerhook.api.listing import parse_filter
 from triggerhook.app import TaskSpec, TriggerHook
-from triggerhook.domain.listing import BulkCancelled, TaskFilter, make_filter
+from triggerhook.domain.listing import BulkCancelled, TaskFilter
 from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
@@ -120,26 +123,41 @@ class Metadata:
     def series(self) -> bool:
         return self.every is not None or self.cron is not None
 
+    def arguments(self) -> MetaArguments:
+        """All but ``late``, as the library's TaskSpec and the client's
+        ``schedule`` both take them (the same names; None: not given)."""
+        return MetaArguments(
+            tags=self.tags or None,
+            content_type=self.content_type,
+            content_encoding=self.content_encoding,
+            headers=dict(self.headers) or None,
+            every=self.every,
+            cron=self.cron,
+            timezone=self.timezone,
+            until=self.until,
+        )
+
+
+class MetaArguments(TypedDict):
+    """:meth:`Metadata.arguments`."""
+
+    tags: tuple[str, ...] | None
+    content_type: str | None
+    content_encoding: str | None
+    headers: dict[str, str] | None
+    every: str | None
+    cron: str | None
+    timezone: str | None
+    until: str | None
+
 
 NO_METADATA = Metadata()
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
-    """The filters of ``list``, ``count`` and a bulk ``cancel``, as given on
-    the command line (times as ``--at`` takes them); each backend checks them."""
-
-    prefix: str | None = None
-    routing_key: str | None = None
-    tag: str | None = None
-    due_after: str | None = None
-    due_before: str | None = None
-    state: str | None = None
-
-    @property
-    def narrowed(self) -> bool:
-        """It names tasks by id prefix, tag or routing key, as a bulk cancel must."""
-        return any(v is not None for v in (self.prefix, self.tag, self.routing_key))
+# The filters of ``list``, ``count`` and a bulk ``cancel``, as given on the
+# command line (times as ``--at`` takes them): the client's, which each
+# backend checks (the library's through the HTTP API's parser).
+Where = Filter
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,15 +271,8 @@ class LibraryBackend:
                 delay_ms=delay_ms,
                 routing_key=routing_key,
                 payload=payload,
-                tags=meta.tags or None,
-                content_type=meta.content_type,
-                content_encoding=meta.content_encoding,
-                headers=dict(meta.headers) or None,
                 late=None if meta.late is None else meta.late.policy(),
-                every=meta.every,
-                cron=meta.cron,
-                timezone=meta.timezone,
-                until=meta.until,
+                **meta.arguments(),
             )
             result = self._hook.schedule(spec)
         return Stored(result.task.id, result.task.due_ms, result.created)
@@ -315,19 +326,8 @@ def _listed(info: TaskInfo) -> Listed:
 
 
 def _library_filter(where: Where) -> TaskFilter:
-    """The filter the HTTP API would make of these (times parsed as it does)."""
-    return make_filter(
-        prefix=where.prefix,
-        routing_key=where.routing_key,
-        tag=where.tag,
-        due_after_ms=_time_ms(where.due_after, "due_after"),
-        due_before_ms=_time_ms(where.due_before, "due_before"),
-        state=where.state,
-    )
-
-
-def _time_ms(text: str | None, name: str) -> int | None:
-    return None if text is None else parse_at(text, name, past_ok=True)
+    """The filter the HTTP API makes of these (its parser: times parsed as it does)."""
+    return parse_filter(where.given())
 
 
 @contextmanager
@@ -381,15 +381,8 @@ class HttpBackend:
                 delay_ms=delay_ms,
                 routing_key=routing_key,
                 payload=payload,
-                tags=meta.tags or None,
-                content_type=meta.content_type,
-                content_encoding=meta.content_encoding,
-                headers=dict(meta.headers) or None,
                 late=None if meta.late is None else meta.late.for_client(),
-                every=meta.every,
-                cron=meta.cron,
-                timezone=meta.timezone,
-                until=meta.until,
+                **meta.arguments(),
             )
         )
         return Stored(result.id, result.due_ms, result.created)
@@ -425,42 +418,16 @@ class HttpBackend:
 
     def list_page(self, where: Where, limit: int, cursor: str | None) -> Listing:
         page = self._call(
-            lambda: self._client.list_page(
-                prefix=where.prefix,
-                routing_key=where.routing_key,
-                tag=where.tag,
-                due_after=where.due_after,
-                due_before=where.due_before,
-                state=where.state,
-                limit=limit,
-                cursor=cursor,
-            )
+            lambda: self._client.list_page(limit=limit, cursor=cursor, **_arguments(where))
         )
         listed = [Listed(t.id, t.due_ms, t.routing_key, t.state, _meta_of(t)) for t in page.tasks]
         return Listing(listed, page.next_cursor)
 
     def count(self, where: Where) -> int:
-        return self._call(
-            lambda: self._client.count(
-                prefix=where.prefix,
-                routing_key=where.routing_key,
-                tag=where.tag,
-                due_after=where.due_after,
-                due_before=where.due_before,
-                state=where.state,
-            )
-        )
+        return self._call(lambda: self._client.count(**_arguments(where)))
 
     def cancel_where(self, where: Where) -> BulkCancelled:
-        done = self._call(
-            lambda: self._client.cancel_where(
-                prefix=where.prefix,
-                tag=where.tag,
-                routing_key=where.routing_key,
-                due_after=where.due_after,
-                due_before=where.due_before,
-            )
-        )
+        done = self._call(lambda: self._client.cancel_where(**cast(DueRange, _arguments(where))))
         return BulkCancelled(done.cancelled, done.too_late)
 
     def status(self) -> dict[str, Any]:
@@ -489,6 +456,12 @@ class HttpBackend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _arguments(where: Where) -> WhereArgs:
+    """The filters given, as the client's calls take them (a bulk cancel's
+    have no state: the command has no --state)."""
+    return cast(WhereArgs, where.given())
 
 
 class _Answered(Exception):

@@ -96,15 +96,7 @@ class Meta:
 
     def to_record(self) -> dict[str, object]:
         """The JSON-able form a store keeps (only what is set)."""
-        record: dict[str, object] = {}
-        if self.tags:
-            record["tags"] = list(self.tags)
-        if self.content_type is not None:
-            record["content_type"] = self.content_type
-        if self.content_encoding is not None:
-            record["content_encoding"] = self.content_encoding
-        if self.headers:
-            record["headers"] = dict(self.headers)
+        record = _properties(self)
         if self.late is not None:
             record["late"] = self.late.to_json()
         if self.recur is not None:
@@ -113,6 +105,50 @@ class Meta:
 
 
 NO_META = Meta()
+
+
+def _properties(meta: Meta) -> dict[str, object]:
+    """The tags, AMQP properties and headers that are set."""
+    data: dict[str, object] = {}
+    if meta.tags:
+        data["tags"] = list(meta.tags)
+    if meta.content_type is not None:
+        data["content_type"] = meta.content_type
+    if meta.content_encoding is not None:
+        data["content_encoding"] = meta.content_encoding
+    if meta.headers:
+        data["headers"] = dict(meta.headers)
+    return data
+
+
+def meta_json(meta: Meta, *, seconds: bool = False) -> dict[str, object]:
+    """The metadata that is set, as a create body gives it (a deadline and a
+    series' end in epoch ms: ``{"deadline_ms": N}``, ``until_ms``), and a
+    series' occurrence (``stopping`` once a cancel came while it was being
+    published): what the HTTP API's answers and the CLI show. With
+    ``seconds``, beside each of those, deprecated, the same instant in epoch
+    seconds under the older name (``deadline``, ``until``), as the HTTP API's
+    answers gave it before."""
+    data = _properties(meta)
+    if meta.late is not None:
+        late = meta.late.to_json()
+        if seconds and isinstance(late, dict) and "deadline_ms" in late:
+            late = {"deadline_ms": late["deadline_ms"], "deadline": late["deadline_ms"] / 1000}
+        data["late"] = late
+    recur = meta.recur
+    if recur is not None:
+        if recur.every_ms is not None:
+            data["every"] = recurrence.every_text(recur.every_ms)
+        else:
+            data["cron"], data["timezone"] = recur.cron, recur.timezone
+        if recur.until_ms is not None:
+            data["until_ms"] = recur.until_ms
+            if seconds:
+                data["until"] = recur.until_ms / 1000
+        data["occurrence"] = recur.occurrence
+        if recur.stopped:
+            data["stopping"] = True  # cancelled while this occurrence fires: the last one
+    return data
 
 
 def next_occurrence(meta: Meta, due_ms: int, now_ms: float) -> tuple[int, Meta] | None:

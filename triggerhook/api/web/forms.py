@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from multidict import MultiDict, MultiMapping
+from triggerhook_client.rules import FILTER_FIELDS, STATE_FIELD
 
 from triggerhook.api.listing import parse_filter, single_values
 from triggerhook.domain.listing import TaskFilter
@@ -22,9 +23,9 @@ from triggerhook.domain.task import ID_PATTERN, CancelResult
 from triggerhook.errors import ValidationError
 
 # The form's fields: the listing's filter, its times as RFC 3339 text only.
-FILTER_ORDER = ("prefix", "routing_key", "tag", "due_after", "due_before", "state")
+FILTER_ORDER = FILTER_FIELDS
 FILTER_PARAMS = frozenset(FILTER_ORDER)
-BULK_FIELDS = FILTER_PARAMS - {"state"}
+BULK_FIELDS = FILTER_PARAMS - {STATE_FIELD}
 NOTICE_PARAMS = frozenset({"task", "outcome", "cancelled", "too_late", "stopped"})
 PAGE_PARAMS = FILTER_PARAMS | NOTICE_PARAMS | {"cursor"}
 VIEW_FIELD = "view"  # a single cancel's form: the listing to go back to

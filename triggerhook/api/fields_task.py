@@ -1,0 +1,241 @@
+"""A task's fields as the HTTP API takes them, each defined once: a create
+body's (its due time, routing key, payload, metadata and series) and a
+reschedule body's (the due time), with their JSON Schemas. The parser
+(:mod:`triggerhook.api.bodies`) takes the names it allows from here, and the
+OpenAPI document (:mod:`triggerhook.api.openapi`) the properties; the values
+are checked by the parser and by domain/meta.py and domain/recurrence.py
+(tests/unit/test_openapi.py holds the schemas to them).
+"""
+
+from __future__ import annotations
+
+from triggerhook.api.fields import Field, Fields, names, properties
+from triggerhook.api.openapi_parts import (
+    EPOCH_MS,
+    EPOCH_S,
+    NEW_ID_SCHEMA,
+    ROUTING_KEY_SCHEMA,
+    TAG_SCHEMA,
+    Schema,
+    epoch_ms_schema,
+    exclusive,
+    object_schema,
+    time_schema,
+)
+from triggerhook.api.openapi_schedule import CRON_SPACE, EVERY_SCHEMA, cron_schema
+from triggerhook.domain.bounds import MAX_DUE_MS
+from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
+
+# Longest delay accepted (about 6,300 years).
+MAX_DELAY_S = 200_000_000_000
+MAX_DELAY_MS = MAX_DELAY_S * 1000
+
+_INT64 = {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1}
+
+_RFC_3339 = "an RFC 3339 string; without an offset it is UTC"
+AT_SCHEMA = time_schema(
+    f"Due time: {_RFC_3339} (deprecated: epoch seconds, a number, fraction allowed). "
+    "Any past time (even before 1970) fires at once; the latest is 9999-12-31T23:59:59.999Z. "
+    "An 8-digit integer (20261201) is refused: it reads as 1970 and as a date alike "
+    "(write 20261201.0, or the date as RFC 3339)."
+)
+AT_MS_SCHEMA = epoch_ms_schema(
+    "Due time in epoch milliseconds. Any past time (even before 1970) fires at once; the "
+    f"latest is {MAX_DUE_MS} (9999-12-31T23:59:59.999Z)."
+)
+DELAY_MS_SCHEMA = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": MAX_DELAY_MS,
+    "description": "Due this many milliseconds after the request arrives.",
+}
+DELAY_SCHEMA = {
+    "type": "number",
+    "minimum": 0,
+    "maximum": MAX_DELAY_S,
+    "deprecated": True,
+    "description": "Deprecated: seconds from now (use delay_ms).",
+}
+# The ways to say when a task is due (a reschedule's body): exactly one (a
+# create's as well, unless a series).
+WHEN_BODY: Fields = (
+    Field("at", AT_SCHEMA),
+    Field("at_ms", AT_MS_SCHEMA),
+    Field("delay_ms", DELAY_MS_SCHEMA),
+    Field("delay", DELAY_SCHEMA),  # deprecated: seconds
+)
+WHEN = tuple(field.name for field in WHEN_BODY)
+ONE_WHEN = [{"required": [name]} for name in WHEN]
+
+
+# -- task metadata ------------------------------------------------------------------------------
+
+HEADER_VALUE_SCHEMA = {
+    "oneOf": [
+        {
+            "type": "string",
+            "maxLength": MAX_HEADER_VALUE_BYTES,
+            "description": f"At most {MAX_HEADER_VALUE_BYTES} bytes as UTF-8.",
+        },
+        _INT64,
+        {"type": "boolean"},
+    ]
+}
+# Printable ASCII without space, 1-128 characters, not starting with x- or X-
+# (those are the engine's own headers): a first character other than x/X, or
+# x/X followed by nothing or by anything but "-".
+_HEADER_NAME_PATTERN = "^([!-WYZ-wyz-~][!-~]{0,127}|[xX]([!-,.-~][!-~]{0,126})?)$"
+HEADERS_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_HEADERS,
+    "propertyNames": {"pattern": _HEADER_NAME_PATTERN},
+    "additionalProperties": HEADER_VALUE_SCHEMA,
+    "description": "Custom AMQP headers of the event. Names: 1-128 printable ASCII "
+    "characters without space, not starting with x- (any case: the engine's); "
+    f"at most {MAX_HEADERS_BYTES} bytes of names and values in all (an integer or a "
+    "boolean counts 8).",
+}
+PROPERTY_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 255,
+    "pattern": "^[ -~]{1,255}$",
+    "description": "An AMQP property of the event: 1-255 printable ASCII characters.",
+}
+_SKIP_AFTER = {
+    **_INT64,
+    "minimum": 0,
+    "description": "More than this many ms late: dead-lettered instead.",
+}
+
+
+def _late_schema(deadlines: list[Schema]) -> Schema:
+    return {
+        "description": "What to do when the task is found late at publish time (by the "
+        "engine's clock): fire it anyway, or dead-letter it (cause: late) when more "
+        "than skip_after_ms late or past a deadline. Absent: the daemon's late_policy.",
+        "oneOf": [
+            {"type": "string", "enum": ["fire"]},
+            object_schema({"skip_after_ms": _SKIP_AFTER}, ["skip_after_ms"]),
+            *deadlines,
+        ],
+    }
+
+
+# A deadline as a create body gives it (one field), and as an answer shows it (both).
+_DEADLINE_MS = epoch_ms_schema("The deadline in epoch milliseconds (any past time: the epoch).")
+GIVEN_DEADLINES = [
+    object_schema({"deadline_ms": _DEADLINE_MS}, ["deadline_ms"]),
+    object_schema({"deadline": time_schema(f"The deadline: {_RFC_3339}, as at.")}, ["deadline"]),
+]
+SHOWN_DEADLINES = [
+    object_schema({"deadline_ms": EPOCH_MS, "deadline": EPOCH_S}, ["deadline_ms", "deadline"])
+]
+
+
+def metadata_fields(late_deadline: list[Schema]) -> Fields:
+    """Tags, AMQP properties, headers and late-fire policy of a task (a
+    deadline as given, or as shown)."""
+    return (
+        Field(
+            "tags",
+            {
+                "type": "array",
+                "maxItems": MAX_TAGS,
+                "items": TAG_SCHEMA,
+                "description": "Labels to list, count and cancel by (a set: kept sorted).",
+            },
+        ),
+        Field("content_type", PROPERTY_SCHEMA),
+        Field("content_encoding", PROPERTY_SCHEMA),
+        Field("headers", HEADERS_SCHEMA),
+        Field("late", _late_schema(late_deadline)),
+    )
+
+
+SERIES = {"anyOf": [{"required": ["every"]}, {"required": ["cron"]}]}
+
+
+# A series as a create body gives it (only with every or cron).
+SERIES_BODY: Fields = (
+    Field("every", EVERY_SCHEMA),
+    Field(
+        "cron",
+        cron_schema(
+            f"[{CRON_SPACE}]+",
+            f"[{CRON_SPACE}]*",
+            "A series by a cron expression of 5 fields (minute hour day-of-month month "
+            "day-of-week; Debian cron's syntax as cronsim reads it: lists, ranges, steps, "
+            "names, L, LW, nL, n#k) in timezone; fields separated by any whitespace. Not an "
+            "expression no date matches: days no listed month has (0 0 30 2 *, refused by "
+            "this schema), or none within 50 years (0 0 LW * */6: the last weekday on a "
+            "weekend; 422). With at or delay, the first occurrence is the first matching "
+            "minute at or after that time; it must come by 9999-12-31T23:59:59.999Z (else 422).",
+        ),
+    ),
+    Field("timezone", {"$ref": "#/components/schemas/TimeZone", "default": "UTC"}),
+    Field(
+        "until",
+        time_schema(
+            f"The series' end: its last occurrence is the last one at or before it. {_RFC_3339} "
+            "(deprecated: epoch seconds), as at; not before the first occurrence (else 422)."
+        ),
+    ),
+    Field(
+        "until_ms",
+        epoch_ms_schema(
+            "The series' end in epoch milliseconds (before 1970: the epoch), as until."
+        ),
+    ),
+)
+
+
+def create_body(max_payload_bytes: int) -> Fields:
+    """A create body's fields (and a batch's tasks'); only the payload's
+    bounds depend on ``max_payload_bytes``, not the names."""
+    return (
+        Field("id", NEW_ID_SCHEMA),
+        *WHEN_BODY,
+        Field("routing_key", ROUTING_KEY_SCHEMA),
+        Field(
+            "payload",
+            {
+                "type": "string",
+                "maxLength": max_payload_bytes,
+                "description": f"UTF-8 text of at most {max_payload_bytes} bytes.",
+            },
+        ),
+        Field(
+            "payload_b64",
+            {
+                "type": "string",
+                "format": "byte",
+                "maxLength": -(-max_payload_bytes // 3) * 4,
+                "description": f"Base64 of at most {max_payload_bytes} bytes.",
+            },
+        ),
+        *metadata_fields(GIVEN_DEADLINES),
+        *SERIES_BODY,
+    )
+
+
+# The names of a create body's fields (parsed by triggerhook.api.bodies).
+CREATE_FIELDS = names(create_body(0))
+# The fields of a create body of which at most one may be given, by group.
+EXCLUSIVE = (WHEN, ("until", "until_ms"), ("payload", "payload_b64"), ("every", "cron"))
+
+
+def create_schema(max_payload_bytes: int) -> Schema:
+    """The OpenAPI schema of a create body."""
+    return object_schema(
+        properties(create_body(max_payload_bytes)),
+        anyOf=[*ONE_WHEN, *SERIES["anyOf"]],
+        dependentRequired={"timezone": ["cron"]},
+        dependentSchemas=exclusive(EXCLUSIVE, {"until": SERIES, "until_ms": SERIES}),
+        description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
+        "series: every or cron) none; at most one of payload and payload_b64, of every and "
+        "cron, and of until and until_ms; timezone only with cron, until only in a series "
+        "(without a due time the first occurrence is one every from now, or the next "
+        "matching minute). The metadata and the schedule are part of the content an "
+        "idempotent re-create compares.",
+    )
