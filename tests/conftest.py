@@ -8,13 +8,23 @@ Services come from the environment (scripts/test makes sure local ones run):
 
 Helpers live in tests/support (imported as ``support.*``: pytest puts tests/ on
 sys.path because tests/ is not a package). Nothing here imports triggerhook.
+
+Every test gets its tier's marker here, by its directory (no test file names
+its tier): ``unit``, ``contract``, ``integration``, ``model``, ``cluster``,
+``sim``; a test that uses the ``browser`` fixture (the web view's, Chromium
+driven by Playwright) is ``browser`` instead of ``integration``.
+``scripts/test TIER`` selects one (``pytest -m TIER``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pika.exceptions
 import pytest
@@ -25,6 +35,104 @@ from support.names import unique_name
 
 DEFAULT_MYSQL_URL = "mysql://root:@127.0.0.1:3306"  # the default driver: mysqlclient
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+TESTS = Path(__file__).resolve().parent
+# tests/<directory>/ -> its tier (registered as markers in pyproject.toml).
+TIERS = {
+    "unit": "unit",
+    "contract": "contract",
+    "integration": "integration",
+    "model": "model",
+    "cluster": "cluster",
+    "sim": "sim",
+}
+BROWSER_FIXTURE = "browser"  # tests/integration/test_web_view.py: a Chromium
+# Tests marked ``serial`` here: scripts/test runs them one at a time after the
+# parallel part (pytest-xdist), as node id prefixes (relative to tests/) and why.
+SERIAL = {
+    # rabbitmqctl stop_app: every other test's broker goes away meanwhile.
+    "integration/test_faults.py::test_rabbitmq_restart_while_tasks_come_due": "stops RabbitMQ",
+    # A cluster of its own on fixed ports, and recovery times it reports.
+    "cluster/": "its own Galera + RabbitMQ cluster",
+    # A wrong wall clock's lateness bound (LATE_BOUND_MS) over a few seconds.
+    "integration/test_clock_skew.py": "lateness bounds",
+}
+
+
+def tier_of(item: pytest.Item) -> str | None:
+    """The tier of a test: its directory's, ``browser`` for one driving Chromium."""
+    try:
+        relative = item.path.resolve().relative_to(TESTS)
+    except ValueError:
+        return None
+    tier = TIERS.get(relative.parts[0]) if len(relative.parts) > 1 else None
+    if tier == "integration" and BROWSER_FIXTURE in getattr(item, "fixturenames", ()):
+        return "browser"
+    return tier
+
+
+def is_serial(item: pytest.Item) -> bool:
+    try:
+        relative = item.path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    node = relative + item.nodeid[len(item.nodeid.split("::", 1)[0]) :]
+    return any(node.startswith(prefix) for prefix in SERIAL)
+
+
+# Modules whose tests share fixtures beyond one test's: with scripts/test's
+# ``-n N --dist loadgroup`` they run on one xdist worker, so that what they
+# share is built once, not once per worker (the scheduler below). Both
+# fresh-venv modules share the session's wheelhouse (tests/integration/conftest.py).
+SHARED_SCOPES = re.compile(r"""scope=["'](module|class|package)["']|\bdatabase_url_module\b""")
+FRESH_VENV_MODULES = {
+    "tests/integration/test_client_install.py": "fresh-venv",
+    "tests/integration/test_dev_mode.py": "fresh-venv",
+}
+
+
+@functools.cache
+def _module_scope(module: str) -> str | None:
+    """The work unit of a module's tests when they must stay on one worker."""
+    if module in FRESH_VENV_MODULES:
+        return FRESH_VENV_MODULES[module]
+    path = TESTS.parent / module
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    return module if SHARED_SCOPES.search(text) else None
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The xdist work unit of a test: its module's group (above), else itself."""
+    return _module_scope(nodeid.split("::", 1)[0]) or nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (scripts/test's -n)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``, grouping as :func:`xdist_scope` says. (xdist's own
+    loadgroup reads ``xdist_group`` marks into node ids, which pytest 9's
+    immutable node ids no longer take: it would group nothing.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class ByModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ByModuleScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(item)
+        if tier is not None:
+            item.add_marker(tier)
+        if is_serial(item):
+            item.add_marker("serial")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from support.amqp import AmqpNames, EventConsumer
@@ -82,3 +85,52 @@ def event_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[EventConsumer]
         yield consumer
     finally:
         consumer.close()
+
+
+# -- fresh venvs (test_client_install.py, test_dev_mode.py) ------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pip_run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Wheels of the client (built from client/), the daemon (built from .) and
+    everything they depend on, at the versions of constraints.txt, fetched
+    from the index or pip's cache: built once per test session (per xdist
+    worker) for every fresh venv to install from, and from nothing else."""
+    wheels = tmp_path_factory.mktemp("wheelhouse")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    built = _pip_run(
+        [*pip, "wheel", "-q", "-c", "constraints.txt", "-w", str(wheels), "./client", "."]
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    return wheels
+
+
+FreshVenv = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> FreshVenv:
+    """``fresh_venv(name, *distributions)``: a new venv (pip only: no system
+    site-packages, nothing of the tests' venv) with those distributions and
+    what they require installed by pip from the wheelhouse alone (--no-index),
+    at the versions of constraints.txt."""
+
+    def make(name: str, *distributions: str) -> Path:
+        venv = tmp_path_factory.mktemp(name) / "venv"
+        made = _pip_run([sys.executable, "-m", "venv", str(venv)])
+        assert made.returncode == 0, made.stderr
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+        offline = ["--no-index", "--find-links", str(wheelhouse), "-c", "constraints.txt"]
+        installed = _pip_run([*pip, "install", "-q", *offline, *distributions])
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        return venv
+
+    return make

@@ -5,8 +5,10 @@ cancels tasks on a real daemon, with :class:`Client` and with :class:`AsyncClien
 
 pip builds the wheel from client/ and fetches httpx and its dependencies
 (setuptools for the build too) from the index or its cache, at the versions of
-constraints.txt: what a service that only schedules tasks does. About 10 s
-here (not marked slow).
+constraints.txt, into the session's wheelhouse (the ``wheelhouse`` fixture in
+tests/integration/conftest.py, shared with test_dev_mode.py); the fresh venv
+installs the client from there alone, as pip resolves it: what a service that
+only schedules tasks does. A few seconds here (not marked slow).
 """
 
 from __future__ import annotations
@@ -15,14 +17,12 @@ import json
 import os
 import secrets
 import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from support.http import ROUTED, Api, api_daemon
 
-REPO = Path(__file__).resolve().parents[2]
 TOKEN = "install-test-" + secrets.token_hex(8)
 FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the test
 # What the daemon's distribution brings and the client's must not.
@@ -103,9 +103,7 @@ print(json.dumps({
 """
 
 
-def _run(
-    command: list[str], cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
     )
@@ -119,15 +117,10 @@ def _fresh_python(venv: Path, code: str, *args: str) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (pip only) with ``pip install client/`` done."""
-    venv = tmp_path_factory.mktemp("client") / "venv"
-    made = _run([sys.executable, "-m", "venv", str(venv)], REPO)
-    assert made.returncode == 0, made.stderr
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    installed = _run([*pip, "install", "-q", "-c", "constraints.txt", "./client"], REPO)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    return venv
+def venv(fresh_venv: Callable[..., Path]) -> Path:
+    """A fresh venv (pip only) with the client (the wheel built from client/)
+    and what it requires installed by pip."""
+    return fresh_venv("client", "triggerhook-client")
 
 
 @pytest.fixture(scope="module")

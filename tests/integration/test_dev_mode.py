@@ -8,7 +8,10 @@ fires a task scheduled before the restart. Also: its bad options exit 2,
 naming the option (in-process).
 
 pip builds both wheels and fetches the dependencies at the versions of
-constraints.txt from the index or its cache (about 30 s here; not marked slow).
+constraints.txt from the index or its cache into the session's wheelhouse (the
+``wheelhouse`` fixture in tests/integration/conftest.py, shared with
+test_client_install.py); the fresh venv installs them from there alone (about
+20 s here with the wheelhouse; not marked slow).
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,27 +32,15 @@ from support.webhook import Received, WebhookServer
 
 from triggerhook.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
 START_S = 30.0  # a cold start imports the whole daemon from the new venv
 FIRE_S = 10.0
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (pip only) with ``pip install ./client .`` done."""
-    venv = tmp_path_factory.mktemp("dev") / "venv"
-    made = _run([sys.executable, "-m", "venv", str(venv)])
-    assert made.returncode == 0, made.stderr
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    installed = _run([*pip, "install", "-q", "-c", "constraints.txt", "./client", "."])
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    return venv
-
-
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False
-    )
+def venv(fresh_venv: Callable[..., Path]) -> Path:
+    """A fresh venv (pip only) with the client and the daemon (the wheels built
+    from client/ and .) and what they require installed by pip."""
+    return fresh_venv("dev", "triggerhook-client", "triggerhook")
 
 
 @pytest.fixture
