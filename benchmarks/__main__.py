@@ -73,8 +73,8 @@ from benchmarks.common import (
     servers,
 )
 from triggerhook import Settings
-from triggerhook.store import drivers
-from triggerhook.store.connection import driver_of
+from triggerhook.store.mysql import drivers
+from triggerhook.store.mysql.connection import driver_of
 
 log = logging.getLogger("benchmarks")
 

@@ -36,8 +36,8 @@ import pika.spec
 from benchmarks.common import Recorder, amqp_url, isolated, rate
 from triggerhook.amqp.frames import encode_event
 from triggerhook.domain.arming import shard_of
-from triggerhook.store.connection import open_connection, target
-from triggerhook.store.drivers import Connection
+from triggerhook.store.mysql.connection import open_connection, target
+from triggerhook.store.mysql.drivers import Connection
 
 _CHUNK = 2000
 _MAX_UNCONFIRMED = 5000

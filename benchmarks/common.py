@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from triggerhook import Settings
 from triggerhook.logs import redact
 from triggerhook.runtime.counters import quantile
-from triggerhook.store.connection import open_connection, target
+from triggerhook.store.mysql.connection import open_connection, target
 
 log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ from benchmarks.common import (
 from benchmarks.http import daemon, post_batches
 from benchmarks.precision import due_times
 from triggerhook import Settings
-from triggerhook.store import sql
+from triggerhook.store.mysql import sql
 
 LEVELS = (10_000, 10_000_000)
 QUICK_LEVELS = (1_000, 20_000)

@@ -33,8 +33,8 @@ from benchmarks.common import Recorder, amqp_url, consuming, isolated, wait_unti
 from benchmarks.http import delete_command_queues, post_batches, spawn, stop
 from triggerhook import Settings
 from triggerhook.domain.arming import shard_of
-from triggerhook.store import sql
-from triggerhook.store.connection import open_connection, target
+from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.connection import open_connection, target
 
 QUICK_LEASE_MS = 2000
 # (task id, x-due-ms, received epoch ms) of one event.

@@ -39,8 +39,8 @@ from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.runtime.points import Field
 from triggerhook.runtime.worker import FailureHandler
 from triggerhook.settings import Settings
-from triggerhook.store.galera import GaleraWatch
 from triggerhook.store.mysql import MySQLStore
+from triggerhook.store.mysql.galera import GaleraWatch
 
 if TYPE_CHECKING:
     from triggerhook.processes import EngineLink

@@ -17,8 +17,7 @@ from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.meta import make_meta
 from triggerhook.domain.task import Task, TaskState
 from triggerhook.interfaces import NewRow
-from triggerhook.store import queries, sql
-from triggerhook.store.mysql import MySQLStore
+from triggerhook.store.mysql import MySQLStore, queries, sql
 
 ROWS = 6000
 

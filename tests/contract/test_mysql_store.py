@@ -26,8 +26,7 @@ from support.waiting import wait_for
 from triggerhook.domain.arming import TOP_ID, ShardMarks, shard_of
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task
 from triggerhook.interfaces import DeferOutcome, Deferral, InsertOutcome, Lease, Move, NewRow
-from triggerhook.store import sql
-from triggerhook.store.mysql import MySQLStore, arm_reads
+from triggerhook.store.mysql import MySQLStore, arm_reads, sql
 
 LEASE = 30_000
 ME = "me"

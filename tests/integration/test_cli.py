@@ -31,7 +31,7 @@ from support.waiting import now_ms
 from triggerhook import Settings, TaskSpec, build
 from triggerhook.cli import _parser
 from triggerhook.store.mysql import init_schema
-from triggerhook.store.sql import SCHEMA_VERSION
+from triggerhook.store.mysql.sql import SCHEMA_VERSION
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
 

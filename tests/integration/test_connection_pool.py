@@ -1,4 +1,4 @@
-"""The connection pool's pre-ping and recycle (store/connection.py), on the real
+"""The connection pool's pre-ping and recycle (store/mysql/connection.py), on the real
 MariaDB: a session the server dropped while idle (KILL, as a restart or an
 idle limit would) is replaced on checkout, not handed to the first statement;
 a connection past its age is closed and replaced. The pool's clock is a fake
@@ -16,7 +16,7 @@ from support.mysql import connect
 from support.waiting import wait_for
 
 from triggerhook.errors import StoreUnavailable
-from triggerhook.store.connection import ConnectionPool, Cursor, target
+from triggerhook.store.mysql.connection import ConnectionPool, Cursor, target
 
 PING_IDLE_S = 5.0
 

@@ -23,7 +23,7 @@ from support.mysql import connect, old_schema, with_driver
 from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
-from triggerhook.store.schema import init_schema
+from triggerhook.store.mysql.schema import init_schema
 
 EXIT_OK, EXIT_BEHIND, EXIT_USAGE = 0, 1, 2
 SHARDS = 64

@@ -16,7 +16,7 @@ from support.mysql import connect
 from support.waiting import wait_until
 
 from triggerhook.errors import StoreUnavailable
-from triggerhook.store.connection import STATEMENT_MARGIN_S, ConnectionPool, Target, target
+from triggerhook.store.mysql.connection import STATEMENT_MARGIN_S, ConnectionPool, Target, target
 
 
 def _setup(database_url: str) -> None:

@@ -1,5 +1,5 @@
 """The upgrade of a version 2 database (claims per row) to version 3 (shards),
-store/migrations.py, on a real table of 100,000 pending tasks: some claimed
+store/mysql/migrations.py, on a real table of 100,000 pending tasks: some claimed
 by an instance (lease in the future), some armed, some waiting for the retry
 of an undelivered event. ``init_schema`` takes it on to the head, version 4
 (task metadata and listing keys, on top of version 3's shards: every row kept

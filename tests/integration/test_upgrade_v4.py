@@ -26,9 +26,9 @@ from triggerhook.domain.arming import shard_of
 from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.meta import NO_META
 from triggerhook.domain.task import TaskState
-from triggerhook.store import alembic as revisions
 from triggerhook.store.mysql import MySQLStore
-from triggerhook.store.schema import schema_status
+from triggerhook.store.mysql import alembic as revisions
+from triggerhook.store.mysql.schema import schema_status
 
 EXIT_OK, EXIT_BEHIND = 0, 1
 SHARDS = 64
@@ -93,7 +93,7 @@ _V3_ROWS = (
     "SELECT id, shard, rev, gen, fire_ms, due_ms, routing_key, payload, attempts, created_at"
     " FROM th_tasks ORDER BY id"
 )
-# to_v4's ALTER (store/migrations.py), as an upgrade that stopped after it left it.
+# to_v4's ALTER (store/mysql/migrations.py), as an upgrade that stopped after it left it.
 _V4_ALTER = (
     "ALTER TABLE th_tasks ADD COLUMN meta BLOB NULL AFTER payload,"
     " ADD KEY th_tasks_listed (due_ms, id, routing_key),"

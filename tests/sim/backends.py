@@ -32,8 +32,8 @@ from sim.oracle import RowView, Table
 from triggerhook.domain.meta import Meta
 from triggerhook.errors import StoreUnavailable
 from triggerhook.interfaces import TaskStore
+from triggerhook.store.mysql.schema import init_schema
 from triggerhook.store.rows import meta_of
-from triggerhook.store.schema import init_schema
 from triggerhook.store.sqlite import SQLiteStore
 
 DEFAULT_ROUTING_KEY = "sim"

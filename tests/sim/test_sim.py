@@ -29,7 +29,7 @@ from triggerhook.engine.armer import Armer
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.interfaces import Lease
 from triggerhook.store import kernel
-from triggerhook.store.sqlite_tables import SQLiteTables
+from triggerhook.store.sqlite.tables import SQLiteTables
 
 _REV = "SELECT rev FROM th_tasks WHERE id = ?"
 

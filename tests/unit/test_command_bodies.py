@@ -41,7 +41,7 @@ from triggerhook.amqp.content import BoundedAssembler, CutBody, declared_size
 from triggerhook.api.commands import CommandConsumer
 from triggerhook.app import TriggerHook
 from triggerhook.settings import Settings
-from triggerhook.store import drivers
+from triggerhook.store.mysql import drivers
 from triggerhook.wiring import assemble, command_config
 
 LIMIT = 1024 * 1024

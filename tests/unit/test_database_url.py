@@ -1,5 +1,5 @@
-"""database_url -> the driver and its connect arguments (store/connection.py,
-store/drivers.py), parsed by SQLAlchemy's make_url: every part, the TLS
+"""database_url -> the driver and its connect arguments (store/mysql/connection.py,
+store/mysql/drivers.py), parsed by SQLAlchemy's make_url: every part, the TLS
 parameters, and a ConfigError naming whatever is wrong. No database needed:
 PyMySQL builds its connection (and TLS context) unconnected,
 ``defer_connect``; mysqlclient's arguments are checked as they are passed."""
@@ -16,8 +16,8 @@ import pymysql.cursors
 import pytest
 
 from triggerhook.errors import ConfigError
-from triggerhook.store.connection import database_name, driver_of, target
-from triggerhook.store.drivers import MAX_STATEMENT_BYTES
+from triggerhook.store.mysql.connection import database_name, driver_of, target
+from triggerhook.store.mysql.drivers import MAX_STATEMENT_BYTES
 
 BASE = "mysql+pymysql://root:@127.0.0.1:3306/triggerhook"
 CA = certifi.where()  # any PEM bundle of CA certificates will do

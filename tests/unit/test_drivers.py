@@ -1,4 +1,4 @@
-"""The driver seam (store/drivers.py): both drivers' exceptions translate into
+"""The driver seam (store/mysql/drivers.py): both drivers' exceptions translate into
 the project's errors alike, and a driver that is not there is a clear error."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pymysql
 import pytest
 
 from triggerhook.errors import ConfigError, SchemaError, StoreError, StoreUnavailable
-from triggerhook.store import drivers
+from triggerhook.store.mysql import drivers
 
 DRIVERS = {"pymysql": pymysql.err, "mysqldb": MySQLdb}
 

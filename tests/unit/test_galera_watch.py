@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from triggerhook.errors import StoreUnavailable
-from triggerhook.store.galera import GaleraStatus, GaleraWatch, status_of
+from triggerhook.store.mysql.galera import GaleraStatus, GaleraWatch, status_of
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_growing_conflicts_are_warned_of(caplog: pytest.LogCaptureFixture) -> No
     now = [0.0]
     reads = Reads(GaleraStatus(3, 4), GaleraStatus(3, 4), GaleraStatus(3, 6), GaleraStatus(3, 6))
     watch = GaleraWatch(reads, interval_s=10, clock_s=lambda: now[0])
-    with caplog.at_level(logging.INFO, logger="triggerhook.store.galera"):
+    with caplog.at_level(logging.INFO, logger="triggerhook.store.mysql.galera"):
         assert watch.figures() == {"galera_conflicts": 4}  # the first read
         assert watch.figures() == {"galera_conflicts": 4}  # within the interval: no read
         assert reads.count == 1
@@ -94,7 +94,7 @@ def test_a_restarted_node_counting_from_zero_is_no_conflict(
     now = [0.0]
     reads = Reads(GaleraStatus(3, 5), GaleraStatus(3, 0), GaleraStatus(3, 1))
     watch = GaleraWatch(reads, interval_s=10, clock_s=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="triggerhook.store.galera"):
+    with caplog.at_level(logging.WARNING, logger="triggerhook.store.mysql.galera"):
         watch.figures()
         now[0] += 10
         assert watch.figures() == {"galera_conflicts": 0}

@@ -364,7 +364,7 @@ def test_filter_times_are_epoch_seconds_or_rfc3339(text: str, ms: int) -> None:
 
 def test_due_after_is_given_as_is_the_store_makes_it_inclusive() -> None:
     # parse_filter turns the time into milliseconds; including due_after and
-    # excluding due_before is the store's (TaskFilter.matches, store/queries.py).
+    # excluding due_before is the store's (TaskFilter.matches, store/mysql/queries.py).
     where = parse_filter({"due_after": "10", "due_before": "11"})
     assert (where.due_after_ms, where.due_before_ms) == (10_000, 11_000)
     assert where.matches(info("a", 10_000))

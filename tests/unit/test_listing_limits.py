@@ -20,8 +20,8 @@ from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.task import TaskState
 from triggerhook.errors import Interrupted, StoreUnavailable, TooCostly
 from triggerhook.runtime.interrupt import DEADLINE, Interrupt
-from triggerhook.store import sql
-from triggerhook.store.connection import ConnectionPool, target
+from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.connection import ConnectionPool, target
 from triggerhook.store.sqlite import SQLiteStore
 
 # -- the interrupt -------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ from triggerhook.domain.meta import make_meta
 from triggerhook.domain.task import CancelResult, Task, TaskState
 from triggerhook.errors import SchemaError, StoreError, StoreUnavailable
 from triggerhook.interfaces import InsertOutcome, Lease, NewRow
-from triggerhook.store import sqlite_listing
-from triggerhook.store import sqlite_sql as q
 from triggerhook.store.sqlite import SQLiteStore
+from triggerhook.store.sqlite import listing as sqlite_listing
+from triggerhook.store.sqlite import sql as q
 
 T0 = 1_700_000_000_000
 

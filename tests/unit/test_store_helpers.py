@@ -12,8 +12,7 @@ from alembic.script import ScriptDirectory
 from triggerhook.domain.arming import TOP_ID, Mark, ShardMarks
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.interfaces import InsertOutcome, NewRow
-from triggerhook.store import alembic as revisions
-from triggerhook.store import mysql, sql
+from triggerhook.store import mysql
 from triggerhook.store import rows as store_rows
 from triggerhook.store.arm_pass import (
     NOTHING,
@@ -23,6 +22,8 @@ from triggerhook.store.arm_pass import (
     plan_pass,
     split_read,
 )
+from triggerhook.store.mysql import alembic as revisions
+from triggerhook.store.mysql import sql
 from triggerhook.store.rows import (
     cancel_result,
     first_wins,
@@ -221,7 +222,7 @@ def test_revisions_lead_step_by_step_to_the_schema_version() -> None:
     assert revisions.head() == revisions.revision_of(sql.SCHEMA_VERSION) == "0004"
     for script in scripts.walk_revisions():
         assert callable(script.module.upgrade)
-    schema = (Path(mysql.__file__).parent.parent / "schema.sql").read_text()
+    schema = (Path(mysql.__file__).parents[2] / "schema.sql").read_text()
     assert f"('schema_version', '{sql.SCHEMA_VERSION}')" in schema
 
 

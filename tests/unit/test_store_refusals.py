@@ -34,8 +34,8 @@ from triggerhook.engine.groupcommit import GroupCommitter
 from triggerhook.errors import StoreError, StoreReadOnly, StoreUnavailable
 from triggerhook.service import Service
 from triggerhook.settings import Settings
-from triggerhook.store import drivers
-from triggerhook.store.sqlite_schema import translated
+from triggerhook.store.mysql import drivers
+from triggerhook.store.sqlite.schema import translated
 from triggerhook.wiring import assemble, http_config
 
 DRIVERS = {"pymysql": pymysql.err, "mysqldb": MySQLdb}

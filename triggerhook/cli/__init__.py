@@ -56,7 +56,7 @@ from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, Trig
 from triggerhook.processes import EngineLink
 from triggerhook.settings import Settings, load_settings
 from triggerhook.status import render as status_text
-from triggerhook.store.schema import init_schema, schema_status, upgrade_schema
+from triggerhook.store.mysql.schema import init_schema, schema_status, upgrade_schema
 from triggerhook.wiring import build, build_api_process, build_daemon
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4

@@ -1,16 +1,16 @@
 """Alembic, driven from code (no alembic.ini): the schema's revisions
 (``versions/``), their environment (``env.py``), and :func:`migrator`, one
-connection to a database on which :mod:`triggerhook.store.schema` runs
+connection to a database on which :mod:`triggerhook.store.mysql.schema` runs
 Alembic's commands and its own statements.
 
 Revision ``000N`` is schema version N, the ``th_meta.schema_version`` the
 daemon checks, which every revision keeps in step: 0001 is the baseline
 (version 1; it creates nothing: a new database is created at head from
-``schema.sql``), 0002, 0003 and 0004 run ``store/migrations.py``'s
+``schema.sql``), 0002, 0003 and 0004 run ``store/mysql/migrations.py``'s
 ``to_v2``, ``to_v3`` and ``to_v4``. A new version adds ``versions/v000N_<what>.py`` the same way and
 raises ``sql.SCHEMA_VERSION``. There are no downgrades: restore a backup.
 
-Imported by store/schema.py only when a schema is created, upgraded or
+Imported by store/mysql/schema.py only when a schema is created, upgraded or
 inspected (``db`` commands, ``run --init-db``): Alembic takes a fifth of a
 second to import, which the daemon and the task commands need not pay.
 """
@@ -33,8 +33,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from triggerhook.errors import SchemaError
-from triggerhook.store import sql
-from triggerhook.store.connection import Cursor, open_connection, target
+from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.connection import Cursor, open_connection, target
 
 SCRIPTS = Path(__file__).parent
 

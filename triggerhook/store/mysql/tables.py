@@ -1,5 +1,5 @@
 """The MySQL backend's steps (:mod:`triggerhook.store.tables`): the
-statements of ``store/sql.py`` on a pooled connection.
+statements of ``store/mysql/sql.py`` on a pooled connection.
 
 Locks: a transaction that writes for a shard locks the shard row first, in
 shard order (one statement takes all of them): exclusively for an arming
@@ -21,9 +21,9 @@ from triggerhook.domain.meta import Meta
 from triggerhook.domain.task import Task
 from triggerhook.errors import StoreError
 from triggerhook.interfaces import NewRow
-from triggerhook.store import sql
 from triggerhook.store.arm_pass import PassReads, split_read
-from triggerhook.store.connection import ConnectionPool, Cursor, is_duplicate_key
+from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.connection import ConnectionPool, Cursor, is_duplicate_key
 from triggerhook.store.rows import (
     INSERT_CHUNK_BYTES,
     INSERT_CHUNK_ROWS,

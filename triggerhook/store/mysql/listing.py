@@ -1,5 +1,5 @@
 """The MySQL store's reads of many tasks: listing, counting, the timeline and
-a bulk cancel's batches (their statements: ``store/queries.py``).
+a bulk cancel's batches (their statements: ``store/mysql/queries.py``).
 
 They run on a connection pool of their own, apart from the engine's, with a
 per-session time limit (``listing_timeout_ms``): MariaDB's
@@ -29,9 +29,9 @@ from triggerhook.domain.listing import Key, TaskFilter, Timeline, timeline_of
 from triggerhook.domain.task import TaskInfo, TaskState
 from triggerhook.errors import Interrupted, StoreError, TransientError, TriggerHookError
 from triggerhook.runtime.interrupt import Interrupt
-from triggerhook.store import queries, sql
-from triggerhook.store.connection import ConnectionPool, Cursor, Target, open_connection
-from triggerhook.store.queries import ArmedShards, Built
+from triggerhook.store.mysql import queries, sql
+from triggerhook.store.mysql.connection import ConnectionPool, Cursor, Target, open_connection
+from triggerhook.store.mysql.queries import ArmedShards, Built
 from triggerhook.store.rows import Row
 
 __all__ = ["ListingReads"]

@@ -1,7 +1,7 @@
 """The SQLite store's file: its connection, its schema (created in an empty
 database, checked in any other) and the translation of sqlite3's errors
-into the project's (``store/sqlite.py`` uses these; the statements are
-``store/sqlite_sql.py``'s)."""
+into the project's (``store/sqlite/store.py`` uses these; the statements are
+``store/sqlite/sql.py``'s)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from triggerhook.errors import (
     StoreUnavailable,
     TriggerHookError,
 )
-from triggerhook.store import sqlite_sql as q
+from triggerhook.store.sqlite import sql as q
 
 log = logging.getLogger(__name__)
 

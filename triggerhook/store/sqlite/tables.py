@@ -1,5 +1,5 @@
 """The SQLite backend's steps (:mod:`triggerhook.store.tables`): the
-statements of ``sqlite_sql`` run on the store's one connection.
+statements of ``sqlite/sql.py`` run on the store's one connection.
 
 Every write transaction holds SQLite's write lock on the file from its
 ``BEGIN IMMEDIATE`` to its COMMIT, so nothing else writes meanwhile: the
@@ -18,7 +18,6 @@ from triggerhook.domain.arming import Mark, ShardMarks, arm_horizon
 from triggerhook.domain.meta import Meta
 from triggerhook.domain.task import Task
 from triggerhook.interfaces import NewRow
-from triggerhook.store import sqlite_sql as q
 from triggerhook.store.arm_pass import PassReads, split_read
 from triggerhook.store.rows import (
     Row,
@@ -32,7 +31,8 @@ from triggerhook.store.rows import (
     row_shard,
     tag_rows,
 )
-from triggerhook.store.sqlite_schema import translated
+from triggerhook.store.sqlite import sql as q
+from triggerhook.store.sqlite.schema import translated
 from triggerhook.store.tables import DuplicateRow, RowMove
 
 # Ids per IN list: far below SQLite's bound on variables (32,766 since 3.32).

@@ -1,8 +1,8 @@
 """The SQLite store's listing, counting and timeline statements, built from
 a :class:`~triggerhook.domain.listing.TaskFilter` (the MySQL store's are
-``store/queries.py``).
+``store/mysql/queries.py``).
 
-Every piece of text comes from ``store/sqlite_sql.py``; every value is bound.
+Every piece of text comes from ``store/sqlite/sql.py``; every value is bound.
 Which index serves a filter: ``tag``: ``th_task_tags``' primary key ``(tag,
 due_ms, id)``; else ``routing_key``: ``th_tasks_key (routing_key, due_ms,
 id)``; else ``th_tasks_listed (due_ms, id, routing_key)`` or, for an id
@@ -29,7 +29,7 @@ from triggerhook.domain.listing import MAX_TIMELINE_CELLS, Key, TaskFilter
 from triggerhook.domain.task import TaskState
 from triggerhook.errors import Interrupted, TooCostly
 from triggerhook.runtime.interrupt import Interrupt
-from triggerhook.store import sqlite_sql as q
+from triggerhook.store.sqlite import sql as q
 
 Built = tuple[str, list[Any]]
 # SQLite's virtual machine steps between two looks at the time and the interrupt
@@ -74,7 +74,7 @@ def _where(where: TaskFilter, src: _Source, after: Key | None = None) -> Built:
 
 
 def list_tasks(where: TaskFilter, after: Key | None, limit: int) -> Built:
-    """One page: sqlite_sql.TASK_STATE_COLUMNS of up to ``limit`` rows after ``after``."""
+    """One page: sql.TASK_STATE_COLUMNS of up to ``limit`` rows after ``after``."""
     src = _source(where)
     text, params = _where(where, src, after)
     statement = q.LIST_TASKS.format(source=src.text, where=text, due=src.due, id=src.id)

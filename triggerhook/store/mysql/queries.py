@@ -1,7 +1,7 @@
 """The statements of listing, counting, the timeline and a bulk cancel's
 batches, built from a :class:`~triggerhook.domain.listing.TaskFilter`.
 
-Every piece of text comes from ``store/sql.py``; every value is bound. Which
+Every piece of text comes from ``store/mysql/sql.py``; every value is bound. Which
 index serves a filter (the EXPLAINs are checked by tests/contract):
 
 * ``tag``: ``th_task_tags``' primary key ``(tag, due_ms, id)``, in due order;
@@ -30,7 +30,7 @@ from typing import Any
 from triggerhook.domain.arming import BOTTOM
 from triggerhook.domain.listing import MAX_TIMELINE_CELLS, Key, TaskFilter
 from triggerhook.domain.task import TaskState
-from triggerhook.store import sql
+from triggerhook.store.mysql import sql
 
 Built = tuple[str, list[Any]]
 # (shard, armed_ms) of every shard that has armed something: the bounds of the

@@ -1,6 +1,6 @@
 """Alembic's migration environment for triggerhook's schema.
 
-Run by :mod:`triggerhook.store.alembic` through Alembic's commands, on the
+Run by :mod:`triggerhook.store.mysql.alembic` through Alembic's commands, on the
 connection it opened (``config.attributes``); the revisions get the
 ``shard_count`` setting (for a database that has none stored yet). Online
 only: the migrations run statements that depend on what they read, so there
@@ -16,7 +16,7 @@ from typing import Any
 from alembic import context
 from alembic.runtime.migration import MigrationContext, MigrationInfo
 
-log = logging.getLogger("triggerhook.store.alembic")
+log = logging.getLogger("triggerhook.store.mysql.alembic")
 
 
 def _applied(

@@ -1,6 +1,6 @@
 """Creating, upgrading and inspecting the schema (``triggerhook db init|upgrade|status``).
 
-The schema's versions are Alembic revisions (``store/alembic/``): revision
+The schema's versions are Alembic revisions (``store/mysql/alembic/``): revision
 ``000N`` is schema version N, the ``th_meta.schema_version`` that the daemon
 checks and that every revision keeps in step. :func:`init_schema` creates the
 database if missing; a database without a schema gets the current one from
@@ -12,7 +12,7 @@ database is stamped at its revision first, then upgraded. Last, ``th_meta``
 gets the shard count if it has none (a database created before keeps its own)
 and ``th_shards`` exactly the rows ``0 .. N-1``.
 
-**Upgrades are offline**: stop every instance first (``store/migrations.py``).
+**Upgrades are offline**: stop every instance first (``store/mysql/migrations.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from triggerhook.errors import SchemaError
-from triggerhook.store import sql
-from triggerhook.store.connection import (
+from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.connection import (
     Cursor,
     database_name,
     is_no_such_table,
@@ -34,7 +34,7 @@ from triggerhook.store.connection import (
 )
 
 if TYPE_CHECKING:
-    from triggerhook.store.alembic import Migrator
+    from triggerhook.store.mysql.alembic import Migrator
 
 log = logging.getLogger(__name__)
 # Alembic's own INFO lines (plugins set up at its import, "Context impl
@@ -105,7 +105,7 @@ class SchemaStatus:
 
 def schema_status(url: str) -> SchemaStatus:
     """Read where the database at ``url`` stands (changes nothing)."""
-    from triggerhook.store import alembic as revisions  # noqa: PLC0415  (see its docstring)
+    from triggerhook.store.mysql import alembic as revisions  # noqa: PLC0415  (see its docstring)
 
     name, head = database_name(url), revisions.head()
     if not _database_exists(url):
@@ -155,7 +155,7 @@ def _database_exists(url: str) -> bool:
 
 
 def _to_head(url: str, shard_count: int, *, create: bool) -> int:
-    from triggerhook.store import alembic as revisions  # noqa: PLC0415  (see its docstring)
+    from triggerhook.store.mysql import alembic as revisions  # noqa: PLC0415  (see its docstring)
 
     name = database_name(url)
     with revisions.migrator(url, shard_count, create=create) as db:

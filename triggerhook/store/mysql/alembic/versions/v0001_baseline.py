@@ -2,7 +2,7 @@
 
 Creates nothing. A database of version 1 (or later) made before Alembic is
 stamped at its version's revision, then upgraded; a new database is created at
-head from schema.sql and stamped there (triggerhook.store.schema).
+head from schema.sql and stamped there (triggerhook.store.mysql.schema).
 """
 
 from __future__ import annotations

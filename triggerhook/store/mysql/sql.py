@@ -1,5 +1,5 @@
 """Every SQL statement triggerhook runs, in one reviewable place (the schema's
-history, the migrations, lives in ``store/migrations.py``).
+history, the migrations, lives in ``store/mysql/migrations.py``).
 
 All values are bound parameters (``%s``). The only text ever spliced in is
 built here from constants: a placeholder list ``%s, %s, ...`` (or ``(%s, %s),
@@ -7,14 +7,14 @@ built here from constants: a placeholder list ``%s, %s, ...`` (or ``(%s, %s),
 list (:func:`cases`), a UNION of one fixed SELECT repeated, and :data:`NOW_MS`.
 
 The protocol these statements implement: ``docs/design/ownership.md`` (rules
-R1-R10). Sessions run READ COMMITTED (``store/connection.py``): a plain
+R1-R10). Sessions run READ COMMITTED (``store/mysql/connection.py``): a plain
 SELECT reads what was committed when *it* started, so a read that follows a
 locking read of the shard rows sees every write that held those locks.
 """
 
 from __future__ import annotations
 
-# The version schema.sql creates: Alembic's head revision (store/alembic/versions).
+# The version schema.sql creates: Alembic's head revision (store/mysql/alembic/versions).
 SCHEMA_VERSION = 4
 
 # The database's clock in epoch milliseconds, in SQL: UTC arithmetic only, so
@@ -41,15 +41,15 @@ DROP_SHARDS_BEYOND = "DELETE FROM th_shards WHERE shard < 0 OR shard >= %s"
 
 # -- rows <-> tasks ------------------------------------------------------------------------
 
-# The columns a task is read with (store/mysql.py's TaskRow, in this order).
+# The columns a task is read with (store/mysql/store.py's TaskRow, in this order).
 TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen, meta"
 
-# The columns a shard row is read with (store/mysql.py's ShardRow, in this order).
+# The columns a shard row is read with (store/mysql/store.py's ShardRow, in this order).
 SHARD_COLUMNS = (
     "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
 )
 
-# The content columns (store/mysql.py's _content reads them, in this order).
+# The content columns (store/mysql/store.py's _content reads them, in this order).
 CONTENT_COLUMNS = "id, due_ms, routing_key, payload, meta"
 
 SELECT_CONTENT_BY_IDS = f"SELECT {CONTENT_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
@@ -369,7 +369,7 @@ def moves(count: int) -> str:
     return UNION_ALL.join([MOVE_FIRST] + [MOVE_NEXT] * (count - 1))
 
 
-# -- listing, counting and bulk cancel (store/queries.py builds the WHERE) ----------------
+# -- listing, counting and bulk cancel (store/mysql/queries.py builds the WHERE) ----------------
 
 # What a listing reads, by its filter: a tag's rows in due order (th_task_tags'
 # primary key, then each task by its primary key), one routing key's
@@ -445,13 +445,13 @@ SELECT_TIME_LIMIT = "SET SESSION max_execution_time = %s"
 # Stop the statement a session runs (the listing reads', when their caller is gone).
 KILL_QUERY = "KILL QUERY %s"
 
-# The session's TLS cipher: empty when it is not encrypted (see store/drivers.py).
+# The session's TLS cipher: empty when it is not encrypted (see store/mysql/drivers.py).
 SESSION_CIPHER = "SHOW SESSION STATUS LIKE 'Ssl_cipher'"
 
 # The server's clock, in epoch microseconds (see NOW_MS).
 DATABASE_TIME_US = "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 
-# Galera's view of this node (triggerhook/store/galera.py); no rows elsewhere.
+# Galera's view of this node (triggerhook/store/mysql/galera.py); no rows elsewhere.
 GALERA_STATUS = (
     "SHOW GLOBAL STATUS WHERE Variable_name IN "
     "('wsrep_cluster_size', 'wsrep_local_cert_failures', 'wsrep_local_bf_aborts')"

@@ -2,9 +2,9 @@
 
 The protocol is ``docs/design/ownership.md`` (rules R1-R10). What each
 transaction writes is decided by the store kernel (``store/kernel.py``) over
-this backend's steps (``store/mysql_tables.py``, which also says how the
+this backend's steps (``store/mysql/tables.py``, which also says how the
 locks are ordered); here are R1 and R2 (one compare-and-set statement each)
-and the reads. The SQL is in ``store/sql.py``. Every "now" is the server's,
+and the reads. The SQL is in ``store/mysql/sql.py``. Every "now" is the server's,
 computed in the statement (:data:`sql.NOW_MS`).
 
 Round trips (each statement is one; a transaction adds its COMMIT):
@@ -33,18 +33,16 @@ from triggerhook.domain.task import TaskInfo, TaskState
 from triggerhook.errors import InstanceNameInUse, SchemaError, StoreError
 from triggerhook.interfaces import Acquired, Lease, NameHolder
 from triggerhook.runtime.interrupt import Interrupt
-from triggerhook.store import sql
-from triggerhook.store.connection import ConnectionPool, is_duplicate_key, target
-from triggerhook.store.galera import GaleraStatus, status_of
 from triggerhook.store.kernel import StoreKernel
-from triggerhook.store.mysql_listing import ListingReads
-from triggerhook.store.mysql_tables import MySQLTables, arm_reads
+from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.connection import ConnectionPool, is_duplicate_key, target
+from triggerhook.store.mysql.galera import GaleraStatus, status_of
+from triggerhook.store.mysql.listing import ListingReads
+from triggerhook.store.mysql.schema import read_shard_count, read_version
+from triggerhook.store.mysql.tables import MySQLTables
 from triggerhook.store.rows import Row, content_of
-from triggerhook.store.schema import init_schema, read_shard_count, read_version
 
-# init_schema lives in store/schema.py and arm_reads in store/mysql_tables.py;
-# they are imported from here too, as before.
-__all__ = ["MySQLStore", "arm_reads", "init_schema"]
+__all__ = ["MySQLStore"]
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +94,7 @@ class MySQLStore(StoreKernel):
             ping_idle_s=pool_ping_idle_s,
         )
         self._default_routing_key = default_routing_key
-        # Reads of many tasks (store/mysql_listing.py): a pool and time limit of their own.
+        # Reads of many tasks (store/mysql/listing.py): a pool and time limit of their own.
         self._listing = ListingReads(
             to,
             self._info,

@@ -1,10 +1,10 @@
-"""Version 2: failed deliveries per task (th_tasks.attempts); store/migrations.py."""
+"""Version 2: failed deliveries per task (th_tasks.attempts); store/mysql/migrations.py."""
 
 from __future__ import annotations
 
 from alembic import op
 
-from triggerhook.store.migrations import cursor_of, to_v2
+from triggerhook.store.mysql.migrations import cursor_of, to_v2
 
 revision = "0002"
 down_revision = "0001"

@@ -30,7 +30,7 @@ from triggerhook.errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
-from triggerhook.store.sql import SESSION_CIPHER
+from triggerhook.store.mysql.sql import SESSION_CIPHER
 
 # Server and client error codes after which the same operation may succeed.
 _TRANSIENT_CODES = frozenset(

@@ -1,10 +1,10 @@
-"""Version 4: task metadata (th_tasks.meta, th_task_tags), listing keys; store/migrations.py."""
+"""Version 4: task metadata (th_tasks.meta, th_task_tags), listing keys: mysql/migrations.py."""
 
 from __future__ import annotations
 
 from alembic import op
 
-from triggerhook.store.migrations import cursor_of, to_v4
+from triggerhook.store.mysql.migrations import cursor_of, to_v4
 
 revision = "0004"
 down_revision = "0003"

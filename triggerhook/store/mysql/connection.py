@@ -1,7 +1,7 @@
 """Database connections: URL parsing, a small thread-safe pool.
 
 ``database_url`` is parsed by SQLAlchemy (:func:`sqlalchemy.engine.make_url`)
-into a :class:`Target`: the driver its scheme names (``store/drivers.py``)
+into a :class:`Target`: the driver its scheme names (``store/mysql/drivers.py``)
 and where to connect, TLS included; a parameter it does not know, or a wrong
 value, is a ConfigError naming it. Driver exceptions are translated into the
 project's errors here and in the driver seam, so no other module needs to
@@ -25,8 +25,8 @@ from pymysql.charset import charset_by_name
 from triggerhook.errors import ConfigError, StoreUnavailable, TooCostly
 from triggerhook.runtime import progress
 from triggerhook.settings import parse_bool
-from triggerhook.store import drivers
-from triggerhook.store.drivers import (
+from triggerhook.store.mysql import drivers
+from triggerhook.store.mysql.drivers import (
     DUPLICATE_KEY,
     NO_SUCH_TABLE,
     STATEMENT_TIMEOUT,
@@ -38,7 +38,7 @@ from triggerhook.store.drivers import (
     Tls,
     error_code,
 )
-from triggerhook.store.sql import (
+from triggerhook.store.mysql.sql import (
     IDLE_TRANSACTION_TIMEOUT,
     SELECT_TIME_LIMIT,
     STATEMENT_TIME_LIMIT,

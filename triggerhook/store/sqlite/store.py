@@ -6,11 +6,11 @@ file cannot be shared between machines. Durability is WAL with
 ``synchronous = FULL``: a call that returned has its commit on disk. It is
 held to the same contract suite as MySQL (``tests/contract``).
 
-The tables are MySQL's (``store/sqlite_sql.py``; the file, its schema and the
-translation of sqlite3's errors: ``store/sqlite_schema.py``). What each
+The tables are MySQL's (``store/sqlite/sql.py``; the file, its schema and the
+translation of sqlite3's errors: ``store/sqlite/schema.py``). What each
 transaction writes is decided by the store kernel (``store/kernel.py``, the
 rules of ``docs/design/ownership.md``), over this backend's steps
-(``store/sqlite_tables.py``); here are R1 and R2 (one statement each) and the
+(``store/sqlite/tables.py``); here are R1 and R2 (one statement each) and the
 reads. "Now" is this store's clock (``now_ms``; by default this host's wall
 clock, which *is* an embedded database's clock), read in whole milliseconds
 and bound into the statements. ``SQLiteStore(":memory:")`` is the in-memory
@@ -23,7 +23,7 @@ reports 0.
 
 Threads: one ``sqlite3`` connection (``check_same_thread=False``, no implicit
 transactions) serves every thread; a re-entrant lock is held for each whole
-transaction (``store/sqlite_tables.py``), so the connection is used by one
+transaction (``store/sqlite/tables.py``), so the connection is used by one
 thread at a time and no thread sees another's uncommitted writes. A method that writes
 begins with ``BEGIN IMMEDIATE``: SQLite's write lock on the file, held to its
 COMMIT. So within a transaction nothing else writes: the locking reads of
@@ -50,12 +50,12 @@ from triggerhook.domain.task import TaskInfo, TaskState
 from triggerhook.errors import InstanceNameInUse
 from triggerhook.interfaces import Acquired, Lease, NameHolder, TaskStore
 from triggerhook.runtime.interrupt import Interrupt
-from triggerhook.store import sqlite_listing
-from triggerhook.store import sqlite_sql as q
 from triggerhook.store.kernel import StoreKernel
 from triggerhook.store.rows import Row, content_of
-from triggerhook.store.sqlite_schema import check_version, connect, open_schema
-from triggerhook.store.sqlite_tables import SQLiteTables
+from triggerhook.store.sqlite import listing as sqlite_listing
+from triggerhook.store.sqlite import sql as q
+from triggerhook.store.sqlite.schema import check_version, connect, open_schema
+from triggerhook.store.sqlite.tables import SQLiteTables
 
 __all__ = ["SQLiteStore"]
 

@@ -1,8 +1,8 @@
 """Schema migrations: how a database made by an older version is upgraded.
 
 Each ``to_vN`` takes schema version ``N - 1`` to ``N``; the Alembic revision
-``000N`` (``store/alembic/versions/``) runs it, and ``triggerhook db upgrade``
-(:func:`triggerhook.store.schema.upgrade_schema`, also ``db init``) runs the
+``000N`` (``store/mysql/alembic/versions/``) runs it, and ``triggerhook db upgrade``
+(:func:`triggerhook.store.mysql.schema.upgrade_schema`, also ``db init``) runs the
 revisions in order. Each migration is a function of a cursor that looks at
 what exists (``information_schema``) rather than assuming, and ends by writing
 its version to ``th_meta.schema_version`` (the version the daemon checks): an
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, cast
 
 from triggerhook.domain.arming import BOTTOM, Mark
 from triggerhook.errors import SchemaError
-from triggerhook.store.connection import Cursor
+from triggerhook.store.mysql.connection import Cursor
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

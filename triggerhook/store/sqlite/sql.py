@@ -1,6 +1,6 @@
-"""Every SQL statement the SQLite store (``store/sqlite.py``) runs, in one
+"""Every SQL statement the SQLite store (``store/sqlite/store.py``) runs, in one
 reviewable place: its schema, its pragmas, the protocol's statements and
-the pieces of a listing (``store/sqlite_listing.py`` joins them).
+the pieces of a listing (``store/sqlite/listing.py`` joins them).
 
 All values are bound parameters (``?``). The only text ever spliced in is
 built here from constants: a placeholder list ``?, ?, ...`` of a computed
@@ -8,7 +8,7 @@ length (:func:`placeholders`), and a listing's source, WHERE terms (each a
 constant below, joined by AND) and ordering columns.
 
 The tables are MySQL's (``schema.sql``), in SQLite's types, with the same
-names, columns and indexes, so that the statements read like ``store/sql.py``'s
+names, columns and indexes, so that the statements read like ``store/mysql/sql.py``'s
 and the rules of ``docs/design/ownership.md`` apply unchanged. What differs:
 
 * "now" is not computed in SQL: the store binds its clock's reading (the
@@ -25,7 +25,7 @@ and the rules of ``docs/design/ownership.md`` apply unchanged. What differs:
 from __future__ import annotations
 
 # This file format's own version (it has no migrations: a file of another
-# version is refused). Not MySQL's th_meta.schema_version (store/sql.py).
+# version is refused). Not MySQL's th_meta.schema_version (store/mysql/sql.py).
 SCHEMA_VERSION = 1
 
 # -- connection setup ----------------------------------------------------------------------
@@ -102,7 +102,7 @@ COUNT_SHARDS = "SELECT COUNT(*) FROM th_shards"
 
 # -- rows <-> tasks --------------------------------------------------------------------------
 
-# store/rows.py's TaskRow and ShardRow, in their order (as store/sql.py's).
+# store/rows.py's TaskRow and ShardRow, in their order (as store/mysql/sql.py's).
 TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen, meta"
 SHARD_COLUMNS = (
     "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
@@ -223,7 +223,7 @@ LIVE_MEMBERS = "SELECT COUNT(*) FROM th_members WHERE heartbeat_until_ms >= ?"
 COUNT_TASKS = "SELECT COUNT(*) FROM th_tasks"
 EARLIEST_DUE = "SELECT MIN(due_ms) FROM th_tasks"
 
-# -- listing (store/sqlite_listing.py builds the WHERE from a TaskFilter) ------------------------
+# -- listing (store/sqlite/listing.py builds the WHERE from a TaskFilter) ------------------------
 
 # Where a listing reads, by its filter, and the columns that order it: a
 # tag's rows in due order (th_task_tags' primary key; CROSS JOIN keeps that

@@ -1,4 +1,4 @@
-"""Version 3: shards (th_shards, th_members; claims per row replaced); store/migrations.py.
+"""Version 3: shards (th_shards, th_members; claims per row replaced); store/mysql/migrations.py.
 
 Offline: every instance must be stopped (an instance of version 2 would go on
 claiming rows by columns this revision drops). Rewrites every task row, in
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from triggerhook.store.migrations import cursor_of, to_v3
+from triggerhook.store.mysql.migrations import cursor_of, to_v3
 
 revision = "0003"
 down_revision = "0002"
