@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ from triggerhook.interfaces import (
     new_rev,
 )
 from triggerhook.store.rows import ShardRow as ShardColumns
-from triggerhook.store.rows import TaskRow, task_of
+from triggerhook.store.rows import TaskRow, content_of
 from triggerhook.store.sqlite import SQLiteStore
+from triggerhook.store.sqlite import sql as q
 
 __all__ = [
     "DEFAULT_NOW_MS",
@@ -58,11 +60,6 @@ __all__ = [
 DEFAULT_NOW_MS = 1_700_000_000_000.0
 
 _START_MARKS = ShardMarks(BOTTOM, 1)  # the schema's defaults: nothing armed, generation 1
-
-_TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms, gen, meta"
-_SHARD_COLUMNS = (
-    "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
-)
 
 
 @dataclass(slots=True)
@@ -172,16 +169,14 @@ class FakeStore(SQLiteStore):
     def rows(self) -> dict[str, StoredRow]:
         """th_tasks, read now (a snapshot: read it again after a call)."""
         with self._transaction(write=False) as cur:
-            cur.execute(f"SELECT {_TASK_COLUMNS} FROM th_tasks")
+            cur.execute(f"SELECT {q.TASK_COLUMNS} FROM th_tasks")
             found = [TaskRow(*r) for r in cur.fetchall()]
         return {row.id: self._stored(row) for row in found}
 
     def _stored(self, row: TaskRow) -> StoredRow:
-        task = task_of(row, 0, self._default_routing_key)
-        content = Task(
-            task.id, task.due_ms, task.routing_key, task.payload, task.attempts, meta=task.meta
-        )
-        return StoredRow(content, row.shard, row.rev, row.gen, row.fire_ms)
+        content = content_of((*row[:4], row.meta), self._default_routing_key)
+        task = dataclasses.replace(content, attempts=row.attempts)
+        return StoredRow(task, row.shard, row.rev, row.gen, row.fire_ms)
 
     @property
     def shards(self) -> list[ShardRow]:
@@ -193,7 +188,7 @@ class FakeStore(SQLiteStore):
 
     def _shard_rows(self) -> list[ShardColumns]:
         with self._transaction(write=False) as cur:
-            cur.execute(f"SELECT {_SHARD_COLUMNS} FROM th_shards ORDER BY shard")
+            cur.execute(q.SELECT_SHARDS)
             return [ShardColumns(*r) for r in cur.fetchall()]
 
     def fail_next(self, method: str, *errors: BaseException) -> None:
@@ -251,7 +246,7 @@ class FakeStore(SQLiteStore):
 
     def row(self, task_id: str) -> StoredRow | None:
         with self._transaction(write=False) as cur:
-            cur.execute(f"SELECT {_TASK_COLUMNS} FROM th_tasks WHERE id = ?", (task_id,))
+            cur.execute(f"SELECT {q.TASK_COLUMNS} FROM th_tasks WHERE id = ?", (task_id,))
             found = cur.fetchone()
         return None if found is None else self._stored(TaskRow(*found))
 

@@ -116,7 +116,7 @@ class Tables(Protocol):
         """Unlocked reads, each a consistent snapshot of its own (no locks taken)."""
         ...
 
-    def insert_fast(self, rows: Sequence[NewRow], shard_count: int) -> bool:
+    def insert_fast(self, rows: Sequence[NewRow]) -> bool:
         """Optional fast path of R6: rows none of which exists, committed in
         one statement. False (having written nothing): take the general path."""
         ...

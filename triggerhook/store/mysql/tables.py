@@ -223,7 +223,7 @@ class MySQLTables:
         with self._autocommit.transaction() as cur:
             yield self._tx(cur)
 
-    def insert_fast(self, rows: Sequence[NewRow], shard_count: int) -> bool:
+    def insert_fast(self, rows: Sequence[NewRow]) -> bool:
         """Group commit's usual case: rows that fit one statement, none existing,
         committed by that statement alone (see sql.INSERT_TASKS_LOCKING)."""
         if (
@@ -234,6 +234,7 @@ class MySQLTables:
             return False
         params: list[Any] = []
         shards: set[int] = set()
+        shard_count = self._shard_count()
         for row in rows:
             task, shard = row.task, shard_of(row.task.id, shard_count)
             shards.add(shard)

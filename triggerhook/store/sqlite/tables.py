@@ -178,7 +178,7 @@ class SQLiteTables:
         with self.transaction(write=False) as cur:
             yield SQLiteTx(cur, self.shard_count, self._default_key)
 
-    def insert_fast(self, rows: Sequence[NewRow], shard_count: int) -> bool:
+    def insert_fast(self, rows: Sequence[NewRow]) -> bool:
         return False  # in-process: the general path costs no round trips
 
     def cancel_unarmed(self, shards: Mapping[str, int]) -> bool:
