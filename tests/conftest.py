@@ -125,8 +125,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByModuleScheduling(config, log)
 
 
+# The longest modules of the parallel run (minutes each; see CI's --durations):
+# collected first, so that the scheduler hands them out first and no worker
+# starts one while the others are finishing.
+LONG_FIRST = (
+    "tests/model/test_ownership_model.py",
+    "tests/integration/test_benchmarks_quick.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable
     for item in items:
         tier = tier_of(item)
         if tier is not None:

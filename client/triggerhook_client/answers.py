@@ -1,16 +1,35 @@
 """Reading the daemon's answers into results (no I/O here). An answer that is
 not what the API documents is an :class:`ApiError` (``bad_response``), never
-a result made up of it. Instants are read from the ``*_ms`` fields."""
+a result made up of it. Instants are read from the ``*_ms`` fields.
+
+Each answer's fields are defined once, in :mod:`triggerhook_client.answer_fields`
+(which the daemon's OpenAPI document is built from too); here is one check per
+:class:`~triggerhook_client.answer_fields.Kind`, and :func:`decoded` reads an
+answer by its table. What no table states stays here: a timeline's counts
+per bucket match its ``buckets``, a lookup's payload is text or base64, and a
+503 without ``reasons`` is not the daemon's ``/readyz``."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
+from triggerhook_client.answer_fields import (
+    BULK_CANCELLED,
+    COUNTED,
+    CREATED,
+    IDS,
+    LISTED,
+    PAGE,
+    PAYLOAD,
+    TIMELINE,
+    AnswerField,
+    Kind,
+)
 from triggerhook_client.checks import is_int
 from triggerhook_client.errors import ApiError, error_from
 from triggerhook_client.results import (
@@ -40,113 +59,69 @@ def json_object(response: httpx.Response) -> Mapping[str, Any]:
     return data
 
 
-def _text(response: httpx.Response, data: Mapping[str, Any], key: str) -> str:
-    value = data.get(key)
+# -- one check per kind: the value (None when absent) as a result holds it --------------
+
+
+class _Wrong(Exception):
+    """The value is not of its kind: ``what`` the error says (``{}``: the field's name)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _text(value: object) -> str:
     if not isinstance(value, str):
-        raise _bad_answer(response, f"{key} is not a string")
+        raise _Wrong("{} is not a string")
     return value
 
 
-def _ms(response: httpx.Response, data: Mapping[str, Any], key: str) -> int:
-    """An instant or a duration, in milliseconds (``due_ms``, ``bucket_ms``)."""
-    value = data.get(key)
-    if not is_int(value):
-        raise _bad_answer(response, f"{key} is not a whole number of milliseconds")
-    return value
-
-
-def _count(response: httpx.Response, data: Mapping[str, Any], key: str) -> int:
-    value = data.get(key)
-    if not is_int(value) or value < 0:
-        raise _bad_answer(response, f"{key} is not a count")
-    return value
-
-
-def scheduled(response: httpx.Response) -> Scheduled:
-    data = json_object(response)
-    return Scheduled(
-        _text(response, data, "id"), _ms(response, data, "due_ms"), response.status_code == 201
-    )
-
-
-def moved(response: httpx.Response) -> Scheduled:
-    return replace(scheduled(response), created=False)
-
-
-def ids(response: httpx.Response) -> list[str]:
-    found = json_object(response).get("ids")
-    if not isinstance(found, list) or not all(isinstance(i, str) for i in found):
-        raise _bad_answer(response, "ids is not a list of strings")
-    return found
-
-
-def status(response: httpx.Response) -> TaskStatus | None:
-    if response.status_code == 404:
-        return None
-    data = json_object(response)
-    return TaskStatus(**_task_fields(response, data), payload=_payload(response, data))
-
-
-def _task_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a :class:`TaskSummary` in a task's JSON."""
+def _base64(value: object) -> bytes:
     try:
-        state = TaskState(data.get("state"))
+        return base64.b64decode(_text(value), validate=True)
     except ValueError:
-        raise _bad_answer(response, "unknown state") from None
-    return {
-        "id": _text(response, data, "id"),
-        "due_ms": _ms(response, data, "due_ms"),
-        "routing_key": _text(response, data, "routing_key"),
-        "state": state,
-        **_meta_fields(response, data),
-        **_series_fields(response, data),
-    }
+        raise _Wrong("{} is not base64") from None
 
 
-def _meta_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The metadata a task's JSON shows (each absent when unset)."""
-    fields: dict[str, Any] = {}
-    if "tags" in data:
-        tags = data["tags"]
-        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            raise _bad_answer(response, "tags is not a list of strings")
-        fields["tags"] = tuple(tags)
-    for key in ("content_type", "content_encoding"):
-        if key in data:
-            fields[key] = _text(response, data, key)
-    if "headers" in data:
-        headers = data["headers"]
-        if not isinstance(headers, dict) or not all(
-            isinstance(v, str | int) for v in headers.values()
-        ):
-            raise _bad_answer(response, "headers is not an object of strings and integers")
-        fields["headers"] = headers
-    if "late" in data:
-        fields["late"] = _late(response, data["late"])
-    return fields
+def _ms(value: object) -> int:
+    """An instant or a duration, in milliseconds (``due_ms``, ``bucket_ms``)."""
+    if not is_int(value):
+        raise _Wrong("{} is not a whole number of milliseconds")
+    return value
 
 
-def _series_fields(response: httpx.Response, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A series' schedule and occurrence, as a task's JSON shows them (absent: not a series)."""
-    fields: dict[str, Any] = {}
-    for key in ("every", "cron", "timezone"):
-        if key in data:
-            fields[key] = _text(response, data, key)
-    if "until_ms" in data:
-        fields["until_ms"] = _ms(response, data, "until_ms")
-    if "occurrence" in data:
-        occurrence = data["occurrence"]
-        if not is_int(occurrence) or occurrence < 1:
-            raise _bad_answer(response, "occurrence is not an occurrence number")
-        fields["occurrence"] = occurrence
-    if "stopping" in data:
-        if data["stopping"] is not True:
-            raise _bad_answer(response, "stopping is not true")
-        fields["stopping"] = True
-    return fields
+def _count(value: object) -> int:
+    if not is_int(value) or value < 0:
+        raise _Wrong("{} is not a count")
+    return value
 
 
-def _late(response: httpx.Response, late: object) -> Late:
+def _occurrence(value: object) -> int:
+    if not is_int(value) or value < 1:
+        raise _Wrong("{} is not an occurrence number")
+    return value
+
+
+def _state(value: object) -> TaskState:
+    try:
+        return TaskState(value)
+    except ValueError:
+        raise _Wrong("unknown state") from None
+
+
+def _texts(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise _Wrong("{} is not a list of strings")
+    return tuple(value)
+
+
+def _headers(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(v, str | int) for v in value.values()):
+        raise _Wrong("{} is not an object of strings and integers")
+    return value
+
+
+def _late(late: object) -> Late:
     """The policy as ``schedule`` takes it back: a deadline as ``{"deadline_ms": N}``."""
     if late == "fire":
         return "fire"
@@ -155,45 +130,140 @@ def _late(response: httpx.Response, late: object) -> Late:
             return {"skip_after_ms": late["skip_after_ms"]}
         if is_int(late.get("deadline_ms")):
             return {"deadline_ms": late["deadline_ms"]}
-    raise _bad_answer(response, "late is not a late-fire policy")
+    raise _Wrong("{} is not a late-fire policy")
+
+
+def _true(value: object) -> bool:
+    if value is not True:
+        raise _Wrong("{} is not true")
+    return True
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _Wrong("{} is not a boolean")
+    return value
+
+
+def _object(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Wrong("{} is not an object")
+    return value
+
+
+def _cursor(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise _Wrong("{} is not a string or null")
+    return value
+
+
+def _objects(value: object) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise _Wrong("{} is not a list of objects")
+    return value
+
+
+_COUNTS = "{} is not an object of counts per bucket"
+
+
+def _counts(value: object) -> dict[str, list[int]]:
+    """Per routing key, its counts (that each has one per bucket: :func:`timeline`)."""
+    if not isinstance(value, dict) or not all(
+        isinstance(counts, list) and all(is_int(n) for n in counts) for counts in value.values()
+    ):
+        raise _Wrong(_COUNTS)
+    return value
+
+
+_CHECKS: dict[Kind, Callable[[object], object]] = {
+    Kind.TEXT: _text,
+    Kind.BASE64: _base64,
+    Kind.MS: _ms,
+    Kind.COUNT: _count,
+    Kind.STATE: _state,
+    Kind.TEXTS: _texts,
+    Kind.HEADERS: _headers,
+    Kind.LATE: _late,
+    Kind.OCCURRENCE: _occurrence,
+    Kind.TRUE: _true,
+    Kind.FLAG: _flag,
+    Kind.OBJECT: _object,
+    Kind.CURSOR: _cursor,
+    Kind.OBJECTS: _objects,
+    Kind.COUNTS: _counts,
+}
+# Never read: the deprecated epoch seconds (the client reads the *_ms twins).
+UNCHECKED = frozenset({Kind.SECONDS})
+
+
+def decoded(
+    response: httpx.Response, data: Mapping[str, Any], fields: Iterable[AnswerField]
+) -> dict[str, Any]:
+    """The fields of ``data`` the client reads, checked by kind (as a result
+    holds them: a state as :class:`TaskState`, a list of strings as a tuple, a
+    late-fire policy as ``schedule`` takes it); an optional one only when present."""
+    found: dict[str, Any] = {}
+    for shown in fields:
+        if not shown.read or (not shown.required and shown.name not in data):
+            continue
+        try:
+            found[shown.name] = _CHECKS[shown.kind](data.get(shown.name))
+        except _Wrong as wrong:
+            raise _bad_answer(response, wrong.what.format(shown.name)) from None
+    return found
+
+
+# -- the answers ------------------------------------------------------------------------
+
+
+def scheduled(response: httpx.Response) -> Scheduled:
+    data = decoded(response, json_object(response), CREATED)
+    return Scheduled(data["id"], data["due_ms"], response.status_code == 201)
+
+
+def moved(response: httpx.Response) -> Scheduled:
+    return replace(scheduled(response), created=False)
+
+
+def ids(response: httpx.Response) -> list[str]:
+    return list(decoded(response, json_object(response), IDS)["ids"])
+
+
+def status(response: httpx.Response) -> TaskStatus | None:
+    if response.status_code == 404:
+        return None
+    data = json_object(response)
+    return TaskStatus(**decoded(response, data, LISTED), payload=_payload(response, data))
 
 
 def _payload(response: httpx.Response, data: Mapping[str, Any]) -> bytes:
-    """The payload: text, base64, or absent (a daemon older than this client)."""
-    if "payload_b64" in data:
-        try:
-            return base64.b64decode(_text(response, data, "payload_b64"), validate=True)
-        except ValueError:
-            raise _bad_answer(response, "payload_b64 is not base64") from None
-    return _text(response, data, "payload").encode("utf-8") if "payload" in data else b""
+    """The payload: text, base64 (taken first), or absent (a daemon older than this client)."""
+    given = decoded(response, data, PAYLOAD)
+    text, b64 = (given.get(shown.name) for shown in PAYLOAD)
+    if isinstance(b64, bytes):
+        return b64
+    return text.encode("utf-8") if isinstance(text, str) else b""
 
 
 def page(response: httpx.Response) -> TaskPage:
-    data = json_object(response)
-    tasks, cursor = data.get("tasks"), data.get("next_cursor")
-    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
-        raise _bad_answer(response, "tasks is not a list of objects")
-    if cursor is not None and not isinstance(cursor, str):
-        raise _bad_answer(response, "next_cursor is not a string")
-    return TaskPage(tuple(TaskSummary(**_task_fields(response, t)) for t in tasks), cursor)
+    data = decoded(response, json_object(response), PAGE)
+    tasks = tuple(TaskSummary(**decoded(response, t, LISTED)) for t in data["tasks"])
+    return TaskPage(tasks, data["next_cursor"])
 
 
 def counted(response: httpx.Response) -> int:
-    return _count(response, json_object(response), "count")
+    count: int = decoded(response, json_object(response), COUNTED)["count"]
+    return count
 
 
 def timeline(response: httpx.Response) -> Timeline:
-    data = json_object(response)
-    keys = data.get("routing_keys")
-    buckets = _count(response, data, "buckets")
-    if not isinstance(keys, dict) or not all(
-        isinstance(counts, list) and len(counts) == buckets and all(is_int(n) for n in counts)
-        for counts in keys.values()
-    ):
-        raise _bad_answer(response, "routing_keys is not an object of counts per bucket")
+    data = decoded(response, json_object(response), TIMELINE)
+    buckets, keys = data["buckets"], data["routing_keys"]
+    if not all(len(counts) == buckets for counts in keys.values()):
+        raise _bad_answer(response, _COUNTS.format("routing_keys"))
     return Timeline(
-        _ms(response, data, "start_ms"),
-        _ms(response, data, "bucket_ms"),
+        data["start_ms"],
+        data["bucket_ms"],
         buckets,
         {key: tuple(counts) for key, counts in keys.items()},
     )
@@ -202,18 +272,14 @@ def timeline(response: httpx.Response) -> Timeline:
 def bulk_cancelled(response: httpx.Response) -> tuple[BulkCancelled, str | None]:
     """What one bulk cancel request did, and its ``next_cursor``: None when it
     reached the end (or a daemon too old to stop early said nothing)."""
-    data = json_object(response)
-    done = BulkCancelled(_count(response, data, "cancelled"), _count(response, data, "too_late"))
-    cursor = data.get("next_cursor")
-    if cursor is not None and not isinstance(cursor, str):
-        raise _bad_answer(response, "next_cursor is not a string or null")
-    return done, cursor
+    data = decoded(response, json_object(response), BULK_CANCELLED)
+    return BulkCancelled(data["cancelled"], data["too_late"]), data["next_cursor"]
 
 
 def health(response: httpx.Response) -> Health:
     if response.status_code == 200:
         return Health(True)
-    reasons = json_object(response).get("reasons")
+    reasons = json_object(response).get("reasons")  # of UNREADY
     if not isinstance(reasons, list):  # a 503 that is not the daemon's: unavailable
         raise error_from(response, {})
     return Health(False, tuple(str(r) for r in reasons))

@@ -285,3 +285,35 @@ def _checked(ms: int, field: str, past_ok: bool = False) -> int:
     if past_ok and ms < MIN_DUE_MS:
         return MIN_DUE_MS
     raise TimeError(field, _RANGE_MESSAGE)
+
+
+# A series' period: an ISO 8601 duration in weeks, days, hours, minutes and
+# seconds (to the millisecond, . or ,), elapsed time (P1D is 86,400 s). No
+# months or years: their length depends on the calendar (a cron series has it).
+_EVERY = re.compile(
+    r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
+    r"(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,9})M)?(?:([0-9]{1,9})(?:[.,]([0-9]{1,3}))?S)?)?"
+)
+_EVERY_UNIT_MS = (7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000)
+MIN_EVERY_MS = 1000
+_EVERY_RULE = "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)"
+
+
+def every_ms(value: object, field: str = "every") -> int:
+    """A series' ``every`` (an ISO 8601 duration, at least PT1S) in ms."""
+    found = _EVERY.fullmatch(value) if isinstance(value, str) and len(value) <= 64 else None
+    if found is None or value in ("P", "PT") or str(value).endswith("T"):
+        raise TimeError(field, _EVERY_RULE)
+    *parts, fraction = found.groups()
+    ms = sum(int(part) * unit for part, unit in zip(parts, _EVERY_UNIT_MS, strict=True) if part)
+    return every_checked(ms + int((fraction or "0").ljust(3, "0")), field)
+
+
+def every_checked(ms: int, field: str = "every") -> int:
+    """A series' period in ms, if a series can have it: at least 1 s, and
+    short enough to fit between 1970 and 9999."""
+    if ms < MIN_EVERY_MS:
+        raise TimeError(field, "must be at least 1 s (PT1S)")
+    if ms > MAX_DUE_MS:
+        raise TimeError(field, "is longer than any series can run (past 9999)")
+    return ms

@@ -12,7 +12,6 @@ time before 1970 means "now"; the latest is 9999-12-31T23:59:59.999Z; an
 from __future__ import annotations
 
 import math
-import re
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -108,29 +107,9 @@ def instant_field(
     return {f"{name}_ms": sent}, {f"{name}_ms": name}
 
 
-# An ISO 8601 duration as the daemon takes it (triggerhook/domain/recurrence.py's
-# parse_every): weeks, days, hours, minutes, seconds to the millisecond.
-_DURATION = re.compile(
-    r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
-    r"(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,9})M)?(?:([0-9]{1,9})(?:[.,]([0-9]{1,3}))?S)?)?"
-)
-_DURATION_UNIT_MS = (7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000)
-_MIN_EVERY_MS = 1000
-
-
 def every_ms(every: object, name: str) -> int:
     """``every``'s length in ms: the client needs it for a series' first time."""
-    found = _DURATION.fullmatch(every) if isinstance(every, str) and len(every) <= 64 else None
-    if found is None or every in ("P", "PT") or str(every).endswith("T"):
-        raise invalid(
-            name,
-            "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)",
-        )
-    *parts, fraction = found.groups()
-    ms = sum(int(part) * unit for part, unit in zip(parts, _DURATION_UNIT_MS, strict=True) if part)
-    ms += int((fraction or "0").ljust(3, "0"))
-    if ms < _MIN_EVERY_MS:
-        raise invalid(name, "must be at least 1 s (PT1S)")
-    if ms > MAX_DUE_MS:  # at most 1970 to 9999
-        raise invalid(name, "is too long (more than 8,000 years)")
-    return ms
+    try:
+        return timerules.every_ms(every, name)
+    except timerules.TimeError as exc:
+        raise invalid(exc.field, exc.message) from None

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "client" / "triggerhook_client"
 ALLOWED = frozenset({"httpx", "triggerhook_client"})
 # What the daemon's lowest layers import from the client: the standard library only.
-STDLIB_ONLY = frozenset({"rules", "timerules", "backoff"})
+STDLIB_ONLY = frozenset({"rules", "timerules", "backoff", "answer_fields"})
 
 
 def foreign_imports(source: str, allowed: frozenset[str]) -> list[str]:

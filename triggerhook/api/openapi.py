@@ -16,25 +16,39 @@ model 5.0 is an integer and 20261201.0 equals 20261201.
 The request bodies' and queries' fields are defined once, in tables the
 parsers take their names from: :mod:`triggerhook.api.fields_task` (a create and
 a reschedule body) and :mod:`triggerhook.api.fields` (the listing queries and
-the bulk cancel's body). The shared building blocks are in
-:mod:`triggerhook.api.openapi_parts`, the listing operations in
-:mod:`triggerhook.api.openapi_listing` and the schemas of a series' schedule in
-:mod:`triggerhook.api.openapi_schedule`. docs/openapi.json holds the document
-of the default limits (:mod:`triggerhook.api.openapi_file`; ``python -m
-triggerhook.api.openapi --write``).
+the bulk cancel's body). So are the answers' fields, in the tables the client
+decodes by (:mod:`triggerhook_client.answer_fields`: names, ``required``,
+``deprecated``, descriptions); :mod:`triggerhook.api.openapi_answers` makes
+them schemas, adding each field's detailed JSON Schema; what relates fields of
+one answer (a series' fields, a lookup's one payload) is stated here. The
+shared building blocks are in :mod:`triggerhook.api.openapi_parts`, the
+listing operations in :mod:`triggerhook.api.openapi_listing` and the schemas
+of a series' schedule in :mod:`triggerhook.api.openapi_schedule`.
+docs/openapi.json holds the document of the default limits
+(:mod:`triggerhook.api.openapi_file`; ``python -m triggerhook.api.openapi
+--write``).
 """
 
 from __future__ import annotations
 
-from triggerhook.api.fields import properties
-from triggerhook.api.fields_task import (
-    ONE_WHEN,
-    SERIES,
-    SHOWN_DEADLINES,
-    WHEN_BODY,
-    create_schema,
-    metadata_fields,
+from triggerhook_client.answer_fields import (
+    CREATED,
+    ERROR,
+    ERROR_DETAIL,
+    FIGURES,
+    HEALTHY,
+    IDS,
+    LISTED,
+    PAYLOAD,
+    SERIES_STATE,
+    SHOWN,
+    UNREADY,
+    names,
 )
+
+from triggerhook.api.fields import properties
+from triggerhook.api.fields_task import ONE_WHEN, SERIES, WHEN_BODY, create_schema
+from triggerhook.api.openapi_answers import closed_answer, open_answer
 from triggerhook.api.openapi_listing import (
     bulk_cancel_operation,
     count_operation,
@@ -44,21 +58,14 @@ from triggerhook.api.openapi_listing import (
 from triggerhook.api.openapi_parts import (
     BODY_ERRORS,
     COMMON,
-    EPOCH_MS,
-    EPOCH_S,
     ID_SCHEMA,
     SECURITY,
-    STATE_SCHEMA,
     Schema,
     error,
     json_content,
     object_schema,
 )
-from triggerhook.api.openapi_schedule import (
-    EVERY_SHOWN_SCHEMA,
-    cron_schema,
-    timezone_schema,
-)
+from triggerhook.api.openapi_schedule import cron_schema, timezone_schema
 
 _TASK_PATH_PARAM = {
     "name": "id",
@@ -70,28 +77,8 @@ _TASK_PATH_PARAM = {
 }
 
 
-def _series_shown() -> Schema:
-    """A series as lookups and listings show it."""
-    return {
-        "every": EVERY_SHOWN_SCHEMA,
-        "cron": {"$ref": "#/components/schemas/ShownCron"},
-        "timezone": {"$ref": "#/components/schemas/TimeZone"},
-        "until_ms": EPOCH_MS,
-        "until": EPOCH_S,
-        "occurrence": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "The pending occurrence (1: the first); its event carries it as "
-            "header x-occurrence.",
-        },
-        "stopping": {
-            "const": True,
-            "description": "A cancel came while this occurrence was being published: the "
-            "series ends with it.",
-        },
-    }
-
-
+# Not both every and cron; either needs its occurrence, cron its timezone (and a
+# timezone its cron); a series' state (until, occurrence, stopping) only in a series.
 _SHOWN_SERIES_RULES = {
     "not": {"required": ["every", "cron"]},
     "dependentRequired": {
@@ -99,46 +86,24 @@ _SHOWN_SERIES_RULES = {
         "cron": ["timezone", "occurrence"],
         "timezone": ["cron"],
     },
-    "dependentSchemas": {name: SERIES for name in ("until_ms", "until", "occurrence", "stopping")},
+    "dependentSchemas": {name: SERIES for name in names(SERIES_STATE)},
 }
 
 
 def _task_schema(payload: bool) -> Schema:
     """A stored task as a lookup (with its payload) or a listing shows it."""
-    shown: Schema = {
-        "id": ID_SCHEMA,
-        "due_ms": {**EPOCH_MS, "description": "Due time, epoch milliseconds."},
-        "at": EPOCH_S,
-        "routing_key": {"type": "string"},
-        "state": STATE_SCHEMA,
-        **properties(metadata_fields(SHOWN_DEADLINES)),
-        **_series_shown(),
-    }
-    shown["tags"] = {**shown["tags"], "uniqueItems": True}
-    required = ["id", "due_ms", "at", "routing_key", "state"]
     if not payload:
-        return object_schema(shown, required, allOf=[_SHOWN_SERIES_RULES])
-    shown["payload"] = {"type": "string", "description": "The payload, if UTF-8 text."}
-    shown["payload_b64"] = {"type": "string", "format": "byte", "description": "Else base64."}
-    return object_schema(
-        shown,
-        required,
+        return closed_answer(LISTED, allOf=[_SHOWN_SERIES_RULES])
+    return closed_answer(
+        SHOWN,
         allOf=[_SHOWN_SERIES_RULES],
-        oneOf=[{"required": ["payload"]}, {"required": ["payload_b64"]}],
+        oneOf=[{"required": [name]} for name in names(PAYLOAD)],
     )
 
 
 # -- single tasks ---------------------------------------------------------------------------------
 
-_CREATED = {
-    "type": "object",
-    "required": ["id", "due_ms", "at"],
-    "properties": {
-        "id": ID_SCHEMA,
-        "due_ms": {**EPOCH_MS, "description": "Due time, epoch milliseconds."},
-        "at": EPOCH_S,
-    },
-}
+_CREATED = open_answer(CREATED)
 
 
 def _create_operation() -> Schema:
@@ -171,11 +136,6 @@ def _batch_operation(max_batch_tasks: int) -> Schema:
         },
         ["tasks"],
     )
-    ids = {
-        "type": "object",
-        "required": ["ids"],
-        "properties": {"ids": {"type": "array", "items": ID_SCHEMA}},
-    }
     return {
         "summary": "Schedule many tasks, all or nothing",
         "security": SECURITY,
@@ -183,7 +143,7 @@ def _batch_operation(max_batch_tasks: int) -> Schema:
         "responses": {
             "201": {
                 "description": "All stored (or existed with the same content).",
-                **json_content(ids),
+                **json_content(open_answer(IDS)),
             },
             "409": error("An id exists with different content; nothing stored."),
             **BODY_ERRORS,
@@ -246,22 +206,10 @@ def _task_path() -> Schema:
 
 # -- probes and figures ---------------------------------------------------------------------------
 
-_HEALTH = {
-    "type": "object",
-    "required": ["status"],
-    "properties": {"status": {"type": "string"}},
-}
+_HEALTH = open_answer(HEALTHY)
 
 
 def _probe_paths() -> Schema:
-    unready = {
-        "type": "object",
-        "required": ["status", "reasons"],
-        "properties": {
-            "status": {"type": "string"},
-            "reasons": {"type": "array", "items": {"type": "string"}},
-        },
-    }
     return {
         "/healthz": {
             "get": {
@@ -274,7 +222,10 @@ def _probe_paths() -> Schema:
                 "summary": "MySQL and RabbitMQ reachable, engine threads alive",
                 "responses": {
                     "200": {"description": "Ready.", **json_content(_HEALTH)},
-                    "503": {"description": "Not ready; reasons listed.", **json_content(unready)},
+                    "503": {
+                        "description": "Not ready; reasons listed.",
+                        **json_content(open_answer(UNREADY)),
+                    },
                 },
             }
         },
@@ -282,17 +233,6 @@ def _probe_paths() -> Schema:
 
 
 def _figure_paths() -> Schema:
-    status = {
-        "type": "object",
-        "required": ["instance", "running", "period", "http", "totals"],
-        "properties": {
-            "instance": {"type": "string"},
-            "running": {"type": "boolean"},
-            "period": {"type": "object"},
-            "http": {"type": "object"},
-            "totals": {"type": "object", "additionalProperties": {"type": "integer"}},
-        },
-    }
     return {
         "/v1/status": {
             "get": {
@@ -301,7 +241,7 @@ def _figure_paths() -> Schema:
                 "responses": {
                     "200": {
                         "description": "Field meanings: docs/metrics.md.",
-                        **json_content(status),
+                        **json_content(open_answer(FIGURES)),
                     },
                     "401": COMMON["401"],
                 },
@@ -333,21 +273,7 @@ def _figure_paths() -> Schema:
     }
 
 
-_ERROR_SCHEMA = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {
-                "code": {"type": "string"},
-                "message": {"type": "string"},
-                "field": {"type": "string"},
-            },
-        }
-    },
-}
+_ERROR_SCHEMA = open_answer(ERROR, {"error": open_answer(ERROR_DETAIL)})
 
 
 def document(max_payload_bytes: int, max_batch_tasks: int) -> Schema:

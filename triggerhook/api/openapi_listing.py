@@ -1,31 +1,29 @@
 """The OpenAPI document's listing operations: list (a page at a time), count,
 timeline and bulk cancel, with their query parameters and the bulk cancel's
 body (the tables of :mod:`triggerhook.api.fields`, which the parsers use too),
-their bounds (422 too_costly, 503 when too many run) and answers. The task
-schema a page shows is passed in. Used by :mod:`triggerhook.api.openapi`.
+their bounds (422 too_costly, 503 when too many run) and answers (the tables
+of :mod:`triggerhook_client.answer_fields`, which the client decodes by, made
+schemas by :mod:`triggerhook.api.openapi_answers`). The task schema a page
+shows is passed in. Used by :mod:`triggerhook.api.openapi`.
 """
 
 from __future__ import annotations
 
+from triggerhook_client.answer_fields import BULK_CANCELLED, COUNTED, PAGE, TIMELINE
+
 from triggerhook.api.fields import (
-    BUCKET_MS,
-    BUCKET_S,
     BULK_BODY,
     COUNT_QUERY,
-    CURSOR_SCHEMA,
     LIST_QUERY,
     TIMELINE_QUERY,
     parameters,
     properties,
 )
 from triggerhook.api.listing import DUE_RANGE_PAIRS
+from triggerhook.api.openapi_answers import closed_answer
 from triggerhook.api.openapi_parts import (
     BODY_ERRORS,
     COMMON,
-    COUNT,
-    EPOCH_MS,
-    EPOCH_S,
-    ROUTING_KEY_SCHEMA,
     SECURITY,
     Schema,
     error,
@@ -34,10 +32,7 @@ from triggerhook.api.openapi_parts import (
     object_schema,
     only,
 )
-from triggerhook.domain.listing import (
-    MAX_BUCKETS,
-    MAX_PAGE,
-)
+from triggerhook.domain.listing import MAX_PAGE
 
 _TOO_COSTLY = (
     " Or (error.code too_costly) the read took longer than listing_timeout_ms, or its "
@@ -58,19 +53,7 @@ _BUSY = {
 
 def list_operation(task: Schema) -> Schema:
     """``task``: a task as the page shows it (no payload)."""
-    page = object_schema(
-        {
-            "tasks": {"type": "array", "maxItems": MAX_PAGE, "items": task},
-            "next_cursor": {
-                **CURSOR_SCHEMA,
-                "type": ["string", "null"],
-                "description": "Where the next page starts; null after the last page. A page "
-                "shorter than limit is the last; a full one always has a cursor (the next "
-                "page may be empty).",
-            },
-        },
-        ["tasks", "next_cursor"],
-    )
+    page = closed_answer(PAGE, {"tasks": {"type": "array", "maxItems": MAX_PAGE, "items": task}})
     return {
         "summary": "List tasks in due order (ties by id), a page at a time",
         "security": SECURITY,
@@ -86,16 +69,7 @@ def list_operation(task: Schema) -> Schema:
 
 
 def count_operation() -> Schema:
-    answer = object_schema(
-        {
-            "count": COUNT,
-            "at_least": {
-                "type": "boolean",
-                "description": "The count stopped at up_to: at least that many match.",
-            },
-        },
-        ["count", "at_least"],
-    )
+    answer = closed_answer(COUNTED)
     return {
         "summary": "Count tasks (exact, reading every match, or up to a cap)",
         "security": SECURITY,
@@ -111,28 +85,7 @@ def count_operation() -> Schema:
 
 
 def timeline_operation() -> Schema:
-    answer = object_schema(
-        {
-            "start_ms": EPOCH_MS,
-            "bucket_ms": {"type": "integer", **BUCKET_MS},
-            "start": EPOCH_S,
-            "bucket": {
-                "type": "number",
-                **BUCKET_S,
-                "deprecated": True,
-                "description": "Deprecated: bucket_ms in seconds.",
-            },
-            "buckets": {"type": "integer", "minimum": 1, "maximum": MAX_BUCKETS},
-            "routing_keys": {
-                "type": "object",
-                "propertyNames": ROUTING_KEY_SCHEMA,
-                "additionalProperties": {"type": "array", "items": COUNT, "minItems": 1},
-                "description": "Per routing key, the tasks due in each bucket (buckets "
-                "counts); keys with no task in the span are absent.",
-            },
-        },
-        ["start_ms", "bucket_ms", "start", "bucket", "buckets", "routing_keys"],
-    )
+    answer = closed_answer(TIMELINE)
     return {
         "summary": "Tasks due per routing key in consecutive time buckets",
         "security": SECURITY,
@@ -155,20 +108,7 @@ def bulk_cancel_operation() -> Schema:
         description="Every given field must match; at least one of prefix, tag, routing_key; "
         "at most one of due_after and due_after_ms, and of due_before and due_before_ms.",
     )
-    done = object_schema(
-        {
-            "cancelled": COUNT,
-            "too_late": COUNT,
-            "next_cursor": {
-                **CURSOR_SCHEMA,
-                "type": ["string", "null"],
-                "description": "null: every matching task was handled. Else the walk "
-                "stopped before its end (bulk_cancel_timeout_s, or the daemon stopping): "
-                "send the same filter with this as cursor to go on.",
-            },
-        },
-        ["cancelled", "too_late", "next_cursor"],
-    )
+    done = closed_answer(BULK_CANCELLED)
     return {
         "summary": "Cancel every matching task (in batches of 500, up to bulk_cancel_timeout_s)",
         "security": SECURITY,

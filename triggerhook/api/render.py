@@ -4,7 +4,13 @@ listing's entries, and a timeline.
 Every instant is shown as epoch milliseconds in a field named ``*_ms``
 (``due_ms``, ``until_ms``, ``deadline_ms``, a timeline's ``start_ms``);
 beside it, deprecated, the same instant in epoch seconds under the older
-name (``at``, ``until``, ``deadline``, ``start``), as answers gave it before."""
+name (``at``, ``until``, ``deadline``, ``start``), as answers gave it before.
+
+Each answer's fields are defined once, in the tables of
+:mod:`triggerhook_client.answer_fields` (the client decodes by them, the
+OpenAPI document is built from them): every key these functions and
+:func:`~triggerhook.domain.meta.meta_json` can emit is a field of their
+table (tests/unit/test_answer_fields.py)."""
 
 from __future__ import annotations
 

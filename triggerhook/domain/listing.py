@@ -73,7 +73,8 @@ class TaskFilter:
         return self.prefix, self.prefix + _ABOVE_ID_CHARS
 
     def matches(self, info: TaskInfo) -> bool:
-        """Whether ``info`` is one of these tasks (the memory store's test)."""
+        """Whether ``info`` is one of these tasks: what the filter means, which
+        every store's SQL must agree with (tests/contract/test_listing_contract.py)."""
         task = info.task
         return (
             (self.prefix is None or task.id.startswith(self.prefix))

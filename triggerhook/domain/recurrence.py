@@ -46,17 +46,12 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from triggerhook_client.timerules import TimeError, every_checked, every_ms
 
 from triggerhook.domain.bounds import MAX_DUE_MS
 from triggerhook.errors import ValidationError
 
-MIN_EVERY_MS = 1000
 MAX_CRON_CHARS = 120
-_DURATION = re.compile(
-    r"P(?:([0-9]{1,9})W)?(?:([0-9]{1,9})D)?"
-    r"(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,9})M)?(?:([0-9]{1,9})(?:[.,]([0-9]{1,3}))?S)?)?"
-)
-_UNIT_MS = (7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000)
 _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+){0,3}")
 # In the zone database but not IANA zones: the host's own zone, and copies.
 _NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
@@ -254,25 +249,15 @@ def make_recurrence(
 
 def parse_every(value: object, field: str = "every") -> int:
     """An ISO 8601 duration in whole weeks, days, hours, minutes and seconds
-    (to the millisecond), at least 1 s; milliseconds."""
-    if isinstance(value, int) and not isinstance(value, bool):  # the library's every_ms
-        ms = value
-    elif isinstance(value, str) and len(value) <= 64 and (found := _DURATION.fullmatch(value)):
-        if value in ("P", "PT") or value.endswith("T"):
-            raise ValidationError(field, "must be an ISO 8601 duration such as PT15M or P1D")
-        *parts, fraction = found.groups()
-        ms = sum(int(p) * unit for p, unit in zip(parts, _UNIT_MS, strict=True) if p)
-        ms += int((fraction or "0").ljust(3, "0"))
-    else:
-        raise ValidationError(
-            field,
-            "must be an ISO 8601 duration such as PT15M or P1D (no months or years: use cron)",
-        )
-    if ms < MIN_EVERY_MS:
-        raise ValidationError(field, "must be at least 1 s (PT1S)")
-    if ms > MAX_DUE_MS:
-        raise ValidationError(field, "is longer than any series can run (past 9999)")
-    return ms
+    (to the millisecond), at least 1 s, in milliseconds; or (the library's
+    ``every_ms``) a whole number of milliseconds. The rules:
+    :func:`triggerhook_client.timerules.every_ms`, shared with the client."""
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return every_checked(value, field)
+        return every_ms(value, field)
+    except TimeError as exc:
+        raise ValidationError(exc.field, exc.message) from None
 
 
 def every_text(every_ms: int) -> str:
