@@ -54,7 +54,7 @@ from triggerhook.domain.meta import LatePolicy
 from triggerhook.domain.task import Task
 from triggerhook.interfaces import Clock, ConfirmSink, FiredSource, RetryHandler
 from triggerhook.ratelimit import RateLimitedLog
-from triggerhook.runtime.counters import Samples
+from triggerhook.runtime.counters import PublishTotals
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
 _REOPEN_AFTER_NACK_S = 0.5  # a nack reopens a channel open at least this long
 
 
-class AmqpPublisher(Worker):
+class AmqpPublisher(Worker, PublishTotals):
     def __init__(
         self,
         nodes: AmqpNodes,
@@ -85,6 +85,7 @@ class AmqpPublisher(Worker):
         """``late_policy``: for tasks that have none of their own;
         ``queue_arguments``: the dead-letter queue's (its type)."""
         super().__init__("th-publisher", on_failure)
+        PublishTotals.__init__(self)
         self._clock = clock  # x-fired-ms and the lateness: the database's time
         self._loop = ConnectionLoop(nodes, self, "publishing", self._on_open, self._reset, log)
         self._exchange = exchange
@@ -114,15 +115,7 @@ class AmqpPublisher(Worker):
         self._unconfirmed: dict[int, Task] = {}
         self._returned: dict[str, str] = {}  # task id -> why the broker returned it
         self.connected = threading.Event()
-        self.published = 0
-        self.confirmed = 0
-        self.returned = 0
-        self.nacked = 0
-        self.dead_lettered = 0
-        self.late_skipped = 0
-        self.reconnects = 0
         self.channel_reopens = 0
-        self._lateness = Samples()  # appended by the I/O thread, taken by the metrics thread
 
     # -- other threads --------------------------------------------------------
 
@@ -145,20 +138,6 @@ class AmqpPublisher(Worker):
 
     def is_connected(self) -> bool:
         return self.connected.is_set()
-
-    def counters(self) -> dict[str, int]:
-        return {
-            "published": self.published,
-            "confirmed": self.confirmed,
-            "returned": self.returned,
-            "nacked": self.nacked,
-            "dead_lettered": self.dead_lettered,
-            "late_skipped": self.late_skipped,
-            "broker_reconnects": self.reconnects,
-        }
-
-    def take_lateness(self) -> list[float]:
-        return self._lateness.take()
 
     # -- the thread -----------------------------------------------------------
 

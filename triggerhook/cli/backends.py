@@ -244,7 +244,20 @@ class Backend(Protocol):
 _SETUP_ERRORS = (ConfigError, SchemaError)
 
 
-class LibraryBackend:
+class _Closing:
+    """A backend as a context manager: closed when the block ends."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class LibraryBackend(_Closing):
     """The database, through the library (the engine is not started).
     ``settings``: the CLI's, to keep the library's retry warnings (a bulk
     cancel's batches) off stderr below DEBUG."""
@@ -313,12 +326,6 @@ class LibraryBackend:
     def close(self) -> None:
         self._hook.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 def _listed(info: TaskInfo) -> Listed:
     task = info.task
@@ -354,7 +361,7 @@ _CLIENT_OUTCOMES: tuple[tuple[type[ApiError], Outcome], ...] = (
 )
 
 
-class HttpBackend:
+class HttpBackend(_Closing):
     """A running daemon's HTTP API (``--url``), token: the ``api_token`` setting."""
 
     def __init__(self, url: str, settings: Settings) -> None:
@@ -450,12 +457,6 @@ class HttpBackend:
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def _arguments(where: Where) -> WhereArgs:

@@ -50,7 +50,7 @@ from triggerhook.interfaces import Clock, ConfirmSink, FiredSource, RetryHandler
 from triggerhook.local.lanes import Delivery, SinkLane
 from triggerhook.local.sinks import Event, EventSink, Undelivered
 from triggerhook.ratelimit import RateLimitedLog
-from triggerhook.runtime.counters import Samples
+from triggerhook.runtime.counters import PublishTotals
 from triggerhook.runtime.worker import FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class LocalConfig:
     sink_capacity: int = 5000
 
 
-class LocalPublisher(Worker):
+class LocalPublisher(Worker, PublishTotals):
     def __init__(
         self,
         buffer: FiredSource,
@@ -87,6 +87,7 @@ class LocalPublisher(Worker):
         """``sinks``: each event goes to every one (each on a thread of its own,
         closed at the end); ``clock``: x-fired-ms and lateness, the database's time."""
         super().__init__("th-publisher", on_failure)
+        PublishTotals.__init__(self)
         self._buffer = buffer
         self._confirms = confirms
         self._retry = retry
@@ -101,13 +102,6 @@ class LocalPublisher(Worker):
         # (task id, due_ms) -> the sinks that took that event (or its dead letter).
         self._taken: OrderedDict[tuple[str, int], set[str]] = OrderedDict()
         self._log = RateLimitedLog(log, _LOG_EVERY_S)
-        self._lateness = Samples()  # appended by this thread, taken by the metrics thread
-        self.published = 0
-        self.confirmed = 0
-        self.returned = 0
-        self.nacked = 0
-        self.dead_lettered = 0
-        self.late_skipped = 0
 
     # -- other threads --------------------------------------------------------
 
@@ -134,20 +128,6 @@ class LocalPublisher(Worker):
 
     def unconfirmed(self) -> int:
         return len(self._unsettled)
-
-    def counters(self) -> dict[str, int]:
-        return {
-            "published": self.published,
-            "confirmed": self.confirmed,
-            "returned": self.returned,
-            "nacked": self.nacked,
-            "dead_lettered": self.dead_lettered,
-            "late_skipped": self.late_skipped,
-            "broker_reconnects": 0,
-        }
-
-    def take_lateness(self) -> list[float]:
-        return self._lateness.take()
 
     # -- the thread -----------------------------------------------------------
 

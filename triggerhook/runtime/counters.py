@@ -133,3 +133,34 @@ class RequestStats:
     def counters(self) -> dict[str, int]:
         """Totals since start: ``requests_2xx`` ... ``requests_5xx``."""
         return {f"requests_{key}": count for key, count in self._by_class.items()}
+
+
+class PublishTotals:
+    """What a publisher counts since start, by the names its ``counters()``
+    gives the metrics (``FiredPublisher.counters``), and its events' lateness.
+    Its own thread adds; other threads read (an int read is atomic)."""
+
+    def __init__(self) -> None:
+        self.published = 0
+        self.confirmed = 0
+        self.returned = 0
+        self.nacked = 0
+        self.dead_lettered = 0
+        self.late_skipped = 0
+        self.reconnects = 0  # to the broker (a publisher without one: always 0)
+        self._lateness = Samples()  # publish time - due time, ms
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "published": self.published,
+            "confirmed": self.confirmed,
+            "returned": self.returned,
+            "nacked": self.nacked,
+            "dead_lettered": self.dead_lettered,
+            "late_skipped": self.late_skipped,
+            "broker_reconnects": self.reconnects,
+        }
+
+    def take_lateness(self) -> list[float]:
+        """Publish time - due time (ms) of each event published since the last call."""
+        return self._lateness.take()
