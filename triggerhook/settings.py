@@ -36,6 +36,8 @@ _ROUTING_KEY = ROUTING_KEY_PATTERN
 MAX_API_PROCESSES = 32
 QUEUE_TYPES = ("classic", "quorum")
 _MAX_SHARDS = 4096
+# Each a connection of the store's pool (16), beside the armer's, the keeper's and the writes'.
+MAX_CONFIRM_TRANSACTIONS = 8
 _HOST_NAME = re.compile(r"\.?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")  # of http_allowed_hosts
 # Settings of the claim protocol (schema v2), renamed or gone with the shard
 # protocol (v3): a configuration naming one gets told what to write instead.
@@ -47,8 +49,12 @@ RENAMED = {
 }
 
 
-def _setting(default: Any, help_text: str, minimum: int | None = None) -> Any:
-    return field(default=default, metadata={"help": help_text, "minimum": minimum})
+def _setting(
+    default: Any, help_text: str, minimum: int | None = None, maximum: int | None = None
+) -> Any:
+    return field(
+        default=default, metadata={"help": help_text, "minimum": minimum, "maximum": maximum}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,14 @@ class Settings:
         "Longest a confirmed task waits for its batch delete (longer: fewer, larger "
         "deletes at low rates; a crash meanwhile fires those tasks again).",
         0,
+    )
+    confirm_transactions: int = _setting(
+        4,
+        "Most delete transactions of confirmed rows in flight at once, each a batch on a "
+        f"connection of its own (at most {MAX_CONFIRM_TRANSACTIONS}); more than one only "
+        "while more than a batch of confirmed rows waits (a burst).",
+        1,
+        MAX_CONFIRM_TRANSACTIONS,
     )
     schedule_batch_size: int = _setting(
         1000, "Most single schedule() calls committed in one group transaction.", 1
@@ -593,6 +607,9 @@ def _check(name: str, value: object, source: str) -> object:
         minimum = spec.metadata["minimum"]
         if minimum is not None and value < minimum:
             raise ConfigError(f"{source}: must be at least {minimum}, got {value}")
+        maximum = spec.metadata["maximum"]
+        if maximum is not None and value > maximum:
+            raise ConfigError(f"{source}: must be at most {maximum}, got {value}")
     elif not isinstance(value, str):
         raise ConfigError(f"{source}: expected a string, got {value!r}")
     return value

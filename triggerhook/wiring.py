@@ -302,6 +302,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         + min(_PUBLISH_MARGIN_MS, settings.shard_lease_ms // 5),
         confirm_batch_size=settings.confirm_batch_size,
         confirm_max_delay_ms=settings.confirm_max_delay_ms,
+        confirm_transactions=settings.confirm_transactions,
         schedule_batch_size=settings.schedule_batch_size,
         commit_queue_max=settings.commit_queue_max,
         shutdown_timeout_s=settings.shutdown_timeout_s,

@@ -698,6 +698,89 @@ def test_confirmer_deletes_in_batches_then_forgets(stages: Stages) -> None:
     assert confirmer.pending() == 0
 
 
+def test_confirmer_deletes_as_many_full_batches_as_wait_side_by_side(stages: Stages) -> None:
+    names = [f"t{i}" for i in range(7)]
+    fired = _firing(stages, names)
+    threads: list[str] = []
+    delete = stages.store.delete_fired
+
+    def recorded(pairs: Sequence[tuple[str, int]]) -> int:
+        threads.append(threading.current_thread().name)
+        return delete(pairs)
+
+    stages.store.delete_fired = recorded  # type: ignore[method-assign,assignment]
+    confirmer = Confirmer(
+        stages.store,
+        stages.inventory,
+        stages.scheduler,
+        ME,
+        2,
+        0,
+        stages.failures,
+        clock=stages.clock,
+        lanes=3,
+    )
+    confirmer.confirmed(fired)
+    assert confirmer.step()  # three full batches of two, each a transaction
+    order = [t.id for t in fired]  # as confirmed
+    assert sorted(stages.store.deleted_ids()) == sorted(order[:6])
+    here = threading.current_thread().name
+    assert len(threads) == 3 and threads.count(here) == 1
+    assert len({name for name in threads if name.startswith("th-confirm-lane")}) == 2
+    assert confirmer.deleted == 6 and confirmer.pending() == 1
+    assert stages.inventory.snapshot() == order[6:]
+    assert confirmer.step()  # what is left: one partial batch, on this thread
+    assert stages.store.ids() == set() and len(threads) == 4
+    assert threads[3] == here
+
+
+def test_a_failed_part_of_a_parallel_delete_is_all_that_is_retried(stages: Stages) -> None:
+    names = [f"t{i}" for i in range(6)]
+    fired = _firing(stages, names)
+    stages.store.fail_next("delete_fired", StoreUnavailable("down"))
+    confirmer = Confirmer(
+        stages.store,
+        stages.inventory,
+        stages.scheduler,
+        ME,
+        2,
+        0,
+        stages.failures,
+        clock=stages.clock,
+        lanes=3,
+    )
+    confirmer.confirmed(fired)
+    with pytest.raises(StoreUnavailable):
+        confirmer.step()
+    # Two parts deleted and forgotten; the failed one held, and only it is left.
+    assert len(stages.store.ids()) == 2 and confirmer.pending() == 2
+    assert sorted(stages.inventory.snapshot()) == sorted(stages.store.ids())
+    assert confirmer.deleted == 4
+    calls = len(stages.store.delete_calls)
+    assert confirmer.step()
+    assert len(stages.store.delete_calls) == calls + 1  # one transaction: the failed part
+    assert stages.store.ids() == set() and len(stages.inventory) == 0
+    assert confirmer.deleted == 6 and confirmer.pending() == 0
+
+
+def test_fewer_than_two_full_batches_are_one_transaction(stages: Stages) -> None:
+    fired = _firing(stages, ["a", "b", "c"])
+    confirmer = Confirmer(
+        stages.store,
+        stages.inventory,
+        stages.scheduler,
+        ME,
+        2,
+        0,
+        stages.failures,
+        clock=stages.clock,
+        lanes=4,
+    )
+    confirmer.confirmed(fired)
+    assert confirmer.step()
+    assert len(stages.store.delete_calls) == 1 and confirmer.pending() == 1
+
+
 def test_confirmer_retries_a_transient_delete_and_forgets_only_after_it(stages: Stages) -> None:
     fired = _firing(stages, ["a", "b"])
     stages.store.fail_next("delete_fired", StoreUnavailable("down"))

@@ -245,9 +245,25 @@ def test_every_int_setting_has_a_minimum_enforced_from_every_source(
         load_settings(write_toml(tmp_path, f"{name} = {below}\n"), environ={})
 
 
+@pytest.mark.parametrize("name", [n for n in INT_FIELDS if FIELDS[n].metadata["maximum"]])
+def test_a_maximum_is_enforced_from_every_source(name: str, tmp_path: Path) -> None:
+    maximum = FIELDS[name].metadata["maximum"]
+    assert getattr(load_settings(environ={}, overrides={name: maximum}), name) == maximum
+    above = maximum + 1
+    with pytest.raises(ConfigError, match=f"at most {maximum}"):
+        load_settings(environ={}, overrides={name: above})
+    with pytest.raises(ConfigError, match=env_var(name)):
+        load_settings(environ={env_var(name): str(above)})
+    with pytest.raises(ConfigError, match=name):
+        load_settings(write_toml(tmp_path, f"{name} = {above}\n"), environ={})
+    with pytest.raises(ConfigError, match=f"{name}: must be at most"):
+        Settings(**{name: above})
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
+        ("confirm_transactions", 1),
         ("max_payload_bytes", 0),
         ("confirm_max_delay_ms", 0),
         ("switch_interval_us", 0),

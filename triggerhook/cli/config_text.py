@@ -69,6 +69,9 @@ def render_reference() -> str:
         minimum = spec.metadata["minimum"]
         if minimum is not None:
             meaning += f" Minimum {minimum}."
+        maximum = spec.metadata["maximum"]
+        if maximum is not None:
+            meaning += f" Maximum {maximum}."
         env = f"`{env_var(name)}`"
         if is_secret(name):
             env += f", `{env_var(name)}{FILE_SUFFIX}`"

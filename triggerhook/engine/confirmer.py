@@ -1,7 +1,10 @@
 """The confirmer thread: settles the rows of published events in batches.
 
 * Confirmed by the broker: the row is deleted (at-least-once: only after the
-  confirm), or for a series rewritten to its next occurrence (R5s:
+  confirm) — with more than a batch waiting, up to ``lanes`` batches side by
+  side, each a transaction of its own on a connection of its own (a delete by
+  (id, revision) stands alone, R5: their order does not matter) — or for a
+  series rewritten to its next occurrence (R5s:
   ``TaskStore.advance``; "now", to skip occurrences missed in an outage, is
   the engine's clock).
 * Not taken by the broker and to be tried again (R8): the row is deferred —
@@ -18,6 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from triggerhook.domain.task import Task
@@ -25,6 +29,7 @@ from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Clock, DeferOutcome, Deferral, TaskStore
+from triggerhook.runtime import progress
 from triggerhook.runtime.worker import BEAT_S, FailureHandler, Worker
 
 log = logging.getLogger(__name__)
@@ -35,22 +40,26 @@ class _Batch:
     """One batch being settled; each part is emptied once written, so a
     retry after a failure writes only what is left."""
 
-    fired: list[tuple[str, int]]  # (id, rev): delete
+    fired: list[list[tuple[str, int]]]  # (id, rev): delete, a transaction a part
     series: list[Task]  # occurrences of series: advance
     deferred: list[tuple[Task, int]]  # (task, not before): store back
 
     def __len__(self) -> int:
-        return len(self.fired) + len(self.series)
+        return sum(map(len, self.fired)) + len(self.series)
 
 
 class Confirmer(Worker):
-    """Batches of at most ``batch_size`` ids, each waiting at most ``max_delay_ms``.
+    """Batches of at most ``batch_size`` ids, each waiting at most ``max_delay_ms``;
+    as many full batches as are waiting, up to ``lanes``, deleted side by side.
 
     Other threads hand it work through :meth:`confirmed` and :meth:`defer`;
-    the queues are guarded by its condition, the store and the batch being
-    settled are used by its thread alone. :meth:`step` is the loop's body
-    (one batch, no waiting): the thread waits for work, then steps, backing
-    off after a transient failure; the simulator (tests/sim) calls it directly.
+    the queues are guarded by its condition, the batch being settled is its
+    thread's. The extra batches' deletes run on ``lanes - 1`` threads of its
+    own (``th-confirm-lane``) that do nothing else; this thread waits for them
+    as for a database call (the watchdog's rule) and settles the inventory.
+    :meth:`step` is the loop's body (one batch, no waiting): the thread waits
+    for work, then steps, backing off after a transient failure; the
+    simulator (tests/sim) calls it directly.
     """
 
     def __init__(
@@ -64,6 +73,7 @@ class Confirmer(Worker):
         on_failure: FailureHandler,
         *,
         clock: Clock,
+        lanes: int = 1,
     ) -> None:
         super().__init__("th-confirmer", on_failure)
         self._store = store
@@ -78,6 +88,8 @@ class Confirmer(Worker):
         self._deferred: deque[tuple[Task, int]] = deque()  # (task, not before, epoch ms)
         self._cond = threading.Condition()
         self._current: _Batch | None = None  # being settled (this thread's)
+        self._lanes = lanes
+        self._lane_pool: ThreadPoolExecutor | None = None  # made at the first parallel delete
         self.deleted = 0
         self.deferred = 0
 
@@ -133,24 +145,34 @@ class Confirmer(Worker):
         with self._cond:
             if not self._fired and not self._series and not self._deferred:
                 return None
-            count = min(self._batch_size, len(self._fired))
+            # Sized by what is waiting: each full batch a part, up to the lanes.
+            parts = max(1, min(self._lanes, len(self._fired) // self._batch_size))
+            popleft = self._fired.popleft
+            fired = []
+            for _ in range(parts):
+                count = min(self._batch_size, len(self._fired))
+                fired.append([popleft() for _ in range(count)])
             series = min(self._batch_size, len(self._series))
             return _Batch(
-                [self._fired.popleft() for _ in range(count)],
+                [part for part in fired if part],
                 [self._series.popleft() for _ in range(series)],
                 [self._deferred.popleft() for _ in range(len(self._deferred))],
             )
 
     def run(self) -> None:
-        while self._current is not None or self._wait_for_work():
-            try:
-                self.step()
-            except TransientError as exc:
-                self.back_off(exc, _doing(self._current))
-                if self.past_deadline():
-                    return  # the rows stay armed: they fire again later, at-least-once
-                continue
-            self.succeeded("settling confirmed rows")
+        try:
+            while self._current is not None or self._wait_for_work():
+                try:
+                    self.step()
+                except TransientError as exc:
+                    self.back_off(exc, _doing(self._current))
+                    if self.past_deadline():
+                        return  # the rows stay armed: they fire again later, at-least-once
+                    continue
+                self.succeeded("settling confirmed rows")
+        finally:
+            if self._lane_pool is not None:
+                self._lane_pool.shutdown(wait=False)
 
     def step(self) -> bool:
         """Settle one batch, without waiting: the one a failure left (only
@@ -163,7 +185,6 @@ class Confirmer(Worker):
         batch = self._current
         if batch.fired:
             self._delete(batch.fired)
-            batch.fired = []
         if batch.series:
             self._advance(batch.series)
             batch.series = []
@@ -173,10 +194,44 @@ class Confirmer(Worker):
         self._current = None
         return True
 
-    def _delete(self, fired: list[tuple[str, int]]) -> None:
-        self.deleted += self._store.delete_fired(fired)
+    def _delete(self, parts: list[list[tuple[str, int]]]) -> None:
+        """Each part in a transaction of its own, the first on this thread and
+        the others side by side on the lanes; a part is emptied once deleted,
+        so that a retry deletes only what failed. The first failure is raised
+        once every part has ended."""
+        lane_pool = self._lane_pool
+        if len(parts) > 1 and lane_pool is None:
+            lane_pool = self._lane_pool = ThreadPoolExecutor(
+                self._lanes - 1, thread_name_prefix="th-confirm-lane"
+            )
+        on_lanes: list[tuple[list[tuple[str, int]], Future[int]]] = []
+        if lane_pool is not None:
+            on_lanes = [
+                (part, lane_pool.submit(self._store.delete_fired, part)) for part in parts[1:]
+            ]
+        failure: TransientError | None = None
+        try:
+            self._settled(parts[0], self._store.delete_fired(parts[0]))
+        except TransientError as exc:
+            failure = exc
+        outer = progress.call_begins()  # waiting for the lanes' database calls
+        try:
+            for part, deleting in on_lanes:
+                try:
+                    self._settled(part, deleting.result())
+                except TransientError as exc:
+                    failure = failure or exc
+        finally:
+            progress.call_ends(outer)
+        parts[:] = [part for part in parts if part]
+        if failure is not None:
+            raise failure
+
+    def _settled(self, part: list[tuple[str, int]], deleted: int) -> None:
+        self.deleted += deleted
         # A newer revision held meanwhile (the id scheduled again) stays held.
-        self._inventory.forget(fired)
+        self._inventory.forget(part)
+        part.clear()
 
     def _advance(self, series: list[Task]) -> None:
         self.deleted += self._store.advance(series, self._clock.now_ms())

@@ -72,6 +72,7 @@ class EngineConfig:
     commit_queue_max: int
     shutdown_timeout_s: float
     switch_interval_us: int = 0  # 0: leave the interpreter's switch interval alone
+    confirm_transactions: int = 1  # delete transactions in flight at once (a burst's)
     fires: bool = True  # False: the write path only (an API process)
 
 
@@ -130,6 +131,7 @@ class Engine:
             config.confirm_max_delay_ms,
             self._fail,
             clock=clock,
+            lanes=config.confirm_transactions,
         )
         self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
         self.buffer.on_put = self.publisher.wake

@@ -188,7 +188,7 @@ class StoreKernel:
         if (
             not unanswered
             and probe_ms is not None
-            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), limit)
+            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms))
         ):
             return Armed([], [], skipped=True)
         taken: dict[int, list[TaskRow]] = {}
@@ -247,11 +247,13 @@ class StoreKernel:
             )
         return {shard: sorted(rows, key=row_mark) for shard, rows in found.items()}
 
-    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, limit: int) -> bool:
+    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int) -> bool:
         """The pass's reads up to ``horizon_ms``, without a lock, from the
         marks the last pass left (only the owner moves them, and only up: the
         reads are a superset). Finding nothing, the pass is skipped. Any
-        doubt (a lease the last pass did not see): False."""
+        doubt (a lease the last pass did not see): False. The reads stop at
+        the first row: whether there is one is all they tell (read in full,
+        a busy pass read its rows twice)."""
         cache = self._arm_cache
         if any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
             return False
@@ -262,7 +264,7 @@ class StoreKernel:
                 bound_ms = max(horizon_ms, *(marks.armed[0] for marks in held.values()))
                 if not tx.any_due(held, bound_ms):
                     return True  # idle: nothing at all is due
-            reads = tx.read_for_arming(held, horizon_ms, limit)
+            reads = tx.read_for_arming(held, horizon_ms, 1)
         return not reads.ranged and not reads.fresh
 
     def inherited(
