@@ -26,6 +26,15 @@ A step is *held* when all of these are true:
   Medians, so that one pause in a quarter does not decide it; computed from the
   events alone, so the verdict is deterministic for what was measured.
 
+The tasks are posted ahead, ``LEAD_S`` plus the time posting takes at the
+rate the previous step's posting reached (the first step assumes
+``POST_TASKS_PER_S``), with a margin. A step whose posting still ended after
+its first task was due to be armed (a slow machine, a busy one) is tried again
+once with the lead its own posting rate asks for; if that too is late, the
+step is *not measured* — the load generator could not stay ahead, which says
+nothing of the daemon — and stepping stops there, reporting the highest rate
+held before it and why it stopped.
+
 Stepping stops after the first step not held (which is reported too).
 Figures: ``capacity.held_fires_per_s`` (the highest rate held, 0 if none) and,
 per step, ``capacity.<rate>.`` ``fired_p99``, ``early``, ``missing``,
@@ -67,12 +76,26 @@ QUICK_STEP_S = 2
 HELD_P99_MS = 5.0
 BACKLOG_GROWTH_MS = 2.0
 RECEIVE_BOUND_S = 10
-# Posting runs at ~70,000 tasks/s on the reference machine; the lead assumes a
-# third of that, so a slower machine still has every task in before it is due.
+# Posting runs at ~70,000 tasks/s on the reference machine; the first step's
+# lead assumes a third of that. Each later step's assumes the rate the last
+# posting reached, over POST_MARGIN.
 POST_TASKS_PER_S = 25_000
+POST_MARGIN = 1.5
 LEAD_S = 2.0  # besides posting: encoding the batches, the consumer's start
 DRAIN_S = 10.0  # most waited, after the last event, for the rows' deletion
 _METERED = {"daemon": "daemon", "MariaDB": "mariadb", "RabbitMQ": "rabbitmq"}
+
+
+class PostedLate(Exception):
+    """The load generator posted a step's tasks too slowly: the first was due
+    to be armed before the last was in."""
+
+    def __init__(self, posted_per_s: float, late_ms: float) -> None:
+        super().__init__(
+            f"posting ended {late_ms:,.0f} ms after the first task was due to be armed "
+            f"(posted {posted_per_s:,.0f} tasks/s)"
+        )
+        self.posted_per_s = posted_per_s
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,7 @@ class Step:
     events: list[Event]
     cpu: CpuMeter
     rows_left: int
+    posted_per_s: float = 0.0  # tasks/s the posting reached (0: not measured)
 
     @property
     def bound_ms(self) -> int:
@@ -100,19 +124,38 @@ def receive_bound_ms(start_ms: int, seconds: int) -> int:
 def run(rec: Recorder, rates: Sequence[int], seconds: int) -> None:
     """Each rate of ``rates`` (ascending) for ``seconds``, until one is not held."""
     verdicts: dict[int, list[str]] = {}
+    unmeasured: dict[int, str] = {}  # the load generator could not keep ahead
+    post_per_s = float(POST_TASKS_PER_S)
     for fires_per_s in rates:
         with rec.part(f"{fires_per_s:,} fires/s"):
-            verdicts[fires_per_s] = _record(rec, _step(fires_per_s, seconds))
+            step = _step_ahead(fires_per_s, seconds, post_per_s)
+            if isinstance(step, PostedLate):
+                unmeasured[fires_per_s] = str(step)
+                break
+            post_per_s = step.posted_per_s
+            verdicts[fires_per_s] = _record(rec, step)
         if verdicts.get(fires_per_s, ["failed"]):  # not held, or the step failed
             break
     if rec.errors:
         return  # a step that failed says nothing of the rate held
     held = [rate for rate, why in verdicts.items() if not why]
     steps = "; ".join(
-        f"{rate:,}/s " + ("held" if not why else "not held: " + ", ".join(why))
-        for rate, why in verdicts.items()
+        [
+            *(
+                f"{rate:,}/s " + ("held" if not why else "not held: " + ", ".join(why))
+                for rate, why in verdicts.items()
+            ),
+            *(
+                f"{rate:,}/s not measured: the load generator fell behind ({why})"
+                for rate, why in unmeasured.items()
+            ),
+        ]
     )
-    more = " (every rate tried held: the capacity may be higher)" if len(held) == len(rates) else ""
+    more = ""
+    if len(held) == len(rates):
+        more = " (every rate tried held: the capacity may be higher)"
+    elif unmeasured:
+        more = " (stopped where the load generator fell behind: the capacity may be higher)"
     rec.add(
         "capacity.held_fires_per_s",
         max(held, default=0),
@@ -120,26 +163,38 @@ def run(rec: Recorder, rates: Sequence[int], seconds: int) -> None:
     )
 
 
-def _step(fires_per_s: int, seconds: int) -> Step:
+def _step_ahead(fires_per_s: int, seconds: int, post_per_s: float) -> Step | PostedLate:
+    """The step, posted ahead at ``post_per_s`` (over the margin); if posting
+    was late, once more at the rate it reached; still late: why."""
+    try:
+        return _step(fires_per_s, seconds, post_per_s / POST_MARGIN)
+    except PostedLate as late:
+        try:
+            return _step(fires_per_s, seconds, late.posted_per_s / POST_MARGIN)
+        except PostedLate as again:
+            return again
+
+
+def _step(fires_per_s: int, seconds: int, post_per_s: float) -> Step:
     n = fires_per_s * seconds
     with isolated() as place, daemon(place.settings) as running:
-        start_ms = int((time.time() + LEAD_S + n / POST_TASKS_PER_S) * 1000)
+        start_ms = int((time.time() + LEAD_S + n / post_per_s) * 1000)
         due_ms = due_times(start_ms, seconds, fires_per_s)
         bound_ms = receive_bound_ms(start_ms, seconds)
         with consuming(place.name, n, consume_until(bound_ms / 1000)) as consumer:
             tasks: list[dict[str, object]] = [{"at": d / 1000, "routing_key": "c"} for d in due_ms]
-            uvloop.run(post_batches(running.url, tasks))
+            posted_per_s = n / uvloop.run(post_batches(running.url, tasks))
             del tasks
             cpu = CpuMeter({**daemon_processes(running.pid), "consumer": consumer.pid})
             first_arming_s = (start_ms - place.settings.arm_ahead_ms) / 1000
             if time.time() > first_arming_s:
-                raise RuntimeError("posting ended after the first task was due to be armed")
+                raise PostedLate(posted_per_s, (time.time() - first_arming_s) * 1000)
             time.sleep(max(0.0, first_arming_s - time.time()))  # firing's CPU, not idling's
             cpu.start()
             events: list[Event] = consumer.events(bound_ms / 1000 - time.time() + 60)
             rows_left = rows_left_after(place, DRAIN_S if len(events) == n else 0)
             cpu.stop()
-    return Step(fires_per_s, seconds, start_ms, due_ms, events, cpu, rows_left)
+    return Step(fires_per_s, seconds, start_ms, due_ms, events, cpu, rows_left, posted_per_s)
 
 
 def rows_left_after(place: Place, timeout_s: float) -> int:

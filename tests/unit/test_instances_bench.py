@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # benchmarks/ is not installed: it runs from the repository
     sys.path.insert(0, str(REPO))
 
 from benchmarks import capacity, cluster, instances  # noqa: E402
-from benchmarks.common import Recorder  # noqa: E402
+from benchmarks.common import CpuMeter, Recorder  # noqa: E402
 
 NAMES = ["bench-instances-1", "bench-instances-2", "bench-instances-3"]
 
@@ -90,3 +93,54 @@ def test_the_plot_is_drawn_from_the_figures(tmp_path: Path) -> None:
 
 def test_no_plot_without_figures(tmp_path: Path) -> None:
     assert instances.draw(Recorder("instances"), tmp_path) is None
+
+
+def _fake_steps(
+    monkeypatch: pytest.MonkeyPatch, late: Callable[[int, int], bool]
+) -> list[tuple[int, float]]:
+    """capacity._step replaced: posted late when ``late(rate, attempt)``, else
+    held, its posting at 9,000 tasks/s. Returns (rate, post_per_s) per call."""
+    calls: list[tuple[int, float]] = []
+
+    def step(fires_per_s: int, seconds: int, post_per_s: float) -> capacity.Step:
+        calls.append((fires_per_s, post_per_s))
+        if late(fires_per_s, sum(rate == fires_per_s for rate, _ in calls)):
+            raise capacity.PostedLate(3_000.0, 120.0)
+        cpu = CpuMeter({}, servers=False)
+        return capacity.Step(fires_per_s, seconds, 0, [], [], cpu, 0, 9_000.0)
+
+    monkeypatch.setattr(capacity, "_step", step)
+    monkeypatch.setattr(capacity, "_record", lambda rec, step: [])  # every step held
+    return calls
+
+
+def test_a_step_posted_late_is_tried_again_with_the_lead_its_posting_asks_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _fake_steps(monkeypatch, lambda rate, attempt: rate == 2_000 and attempt == 1)
+    rec = Recorder("capacity")
+    capacity.run(rec, [1_000, 2_000, 4_000], 1)
+    margin = capacity.POST_MARGIN
+    assert calls == [
+        (1_000, capacity.POST_TASKS_PER_S / margin),
+        (2_000, 9_000 / margin),  # as fast as the last posting went
+        (2_000, 3_000 / margin),  # as fast as this one went
+        (4_000, 9_000 / margin),
+    ]
+    assert rec.errors == []
+    [held] = rec.figures
+    assert held.value == 4_000
+
+
+def test_a_load_generator_that_stays_behind_leaves_the_step_not_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _fake_steps(monkeypatch, lambda rate, attempt: rate >= 4_000)
+    rec = Recorder("capacity")
+    capacity.run(rec, [1_000, 2_000, 4_000, 8_000], 1)
+    assert [rate for rate, _ in calls] == [1_000, 2_000, 4_000, 4_000]  # then it stopped
+    assert rec.errors == []
+    [held] = rec.figures
+    assert held.value == 2_000
+    assert "4,000/s not measured: the load generator fell behind" in held.detail
+    assert "the capacity may be higher" in held.detail
