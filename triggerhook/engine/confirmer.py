@@ -30,7 +30,7 @@ from triggerhook.engine.scheduler import Scheduler
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Clock, DeferOutcome, Deferral, TaskStore
 from triggerhook.runtime import progress
-from triggerhook.runtime.worker import BEAT_S, FailureHandler, Worker
+from triggerhook.runtime.worker import BEAT_S, FailureHandler, Worker, name_os_thread
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,10 @@ class Confirmer(Worker):
         lane_pool = self._lane_pool
         if len(parts) > 1 and lane_pool is None:
             lane_pool = self._lane_pool = ThreadPoolExecutor(
-                self._lanes - 1, thread_name_prefix="th-confirm-lane"
+                self._lanes - 1,
+                thread_name_prefix="th-confirm-lane",
+                initializer=name_os_thread,  # as every thread: top -H shows it
+                initargs=("th-confirm-lane",),
             )
         on_lanes: list[tuple[list[tuple[str, int]], Future[int]]] = []
         if lane_pool is not None:
