@@ -675,9 +675,17 @@ def _firing(s: Stages, names: list[str]) -> list[Task]:
     return armed
 
 
-def _confirmer(s: Stages, batch_size: int, max_delay_ms: int) -> Confirmer:
+def _confirmer(s: Stages, batch_size: int, max_delay_ms: int, lanes: int = 1) -> Confirmer:
     return Confirmer(
-        s.store, s.inventory, s.scheduler, ME, batch_size, max_delay_ms, s.failures, clock=s.clock
+        s.store,
+        s.inventory,
+        s.scheduler,
+        ME,
+        batch_size,
+        max_delay_ms,
+        s.failures,
+        clock=s.clock,
+        lanes=lanes,
     )
 
 
@@ -703,23 +711,17 @@ def test_confirmer_deletes_as_many_full_batches_as_wait_side_by_side(stages: Sta
     fired = _firing(stages, names)
     threads: list[str] = []
     delete = stages.store.delete_fired
+    # The three parts' deletes must be in flight at once to pass this barrier.
+    side_by_side = threading.Barrier(3, timeout=WAIT_S)
 
     def recorded(pairs: Sequence[tuple[str, int]]) -> int:
         threads.append(threading.current_thread().name)
+        if len(threads) <= 3:
+            side_by_side.wait()
         return delete(pairs)
 
     stages.store.delete_fired = recorded  # type: ignore[method-assign,assignment]
-    confirmer = Confirmer(
-        stages.store,
-        stages.inventory,
-        stages.scheduler,
-        ME,
-        2,
-        0,
-        stages.failures,
-        clock=stages.clock,
-        lanes=3,
-    )
+    confirmer = _confirmer(stages, batch_size=2, max_delay_ms=0, lanes=3)
     confirmer.confirmed(fired)
     assert confirmer.step()  # three full batches of two, each a transaction
     order = [t.id for t in fired]  # as confirmed
@@ -738,17 +740,7 @@ def test_a_failed_part_of_a_parallel_delete_is_all_that_is_retried(stages: Stage
     names = [f"t{i}" for i in range(6)]
     fired = _firing(stages, names)
     stages.store.fail_next("delete_fired", StoreUnavailable("down"))
-    confirmer = Confirmer(
-        stages.store,
-        stages.inventory,
-        stages.scheduler,
-        ME,
-        2,
-        0,
-        stages.failures,
-        clock=stages.clock,
-        lanes=3,
-    )
+    confirmer = _confirmer(stages, batch_size=2, max_delay_ms=0, lanes=3)
     confirmer.confirmed(fired)
     with pytest.raises(StoreUnavailable):
         confirmer.step()
@@ -765,17 +757,7 @@ def test_a_failed_part_of_a_parallel_delete_is_all_that_is_retried(stages: Stage
 
 def test_fewer_than_two_full_batches_are_one_transaction(stages: Stages) -> None:
     fired = _firing(stages, ["a", "b", "c"])
-    confirmer = Confirmer(
-        stages.store,
-        stages.inventory,
-        stages.scheduler,
-        ME,
-        2,
-        0,
-        stages.failures,
-        clock=stages.clock,
-        lanes=4,
-    )
+    confirmer = _confirmer(stages, batch_size=2, max_delay_ms=0, lanes=4)
     confirmer.confirmed(fired)
     assert confirmer.step()
     assert len(stages.store.delete_calls) == 1 and confirmer.pending() == 1
