@@ -426,7 +426,7 @@ class EventPublisher(Protocol):
 
     def counters(self) -> Mapping[str, int]:
         """Totals since start: published, confirmed, returned, nacked,
-        dead_lettered, broker_reconnects."""
+        dead_lettered, late_skipped, broker_reconnects."""
         ...
 
     def take_lateness(self) -> list[float]:

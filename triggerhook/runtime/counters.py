@@ -11,6 +11,8 @@ metrics thread. Pure: no I/O.
 * :class:`Histogram`: cumulative bucket counts of values since start (what
   Prometheus aggregates), fed by the metrics thread with each period's
   samples; :class:`HistogramSnapshot`, its immutable copy for readers.
+* :class:`PublishTotals`: what a publisher (AMQP, or the dev mode's local
+  one) counts since start, by the names the metrics read.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class RequestStats:
 
 class PublishTotals:
     """What a publisher counts since start, by the names its ``counters()``
-    gives the metrics (``FiredPublisher.counters``), and its events' lateness.
+    gives the metrics (``EventPublisher.counters``), and its events' lateness.
     Its own thread adds; other threads read (an int read is atomic)."""
 
     def __init__(self) -> None:
