@@ -479,6 +479,7 @@ STEP_SPECS = {
             ("cancel_p99", "HTTP cancel p99", "ms", "cancel p99"),
             ("arm_read_ms", "the arming reads alone, every shard (median)", "ms", "arm read"),
             ("any_due_ms", "the idle pass's due check, every shard (median)", "ms", "any-due"),
+            ("probe_ms", "the skip probe between passes, every shard (median)", "ms", "probe"),
             (
                 "rows_read_per_fire",
                 "th_tasks rows read per fired task",

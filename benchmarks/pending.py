@@ -67,7 +67,9 @@ from benchmarks.common import (
 from benchmarks.http import daemon, post_batches
 from benchmarks.precision import due_times
 from triggerhook import Settings
+from triggerhook.domain.arming import TOP_ID, ShardMarks
 from triggerhook.store.mysql import sql
+from triggerhook.store.mysql.tables import arm_probe
 
 LEVELS = (10_000, 10_000_000)
 QUICK_LEVELS = (1_000, 20_000)
@@ -341,6 +343,10 @@ def _arming_reads(rec: Recorder, prefix: str, place: Place, start_ms: int) -> No
         place.name, sql.ANY_DUE.format(shards=shards), [*range(shard_count), middle_ms]
     )
     rec.add(f"{prefix}.any_due_ms", any_due_ms, f"ANY_DUE, {shard_count} shards; median")
+    # Between full passes: every watermark already past the bound (the usual case).
+    held = {s: ShardMarks((middle_ms + 1000, TOP_ID), gen) for s in range(shard_count)}
+    probe_ms, _ = _timed_ms(place.name, *arm_probe(held, middle_ms + 500))
+    rec.add(f"{prefix}.probe_ms", probe_ms, f"the skip probe, {shard_count} shards; median")
 
 
 def _steady(place: Place, running: tuple[str, int], probes: Probes, seconds: int) -> Steady:

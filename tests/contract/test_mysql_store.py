@@ -19,14 +19,17 @@ from typing import Any
 
 import pymysql
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.mysql import connect, connect_kwargs
 from support.stores import SHARD_COUNT, in_shard, mysql_backend, pymysql_backend
 from support.waiting import wait_for
 
-from triggerhook.domain.arming import TOP_ID, ShardMarks, shard_of
+from triggerhook.domain.arming import BOTTOM, TOP_ID, ShardMarks, shard_of
 from triggerhook.domain.task import CancelResult, RescheduleResult, Task
 from triggerhook.interfaces import DeferOutcome, Deferral, InsertOutcome, Lease, Move, NewRow
 from triggerhook.store.mysql import MySQLStore, arm_reads, sql
+from triggerhook.store.mysql.tables import arm_probe
 
 LEASE = 30_000
 ME = "me"
@@ -401,6 +404,74 @@ def test_round_trips(pymysql_store: MySQLStore, monkeypatch: pytest.MonkeyPatch)
     ]
 
 
+# -- the skip probe ------------------------------------------------------------------------------
+
+_PROBED = [(shard, i) for shard in range(SHARD_COUNT) for i in range(16)]
+_STEP_MS = 10  # rows and marks sit on a grid of this step after now
+_MARK = st.one_of(
+    st.just(BOTTOM),
+    # Steps from the bound's (the interesting ones are near it); an id within the rows'.
+    st.tuples(st.integers(-3, 2), st.sampled_from(["", "p12-", TOP_ID])),
+)
+
+
+@pytest.fixture
+def probed(store: MySQLStore, db: Any) -> int:
+    """Rows of every shard on a grid of due times and generations 1-6, written
+    once for all the examples; now, where the grid starts."""
+    now = clock(store)
+    rng = random.Random(5)
+    rows = []
+    for shard, i in _PROBED:
+        [tid] = in_shard(shard, 1, f"p{i}-")
+        fire_ms = now + _STEP_MS * rng.randint(0, 12) + rng.choice((0, 0, 1))  # on or just past
+        rows.append((tid, shard, rng.randint(1, 6), fire_ms))
+    with db.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms)"
+            " VALUES (%s, %s, 1, %s, %s, %s)",
+            [(tid, shard, gen, fire_ms, fire_ms) for tid, shard, gen, fire_ms in rows],
+        )
+    return now
+
+
+@settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],  # rows only read
+)
+@given(
+    marks=st.lists(st.tuples(_MARK, st.integers(1, 7)), min_size=SHARD_COUNT, max_size=SHARD_COUNT),
+    bound_step=st.integers(3, 10),
+    bound_past=st.integers(0, 1),
+    shards=st.sets(st.integers(0, SHARD_COUNT - 1), min_size=1),
+)
+def test_the_skip_probe_finds_a_row_exactly_where_the_reads_would(
+    store: MySQLStore,
+    probed: int,
+    marks: list[tuple[tuple[int, str], int]],
+    bound_step: int,
+    bound_past: int,
+    shards: set[int],
+) -> None:
+    """Its oracle is the pass's own reads (what the probe replaced): a row
+    from one exactly when the other finds one."""
+    now = probed
+    held = {
+        s: ShardMarks(
+            mark if mark == BOTTOM else (now + _STEP_MS * (bound_step + mark[0]), mark[1]), gen
+        )
+        for s, (mark, gen) in enumerate(marks)
+        if s in shards
+    }
+    bound_ms = now + _STEP_MS * bound_step + bound_past
+    # Each shard alone too: over several, one shard's row answers for all.
+    for some in [held, *({s: m} for s, m in held.items())]:
+        with store._tables.read() as tx:
+            reads = tx.read_for_arming(some, bound_ms, 1)
+            assert tx.any_to_arm(some, bound_ms) == bool(reads.ranged or reads.fresh), some
+
+
 # -- query plans ---------------------------------------------------------------------------------
 
 
@@ -429,6 +500,11 @@ def test_the_arming_reads_are_index_ranges_without_a_sort(store: MySQLStore, db:
     [inherited] = _explain(db, sql.INHERITED, took)
     assert (inherited["type"], inherited["key"]) == ("range", "th_tasks_fire")
     assert "filesort" not in (inherited["Extra"] or "")
+    probe = _explain(db, *arm_probe({**held, 0: ShardMarks((now, "p0-7"), gen)}, now + 5200))
+    assert [(p["type"], p["key"]) for p in probe if p["table"] == "th_tasks"] == [
+        ("range", "th_tasks_gen"),
+        ("range", "th_tasks_fire"),
+    ]
     [any_due] = _explain(db, sql.ANY_DUE.format(shards=sql.placeholders(64)), [*range(64), now])
     assert (any_due["type"], any_due["key"]) == ("range", "th_tasks_fire")
     assert "Using index" in (any_due["Extra"] or "")  # the index alone, no row read

@@ -101,6 +101,7 @@ PENDING_MEASURES = (
     "cancel_p99",
     "arm_read_ms",
     "any_due_ms",
+    "probe_ms",
     "rows_read_per_fire",
     "cpu_mariadb_us",
     "cpu_mariadb_net_us",

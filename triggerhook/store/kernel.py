@@ -251,9 +251,9 @@ class StoreKernel:
         """The pass's reads up to ``horizon_ms``, without a lock, from the
         marks the last pass left (only the owner moves them, and only up: the
         reads are a superset). Finding nothing, the pass is skipped. Any
-        doubt (a lease the last pass did not see): False. The reads stop at
-        the first row: whether there is one is all they tell (read in full,
-        a busy pass read its rows twice)."""
+        doubt (a lease the last pass did not see): False. Whether there is a
+        row is all the probe asks (``Tx.any_to_arm``): read in full, a busy
+        pass read its rows twice."""
         cache = self._arm_cache
         if any(cache.get(s, (None,))[0] != e for s, e in epochs.items()):
             return False
@@ -264,8 +264,7 @@ class StoreKernel:
                 bound_ms = max(horizon_ms, *(marks.armed[0] for marks in held.values()))
                 if not tx.any_due(held, bound_ms):
                     return True  # idle: nothing at all is due
-            reads = tx.read_for_arming(held, horizon_ms, 1)
-        return not reads.ranged and not reads.fresh
+            return not tx.any_to_arm(held, horizon_ms)
 
     def inherited(
         self, acquired: Acquired, after: Mark | None, limit: int

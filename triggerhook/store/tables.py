@@ -93,6 +93,11 @@ class Tx(Protocol):
         """Both reads of a pass over the ``held`` shards (store/arm_pass.py)."""
         ...
 
+    def any_to_arm(self, held: Mapping[int, ShardMarks], bound_ms: int) -> bool:
+        """Whether :meth:`read_for_arming` up to ``bound_ms`` would find a
+        row (the skip probe: a statement cheaper than the reads)."""
+        ...
+
     def any_due(self, shards: Collection[int], bound_ms: int) -> bool:
         """Whether any row of these shards, armed or not, has ``fire_ms <= bound_ms``."""
         ...

@@ -161,6 +161,20 @@ ARM_FRESH_BELOW = "(shard = %s AND gen = %s AND fire_ms < %s)"
 ARM_FRESH_TIE = "(shard = %s AND gen = %s AND fire_ms = %s AND id <= %s)"
 UNION_ALL = " UNION ALL "
 
+# Between passes (the skip probe, store/kernel.py): would the pass's reads
+# find any row? Only whether, so each part stops at its first row, and the
+# fresh part is shaped for a cheap plan rather than a mark-ordered read: the
+# current generation of the shards as lists of (shard, gen) pairs, one list
+# per horizon the fresh read ends at (shards one pass armed share it) — every
+# row the fresh read finds, and above a watermark only rows the ranged read
+# holds too; ranged terms only for shards whose watermark is below the bound
+# (above it the range is empty) or inside a millisecond (a tie). Over 64
+# shards between full passes: a few lists and ~14 terms instead of ~190
+# terms, about half of MariaDB's CPU for the statement (docs/benchmarks/levers.md).
+ARM_PROBE_FRESH = "(SELECT 1 FROM th_tasks FORCE INDEX (th_tasks_gen) WHERE {fresh} LIMIT 1)"
+ARM_PROBE_PAIRS = "((shard, gen) IN ({pairs}) AND fire_ms <= %s)"
+ARM_PROBE_RANGED = "(SELECT 1 FROM th_tasks FORCE INDEX (th_tasks_fire) WHERE {ranged} LIMIT 1)"
+
 # Before an idle pass's reads (the last pass armed nothing): is any row of these
 # shards due by the bound at all, armed or not? Every row a pass could arm has
 # fire_ms <= max(horizon, its shard's watermark), so finding none, the pass is

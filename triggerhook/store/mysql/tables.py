@@ -72,6 +72,34 @@ def arm_reads(held: Mapping[int, ShardMarks], horizon_ms: int, limit: int) -> tu
     return statement, [*ranged_params, limit + 1, *fresh_params, limit + 1]
 
 
+def arm_probe(held: Mapping[int, ShardMarks], bound_ms: int) -> tuple[str, list[Any]]:
+    """The skip probe's statement (sql.ARM_PROBE_FRESH) and its values: a
+    row exactly when :func:`arm_reads` up to ``bound_ms`` would read one."""
+    # The fresh read of a shard ends at arm_horizon: shards sharing it (those
+    # one pass armed share a watermark) share a list of pairs.
+    fresh: dict[int, list[int]] = {}
+    ranged: list[str] = []
+    ranged_params: list[Any] = []
+    for shard in sorted(held):
+        marks = held[shard]
+        armed_ms, armed_id = marks.armed
+        fresh.setdefault(arm_horizon(bound_ms, marks), []).extend((shard, marks.gen))
+        if armed_ms < bound_ms:  # else the range ends at the watermark: nothing above it
+            ranged.append(sql.ARM_RANGED_SHARD)
+            ranged_params += (shard, armed_ms, bound_ms)
+        if armed_id != TOP_ID:
+            ranged.append(sql.ARM_RANGED_TIE)
+            ranged_params += (shard, armed_ms, armed_id)
+    terms = [
+        sql.ARM_PROBE_PAIRS.format(pairs=sql.placeholders(len(p) // 2, 2)) for p in fresh.values()
+    ]
+    fresh_params = [v for upto_ms, pairs in fresh.items() for v in (*pairs, upto_ms)]
+    statement = sql.ARM_PROBE_FRESH.format(fresh=" OR ".join(terms))
+    if ranged:
+        statement += sql.UNION_ALL + sql.ARM_PROBE_RANGED.format(ranged=" OR ".join(ranged))
+    return statement, [*fresh_params, *ranged_params]
+
+
 def _blob(meta: Meta | None) -> bytes | None:
     return None if meta is None else meta_blob(meta)
 
@@ -169,6 +197,10 @@ class MySQLTx:
         ranged_by, ranged_frontier = split_read(parts[0], limit, row_shard, row_mark)
         fresh_by, fresh_frontier = split_read(parts[1], limit, row_shard, row_mark)
         return PassReads(ranged_by, fresh_by, ranged_frontier, fresh_frontier)
+
+    def any_to_arm(self, held: Mapping[int, ShardMarks], bound_ms: int) -> bool:
+        self.cur.execute(*arm_probe(held, bound_ms))
+        return bool(self.cur.fetchall())
 
     def any_due(self, shards: Collection[int], bound_ms: int) -> bool:
         ordered = sorted(shards)

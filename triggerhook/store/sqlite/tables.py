@@ -117,6 +117,12 @@ class SQLiteTx:
         )
         return PassReads(ranged_by, fresh_by, ranged_cut, fresh_cut)
 
+    def any_to_arm(self, held: Mapping[int, ShardMarks], bound_ms: int) -> bool:
+        # The reads themselves, stopped at a row: SQLite's statements are
+        # per shard already, with no optimizer cost worth a shape of their own.
+        reads = self.read_for_arming(held, bound_ms, 1)
+        return bool(reads.ranged or reads.fresh)
+
     def any_due(self, shards: Collection[int], bound_ms: int) -> bool:
         ordered = sorted(shards)
         self.cur.execute(
