@@ -16,7 +16,7 @@ import enum
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from triggerhook.domain.arming import Mark, ShardMarks
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
@@ -431,6 +431,32 @@ class EventPublisher(Protocol):
 
     def take_lateness(self) -> list[float]:
         """Publish time - due time (ms) of each event published since the last call."""
+        ...
+
+
+class DrivenTimer(Protocol):
+    """A timed stage (the scheduler) whose waits another thread's loop can
+    take over (:class:`TimerDriver`)."""
+
+    def drive_from(self, wake: Callable[[], None]) -> None:
+        """Before start: from now on ``tick`` is called by the driver's loop,
+        and ``wake`` (thread-safe) asks it for a tick at once."""
+        ...
+
+    def tick(self, now_ms: float) -> float | None:
+        """On the driver's thread: handle what is due by ``now_ms``; then
+        seconds until the next tick is needed (None: until woken)."""
+        ...
+
+
+@runtime_checkable
+class TimerDriver(Protocol):
+    """A publisher whose I/O loop times the scheduler itself, so that a due
+    task is published by the wake that fires it, with no hand-off between
+    threads."""
+
+    def drive(self, timer: DrivenTimer) -> None:
+        """Before start: take over ``timer``'s waits."""
         ...
 
 

@@ -14,7 +14,7 @@ import pika.frame
 import pika.spec
 from aiohttp import web
 
-from triggerhook.amqp.connection import body_frame_max, write_frames
+from triggerhook.amqp.connection import Confirm, body_frame_max, read_confirms, write_frames
 from triggerhook.amqp.content import CutBody, bound_bodies
 from triggerhook.api.limits import GuardedSite
 
@@ -39,6 +39,21 @@ def test_write_frames_hands_the_frames_to_pika() -> None:
     finally:
         conn.ioloop.close()
     assert written == [[b"frames"]]
+
+
+def test_pika_hands_each_read_to_a_replaceable_on_data_available() -> None:
+    conn = _unconnected()
+    taken: list[Confirm] = []
+    try:
+        assert conn._frame_buffer == b""  # no partial frame
+        assert (conn.bytes_received, conn.frames_received) == (0, 0)
+        read_confirms(conn, lambda: 1, taken.append)
+        ack = pika.frame.Method(1, pika.spec.Basic.Ack(delivery_tag=3)).marshal()
+        conn._proto_data_received(ack)  # what the transport calls with each read
+        assert taken == [(3, False, True)]
+        assert (conn.bytes_received, conn.frames_received) == (len(ack), 1)
+    finally:
+        conn.ioloop.close()
 
 
 def test_pika_body_max_length_is_a_connection_attribute() -> None:

@@ -4,6 +4,10 @@ It serves its connections on the shared :class:`ConnectionLoop` (connect,
 serve, reconnect after the worker's back-off); other threads reach it only
 through :meth:`AmqpPublisher.wake` (thread-safe callback). Messages are
 persistent and ``mandatory``; up to ``max_unconfirmed`` are in flight at once.
+It drives the scheduler (:meth:`AmqpPublisher.drive`): the scheduler's waits
+are timers on this loop, so a due task is published by the wake that fires
+it; between connections the due tasks wait in the scheduler's heap, as they
+would in the send buffer.
 
 * Ack: the task is handed to the confirmer, which deletes its row.
 * Nack: besides the retry below, the channel is reopened (at most every
@@ -44,15 +48,17 @@ import pika.spec
 
 from triggerhook.amqp.connection import (
     AmqpNodes,
+    Confirm,
     ConnectionLoop,
     body_frame_max,
+    read_confirms,
     write_frames,
 )
 from triggerhook.amqp.frames import dead_letter_headers, encode_event
 from triggerhook.domain.delivery import LATE, Dead, DeadLetter, DeliveryPolicy, dead_copy
 from triggerhook.domain.meta import LatePolicy
 from triggerhook.domain.task import Task
-from triggerhook.interfaces import Clock, ConfirmSink, FiredSource, RetryHandler
+from triggerhook.interfaces import Clock, ConfirmSink, DrivenTimer, FiredSource, RetryHandler
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.runtime.counters import PublishTotals
 from triggerhook.runtime.worker import FailureHandler, Worker
@@ -63,6 +69,7 @@ _SLICE = 256  # messages published per I/O-loop turn, so acks are read in betwee
 _FINISH_CHECK_S = 0.02
 _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
 _REOPEN_AFTER_NACK_S = 0.5  # a nack reopens a channel open at least this long
+_TICK_MAX_S = 1.0  # a driven scheduler's longest wait (as its own thread's heartbeat)
 
 
 class AmqpPublisher(Worker, PublishTotals):
@@ -116,11 +123,19 @@ class AmqpPublisher(Worker, PublishTotals):
         self._returned: dict[str, str] = {}  # task id -> why the broker returned it
         self.connected = threading.Event()
         self.channel_reopens = 0
+        # The scheduler this loop times (drive), its pending timer on the
+        # current connection, whether a tick is queued, whether one runs.
+        self._timer: DrivenTimer | None = None
+        self._tick_at: object | None = None
+        self._tick_pending = False  # under _lock
+        self._ticking = False  # the I/O thread's
 
     # -- other threads --------------------------------------------------------
 
     def wake(self) -> None:
         """Ask the I/O loop to publish what is in the buffer (thread-safe)."""
+        if self._ticking:  # the tick's own put, on the I/O thread: it drains next
+            return
         with self._lock:
             if self._drain_pending:
                 return
@@ -128,6 +143,26 @@ class AmqpPublisher(Worker, PublishTotals):
         if not self._loop.call_soon(self._drain):  # no connection: the next one drains
             with self._lock:
                 self._drain_pending = False
+
+    def drive(self, timer: DrivenTimer) -> None:
+        """Before start: the scheduler's waits become timers on this I/O loop
+        (:class:`~triggerhook.interfaces.TimerDriver`). A due task is then
+        published by the wake that fires it — no hand-off to this thread, one
+        wake instead of two. Pika's timers are whole milliseconds on poll
+        (rounded up), so a fire lands within the millisecond after its due
+        time; never before it (the tick checks the clock)."""
+        self._timer = timer
+        timer.drive_from(self._tick_soon)
+
+    def _tick_soon(self) -> None:
+        """Any thread: a tick of the scheduler at once (its head moved)."""
+        with self._lock:
+            if self._tick_pending:
+                return
+            self._tick_pending = True
+        if not self._loop.call_soon(self._tick):  # no connection: the next one ticks
+            with self._lock:
+                self._tick_pending = False
 
     def finish(self, deadline_s: float) -> None:
         """Publish what is buffered, wait for its confirms, then stop (monotonic deadline)."""
@@ -152,6 +187,8 @@ class AmqpPublisher(Worker, PublishTotals):
         with self._lock:
             self._drain_pending = False
             self._finish_checking = False
+            self._tick_pending = False
+        self._tick_at = None  # its loop is gone
         self._channel = None
         self.connected.clear()
         self._requeue_unconfirmed()
@@ -172,7 +209,34 @@ class AmqpPublisher(Worker, PublishTotals):
     # -- pika callbacks (I/O loop thread) -------------------------------------
 
     def _on_open(self, conn: pika.SelectConnection) -> None:
+        read_confirms(conn, self._confirming_channel, self._confirmed)
         conn.channel(on_open_callback=self._on_channel_open)
+        self._tick()  # what fell due meanwhile waits in the buffer, as it would
+
+    def _tick(self) -> None:
+        """The scheduler's round, then what it fired published, then the timer
+        for its next (the I/O thread)."""
+        timer = self._timer
+        if timer is None:
+            return
+        with self._lock:
+            self._tick_pending = False
+        if self._tick_at is not None:
+            self._loop.cancel_timer(self._tick_at)
+            self._tick_at = None
+        self._ticking = True
+        try:
+            wait_s = timer.tick(self._clock.now_ms())
+        finally:
+            self._ticking = False
+        self._drain()
+        if wait_s is not None:
+            self._tick_at = self._loop.call_later(min(wait_s, _TICK_MAX_S), self._tick)
+
+    def _confirming_channel(self) -> int | None:
+        """The channel whose confirms ``read_confirms`` takes (None: pika reads them)."""
+        channel = self._channel
+        return None if channel is None or self._reopening else int(channel.channel_number)
 
     def _on_channel_open(self, channel: pika.channel.Channel) -> None:
         self._channel = channel
@@ -353,9 +417,15 @@ class AmqpPublisher(Worker, PublishTotals):
         self._returned[properties.message_id] = f"returned {method.reply_code} {method.reply_text}"
 
     def _on_confirm(self, frame: pika.frame.Method) -> None:
+        """A confirm pika decoded (``read_confirms`` takes most of them first)."""
         method = frame.method
-        acked = isinstance(method, pika.spec.Basic.Ack)
-        settled = self._settle(method.delivery_tag, method.multiple)
+        self._confirmed(
+            (method.delivery_tag, method.multiple, isinstance(method, pika.spec.Basic.Ack))
+        )
+
+    def _confirmed(self, confirm: Confirm) -> None:
+        tag, multiple, acked = confirm
+        settled = self._settle(tag, multiple)
         delivered: list[Task] = []
         returned = self._returned
         dead = self._dead_unconfirmed

@@ -7,8 +7,10 @@ goes to ``wake_armer``, which tells the firing process.
 
 Threads and what each owns: ``th-shards`` (:class:`ShardKeeper`) writes the
 :class:`ShardTable`; ``th-armer`` arms tasks into the :class:`Inventory` and
-the scheduler's heap; ``th-scheduler`` moves due tasks into the send buffer;
-the publisher's thread publishes them; ``th-confirmer`` deletes confirmed rows
+the scheduler's heap; ``th-scheduler`` moves due tasks into the send buffer
+(or, with a publisher that drives it — the AMQP one — the publisher's I/O
+loop does, timed by the scheduler's heap, and ``th-scheduler`` only waits to
+be stopped); the publisher's thread publishes them; ``th-confirmer`` deletes confirmed rows
 and defers undelivered ones; the group committers write what callers ask.
 """
 
@@ -40,6 +42,7 @@ from triggerhook.interfaces import (
     EventPublisher,
     RetryHandler,
     TaskStore,
+    TimerDriver,
     new_rev,
 )
 from triggerhook.runtime.counters import add_totals
@@ -134,6 +137,8 @@ class Engine:
             lanes=config.confirm_transactions,
         )
         self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
+        if isinstance(self.publisher, TimerDriver):  # its loop times the scheduler
+            self.publisher.drive(self.scheduler)
         self.buffer.on_put = self.publisher.wake
         self.buffer.on_room = self.scheduler.wake
         self.buffer.gate = lambda tasks: self.scheduler.screen(tasks, clock.now_ms())

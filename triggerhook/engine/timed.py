@@ -1,10 +1,11 @@
-"""A thread that takes tasks out of its own heap as their fire time comes near."""
+"""A thread that takes tasks out of its own heap as their fire time comes near
+(or, driven, the loop of another thread that does it for it)."""
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic
 
 from triggerhook.domain.heap import DueHeap, Item
@@ -23,6 +24,10 @@ class TimedWorker(Worker, Generic[Item]):
 
     Other threads add tasks with :meth:`push_many`; an earlier
     task than the current head wakes the thread at once (re-arming its timer).
+
+    Driven (:meth:`drive_from`): another thread's loop calls :meth:`tick`
+    when the head is due and is woken instead; this thread then only waits,
+    beating, until it is stopped and has handled what it must.
     """
 
     lead_ms = 0
@@ -37,6 +42,7 @@ class TimedWorker(Worker, Generic[Item]):
         self._cond = threading.Condition()
         # After stop(): keep handling tasks due by this time, then exit.
         self._finish_until_ms = -math.inf
+        self._driver_wake: Callable[[], None] | None = None  # set before start, if driven
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -47,8 +53,11 @@ class TimedWorker(Worker, Generic[Item]):
         with self._cond:
             head = self._heap.next_fire_ms()
             self._heap.push_many(tasks)
-            if head is None or self._heap.next_fire_ms() != head:
+            moved = head is None or self._heap.next_fire_ms() != head
+            if moved:
                 self._cond.notify()
+        if moved and self._driver_wake is not None:
+            self._driver_wake()
 
     def push_at(self, tasks: Sequence[Item], at_ms: int) -> None:
         """Add tasks to be handled at ``at_ms`` rather than by their due time
@@ -59,12 +68,43 @@ class TimedWorker(Worker, Generic[Item]):
             head = self._heap.next_fire_ms()
             for task in tasks:
                 self._heap.push(task, at_ms)
-            if head is None or self._heap.next_fire_ms() != head:
+            moved = head is None or self._heap.next_fire_ms() != head
+            if moved:
                 self._cond.notify()
+        if moved and self._driver_wake is not None:
+            self._driver_wake()
 
     def wake(self) -> None:
         with self._cond:
             self._cond.notify()
+        if self._driver_wake is not None:
+            self._driver_wake()
+
+    @property
+    def driven(self) -> bool:
+        """Another thread's loop calls :meth:`tick` (see :meth:`drive_from`)."""
+        return self._driver_wake is not None
+
+    def drive_from(self, wake: Callable[[], None]) -> None:
+        """Before start: :meth:`tick` is called by another thread's loop,
+        which ``wake`` (thread-safe) asks for a tick at once."""
+        self._driver_wake = wake
+
+    def tick(self, now_ms: float) -> float | None:
+        """Driven, on the driver's thread: one round of :meth:`run`'s loop —
+        handle what is due by ``now_ms``; seconds until the next round is
+        needed (None: until woken). Once stopped and finished, nothing."""
+        with self._cond:
+            if self.stopping and self._finished():
+                self._cond.notify()  # the waiting thread ends
+                return None
+            batch, wait_s = self.poll(now_ms)
+        if batch:
+            self.handle(batch, now_ms)
+            if self.stopping:  # the waiting thread may be finished now
+                with self._cond:
+                    self._cond.notify()
+        return wait_s
 
     def drain_until(self, until_ms: float) -> None:
         """Stop once every task due by ``until_ms`` has been handled."""
@@ -101,6 +141,9 @@ class TimedWorker(Worker, Generic[Item]):
         return head is None or head - self.lead_ms > self._finish_until_ms
 
     def run(self) -> None:
+        if self._driver_wake is not None:
+            self._wait_while_driven()
+            return
         clock = self._clock
         while True:
             with self._cond:
@@ -114,3 +157,11 @@ class TimedWorker(Worker, Generic[Item]):
                         break
                     self._cond.wait(HEARTBEAT_S if wait_s is None else min(wait_s, HEARTBEAT_S))
             self.handle(batch, now_ms)
+
+    def _wait_while_driven(self) -> None:
+        """The thread of a driven stage: it ends once stopped and finished
+        (the driver's ticks handle the rest)."""
+        with self._cond:
+            while not (self.stopping and self._finished()):
+                self.beat()
+                self._cond.wait(HEARTBEAT_S)
