@@ -48,6 +48,7 @@ import pika.spec
 
 from triggerhook.amqp.connection import (
     AmqpNodes,
+    CallSoonOnce,
     Confirm,
     ConnectionLoop,
     body_frame_max,
@@ -115,7 +116,6 @@ class AmqpPublisher(Worker, PublishTotals):
         self._channel: pika.channel.Channel | None = None
         self._channel_opened_s = 0.0  # time.monotonic() when it became ready
         self._reopening = False  # the channel is being closed to open a new one
-        self._drain_pending = False
         self._finish_checking = False
         self._next_tag = 0
         self._tags: deque[int] = deque()
@@ -124,25 +124,19 @@ class AmqpPublisher(Worker, PublishTotals):
         self.connected = threading.Event()
         self.channel_reopens = 0
         # The scheduler this loop times (drive), its pending timer on the
-        # current connection, whether a tick is queued, whether one runs.
+        # current connection, whether a tick runs (the I/O thread's).
         self._timer: DrivenTimer | None = None
         self._tick_at: object | None = None
-        self._tick_pending = False  # under _lock
-        self._ticking = False  # the I/O thread's
+        self._ticking = False
+        self._drain_soon = CallSoonOnce(self._loop, self._drain)
+        self._tick_soon = CallSoonOnce(self._loop, self._tick)
 
     # -- other threads --------------------------------------------------------
 
     def wake(self) -> None:
         """Ask the I/O loop to publish what is in the buffer (thread-safe)."""
-        if self._ticking:  # the tick's own put, on the I/O thread: it drains next
-            return
-        with self._lock:
-            if self._drain_pending:
-                return
-            self._drain_pending = True
-        if not self._loop.call_soon(self._drain):  # no connection: the next one drains
-            with self._lock:
-                self._drain_pending = False
+        if not self._ticking:  # else the tick's own put, on the I/O thread: it drains next
+            self._drain_soon()
 
     def drive(self, timer: DrivenTimer) -> None:
         """Before start: the scheduler's waits become timers on this I/O loop
@@ -153,16 +147,6 @@ class AmqpPublisher(Worker, PublishTotals):
         time; never before it (the tick checks the clock)."""
         self._timer = timer
         timer.drive_from(self._tick_soon)
-
-    def _tick_soon(self) -> None:
-        """Any thread: a tick of the scheduler at once (its head moved)."""
-        with self._lock:
-            if self._tick_pending:
-                return
-            self._tick_pending = True
-        if not self._loop.call_soon(self._tick):  # no connection: the next one ticks
-            with self._lock:
-                self._tick_pending = False
 
     def finish(self, deadline_s: float) -> None:
         """Publish what is buffered, wait for its confirms, then stop (monotonic deadline)."""
@@ -185,9 +169,9 @@ class AmqpPublisher(Worker, PublishTotals):
     def _reset(self) -> None:
         """A connection ended: what was in flight on it goes back to be sent again."""
         with self._lock:
-            self._drain_pending = False
             self._finish_checking = False
-            self._tick_pending = False
+        self._drain_soon.reset()
+        self._tick_soon.reset()
         self._tick_at = None  # its loop is gone
         self._channel = None
         self.connected.clear()
@@ -219,8 +203,6 @@ class AmqpPublisher(Worker, PublishTotals):
         timer = self._timer
         if timer is None:
             return
-        with self._lock:
-            self._tick_pending = False
         if self._tick_at is not None:
             self._loop.cancel_timer(self._tick_at)
             self._tick_at = None
@@ -304,7 +286,6 @@ class AmqpPublisher(Worker, PublishTotals):
 
     def _drain(self) -> None:
         with self._lock:
-            self._drain_pending = False
             start_finish_check = self.stopping and not self._finish_checking
             self._finish_checking |= start_finish_check
         if start_finish_check:  # stop() wakes us: one check loop per connection
