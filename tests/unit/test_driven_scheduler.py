@@ -17,6 +17,7 @@ from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.shards import ShardTable
+from triggerhook.engine.timed import HEARTBEAT_S
 from triggerhook.interfaces import Acquired, DrivenTimer, Lease
 
 NOW = 1_700_000_000_000
@@ -91,6 +92,10 @@ def test_a_tick_fires_what_is_due_never_before_and_says_when_the_next_is(
     assert [t.id for t in driven.buffer.take(10)] == ["b", "a"]  # a tie: in push order
     assert driven.tick() == pytest.approx(0.15)
     assert driven.scheduler.fired == 2
+    driven.scheduler.push_many([task("far", NOW + 60_000)])
+    driven.clock.set(NOW + 400)
+    assert driven.tick() == 0.0
+    assert driven.tick() == HEARTBEAT_S  # a far head: looked at again as the thread would
 
 
 def test_a_full_buffer_is_looked_at_again_and_its_room_asks_for_a_tick() -> None:

@@ -70,7 +70,6 @@ _SLICE = 256  # messages published per I/O-loop turn, so acks are read in betwee
 _FINISH_CHECK_S = 0.02
 _LOG_EVERY_S = 10.0  # one "not delivered" line per routing key this often
 _REOPEN_AFTER_NACK_S = 0.5  # a nack reopens a channel open at least this long
-_TICK_MAX_S = 1.0  # a driven scheduler's longest wait (as its own thread's heartbeat)
 
 
 class AmqpPublisher(Worker, PublishTotals):
@@ -213,7 +212,14 @@ class AmqpPublisher(Worker, PublishTotals):
             self._ticking = False
         self._drain()
         if wait_s is not None:
-            self._tick_at = self._loop.call_later(min(wait_s, _TICK_MAX_S), self._tick)
+            self._tick_at = self._loop.call_later(wait_s, self._on_tick_timer)
+
+    def _on_tick_timer(self) -> None:
+        # It fired: nothing left to cancel. (Cancelling a timer pika is
+        # running counts a cancellation pika never takes back from its heap,
+        # and past a threshold it rebuilds its heap on every loop turn.)
+        self._tick_at = None
+        self._tick()
 
     def _confirming_channel(self) -> int | None:
         """The channel whose confirms ``read_confirms`` takes (None: pika reads them)."""

@@ -48,26 +48,25 @@ class TimedWorker(Worker, Generic[Item]):
         return len(self._heap)
 
     def push_many(self, tasks: Sequence[Item]) -> None:
-        if not tasks:
-            return
-        with self._cond:
-            head = self._heap.next_fire_ms()
-            self._heap.push_many(tasks)
-            moved = head is None or self._heap.next_fire_ms() != head
-            if moved:
-                self._cond.notify()
-        if moved and self._driver_wake is not None:
-            self._driver_wake()
+        self._push(tasks, None)
 
     def push_at(self, tasks: Sequence[Item], at_ms: int) -> None:
         """Add tasks to be handled at ``at_ms`` rather than by their due time
         (a retry, or a copy held back)."""
+        self._push(tasks, at_ms)
+
+    def _push(self, tasks: Sequence[Item], at_ms: int | None) -> None:
+        """Into the heap (at their own time when ``at_ms`` is None); a head
+        that moved wakes whoever times the heap: this thread, or its driver."""
         if not tasks:
             return
         with self._cond:
             head = self._heap.next_fire_ms()
-            for task in tasks:
-                self._heap.push(task, at_ms)
+            if at_ms is None:
+                self._heap.push_many(tasks)
+            else:
+                for task in tasks:
+                    self._heap.push(task, at_ms)
             moved = head is None or self._heap.next_fire_ms() != head
             if moved:
                 self._cond.notify()
@@ -93,7 +92,9 @@ class TimedWorker(Worker, Generic[Item]):
     def tick(self, now_ms: float) -> float | None:
         """Driven, on the driver's thread: one round of :meth:`run`'s loop —
         handle what is due by ``now_ms``; seconds until the next round is
-        needed (None: until woken). Once stopped and finished, nothing."""
+        needed (None: until woken), at most :data:`HEARTBEAT_S` as the
+        thread's own waits (the clock it reads may be corrected meanwhile).
+        Once stopped and finished, nothing."""
         with self._cond:
             if self.stopping and self._finished():
                 self._cond.notify()  # the waiting thread ends
@@ -104,7 +105,7 @@ class TimedWorker(Worker, Generic[Item]):
             if self.stopping:  # the waiting thread may be finished now
                 with self._cond:
                     self._cond.notify()
-        return wait_s
+        return None if wait_s is None else min(wait_s, HEARTBEAT_S)
 
     def drain_until(self, until_ms: float) -> None:
         """Stop once every task due by ``until_ms`` has been handled."""
