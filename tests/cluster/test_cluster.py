@@ -373,8 +373,13 @@ def test_tasks_fire_through_members_failing_one_after_another_and_together(up: N
 
 # (fault, its slot's length in s, its steps in s into the slot): one after
 # another, each slot long enough for the next to find the cluster whole again.
+# The writer's: its restart returns once it is Synced again, which after a
+# kill -9 (a full state transfer) took 2 to 10 s here (once a membership
+# change while it joined left the writer non-primary for 2 s; 20 s slots
+# failed in CI and once here, the slot's last seconds falling into HAProxy's
+# move back to it, which cuts every session); the move back is 2 s later.
 ALONE: tuple[tuple[str, int, list[tuple[float, tuple[str, ...]]]], ...] = (
-    ("galera writer killed", 20, [(2, ("kill", "galera", "1")), (8, ("start", "galera", "1"))]),
+    ("galera writer killed", 28, [(2, ("kill", "galera", "1")), (8, ("start", "galera", "1"))]),
     ("rabbit 1 killed", 12, [(2, ("kill", "rabbit", "1")), (5, ("start", "rabbit", "1"))]),
     ("daemon 3 killed", 26, [(2, ("kill", "daemon", "3")), (16, ("start", "daemon", "3"))]),
     (
@@ -461,7 +466,8 @@ def test_each_fault_alone_is_recovered_from_and_the_time_reported(up: None) -> N
             if end - SETTLED_S * 1000 <= due[e.message_id or ""] < end
         ]
         report(
-            f"  {fault.name}: {recovery(events, due, fault, end)}; lateness of its slot's "
-            f"last {SETTLED_S} s: max {max(settled)} ms"
+            f"  {fault.name}: {recovery(events, due, fault, end)}; its last step done after "
+            f"{fault.ended_ms - fault.began_ms} ms; lateness of its slot's last {SETTLED_S} s: "
+            f"max {max(settled)} ms"
         )
         assert max(settled) <= ON_TIME_MS, f"{fault.name}: not on time again by its slot's end"
