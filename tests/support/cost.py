@@ -1,8 +1,11 @@
 """How the cost of parsing grows with the input: linear, never quadratic.
 
-Timing on a noisy shared machine, so robustly: the best of several runs,
-the two sizes timed in turns (so that a busy spell of the machine falls on
-both alike), each run with the garbage collector off (as ``timeit`` does: a
+Timing on a noisy shared machine, so robustly: the process's CPU time, not
+the wall clock's (other processes taking the CPU from it are not its cost:
+on CI's two cores shared by three test workers, wall time once put a ratio
+that is ~12 on a quiet machine at 30.4), the best of several runs, the two
+sizes timed in turns (so that a busy spell of the machine falls on both
+alike), each run with the garbage collector off (as ``timeit`` does: a
 collection walks the whole heap of a long-lived test worker, which is not the
 parser's cost), and only a ratio between two sizes ten times apart is judged
 (about 10 when linear, about 100 when quadratic).
@@ -34,14 +37,15 @@ def best_time_s(
 
 
 def _timed_s(call: Callable[[], object], expected: tuple[type[BaseException], ...]) -> float:
-    """One run of ``call``, with the garbage collector off."""
+    """The CPU time of the process (every thread: a call may hand work to
+    another) over one run of ``call``, with the garbage collector off."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        started = time.perf_counter()
+        started = time.process_time()
         with contextlib.suppress(*expected):
             call()
-        return time.perf_counter() - started
+        return time.process_time() - started
     finally:
         if collecting:
             gc.enable()
