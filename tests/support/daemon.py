@@ -285,15 +285,17 @@ class Daemon:
             interval_s=0.005,
         )
 
-    def wait_exit(self, timeout_s: float) -> int:
-        """Wait for the process to end; AssertionError (with the log tail) on timeout."""
+    def wait_exit(self, timeout_s: float, readers: bool = True) -> int:
+        """Wait for the process to end (and, with ``readers``, for its log
+        readers to finish); AssertionError (with the log tail) on timeout."""
         try:
             code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             raise AssertionError(
                 f"{self.name} still running after {timeout_s:.1f}s\n{self.tail()}"
             ) from None
-        self._join_readers()
+        if readers:
+            self._join_readers()
         return code
 
     def terminate(self, timeout_s: float = 15.0) -> int:
@@ -307,12 +309,7 @@ class Daemon:
         log pipes open meanwhile (seconds on a loaded machine, in which the
         dead one's leases may run out); :meth:`close` joins them."""
         self.signal(signal.SIGKILL)
-        try:
-            return self.proc.wait(_KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"{self.name} still running {_KILL_WAIT_S:.1f}s after SIGKILL\n{self.tail()}"
-            ) from None
+        return self.wait_exit(_KILL_WAIT_S, readers=False)
 
     def close(self) -> None:
         """Make sure the process is gone (SIGKILL if it still runs) and reaped."""
