@@ -26,9 +26,11 @@ under /var/tmp/triggerhook-cluster-test; ``scripts/cluster down`` with that
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,7 +321,7 @@ def what_daemons_said(ids: list[str]) -> str:
     nodes; below it the daemons' lines naming the first missing tasks and
     their last warnings."""
     counted, said = [], []
-    for n in DAEMONS:
+    for n, url in DAEMONS.items():
         try:
             lines = daemon_log(n).splitlines()
         except OSError as exc:
@@ -329,7 +331,7 @@ def what_daemons_said(ids: list[str]) -> str:
             f"{sum(word in line for line in lines)} {word}"
             for word in ("event not delivered", "returned", "dead-lettered", "nacked")
         ]
-        counted.append(f"daemon {n}: {', '.join(counts)}")
+        counted.append(f"daemon {n}: {', '.join(counts)}; {publisher_counters(url)}")
         named = [line for line in lines if any(f"task_id={i}" in line for i in ids)]
         loud = [line for line in lines if "WARNING" in line or "ERROR" in line]
         said.append(f"daemon {n}'s lines naming {ids}:\n  " + "\n  ".join(named[-10:]))
@@ -340,6 +342,21 @@ def what_daemons_said(ids: list[str]) -> str:
         status = f"(no cluster status: {exc})"
     brokers = next((ln for ln in status.splitlines() if ln.startswith("rabbit cluster:")), "")
     return f"; {'; '.join(counted)}; {brokers}\n" + "\n".join([*said, status])
+
+
+PUBLISHER_COUNTERS = ("published", "confirmed", "returned", "nacked", "dead_lettered", "deleted")
+
+
+def publisher_counters(url: str) -> str:
+    """A daemon's publisher counters since it started, from its /metrics."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=3) as answer:
+            text = answer.read().decode()
+    except OSError as exc:
+        return f"(no metrics: {exc})"
+    found = re.findall(r"^triggerhook_(\w+)_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    values = {name: float(value) for name, value in found}
+    return " ".join(f"{name}={values.get(name, 0):.0f}" for name in PUBLISHER_COUNTERS)
 
 
 def lateness_in(events: list[Received], due: dict[str, int], began: int, ended: int) -> int:
