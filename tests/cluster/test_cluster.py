@@ -25,6 +25,7 @@ under /var/tmp/triggerhook-cluster-test; ``scripts/cluster down`` with that
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -171,6 +172,7 @@ class Collector:
     """Consumes the events in a thread until stopped, through any live node."""
 
     def __init__(self, names: AmqpNames) -> None:
+        self.queue = names.queue
         self._consumer = EventConsumer(BROKER, names, queue_arguments={"x-queue-type": "quorum"})
         self._consumer.declare()
         self.events: list[Received] = []
@@ -289,7 +291,7 @@ def received_all(
     wait_for(
         lambda: not missing_ids(expected, collector.events),
         120,
-        lambda: stored(sorted(missing_ids(expected, collector.events))[:20]),
+        lambda: stored(sorted(missing_ids(expected, collector.events))[:20], collector.queue),
     )
     events = collector.stop()
     errors = [error for fault, _ in faults for error in fault.errors]
@@ -298,7 +300,7 @@ def received_all(
     return events
 
 
-def stored(ids: list[str]) -> str:
+def stored(ids: list[str], queue: str) -> str:
     """Tasks not received, and which of them are still stored (in which
     shard, owned by whom): stuck, or lost."""
     try:
@@ -311,7 +313,8 @@ def stored(ids: list[str]) -> str:
             rows = cur.fetchall()
     except pymysql.err.MySQLError as exc:
         rows = (f"(cannot read them: {exc})",)
-    return f"not received: {ids}; stored: {list(rows)}{what_daemons_said(ids[:3])}"
+    said = what_daemons_said(ids[:3])
+    return f"not received: {ids}; stored: {list(rows)}; {queue_as_nodes_see_it(queue)}{said}"
 
 
 def what_daemons_said(ids: list[str]) -> str:
@@ -342,6 +345,38 @@ def what_daemons_said(ids: list[str]) -> str:
         status = f"(no cluster status: {exc})"
     brokers = next((ln for ln in status.splitlines() if ln.startswith("rabbit cluster:")), "")
     return f"; {'; '.join(counted)}; {brokers}\n" + "\n".join([*said, status])
+
+
+def queue_as_nodes_see_it(queue: str) -> str:
+    """The events queue as each broker node sees it: its messages (ready and
+    unacknowledged), leader and members online — unequal views are a split."""
+    views = []
+    for n in (1, 2, 3):
+        try:
+            done = subprocess.run(
+                [
+                    "rabbitmqctl",
+                    "-q",
+                    "-n",
+                    f"rbt{n}@localhost",
+                    "list_queues",
+                    "name",
+                    "messages",
+                    "leader",
+                    "online",
+                    "--formatter",
+                    "json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+            found = [q for q in json.loads(done.stdout) if q.get("name") == queue]
+            views.append(f"rbt{n} sees {found or 'no such queue'}")
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            views.append(f"rbt{n}: {type(exc).__name__}")
+    return f"queue {queue}: " + "; ".join(views)
 
 
 PUBLISHER_COUNTERS = ("published", "confirmed", "returned", "nacked", "dead_lettered", "deleted")
