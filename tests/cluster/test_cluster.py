@@ -348,35 +348,32 @@ def what_daemons_said(ids: list[str]) -> str:
 
 
 def queue_as_nodes_see_it(queue: str) -> str:
-    """The events queue as each broker node sees it: its messages (ready and
+    """The broker cluster and the events queue as each node sees them: its
+    running nodes and partitions, the queue's messages (ready and
     unacknowledged), leader and members online — unequal views are a split."""
     views = []
     for n in (1, 2, 3):
         try:
-            done = subprocess.run(
-                [
-                    "rabbitmqctl",
-                    "-q",
-                    "-n",
-                    f"rbt{n}@localhost",
-                    "list_queues",
-                    "name",
-                    "messages",
-                    "leader",
-                    "online",
-                    "--formatter",
-                    "json",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
+            nodes = json.loads(rabbitmqctl(n, "cluster_status"))
+            queues = json.loads(
+                rabbitmqctl(n, "list_queues", "name", "messages", "leader", "online")
             )
-            found = [q for q in json.loads(done.stdout) if q.get("name") == queue]
-            views.append(f"rbt{n} sees {found or 'no such queue'}")
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             views.append(f"rbt{n}: {type(exc).__name__}")
+            continue
+        found = [q for q in queues if q.get("name") == queue] or "no such queue"
+        views.append(
+            f"rbt{n} sees running {nodes.get('running_nodes')}, partitions "
+            f"{nodes.get('partitions')}, the queue {found}"
+        )
     return f"queue {queue}: " + "; ".join(views)
+
+
+def rabbitmqctl(n: int, *args: str) -> str:
+    """A rabbitmqctl command on broker node n, its JSON output."""
+    command = ["rabbitmqctl", "-q", "-n", f"rbt{n}@localhost", *args, "--formatter", "json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout
 
 
 PUBLISHER_COUNTERS = ("published", "confirmed", "returned", "nacked", "dead_lettered", "deleted")
