@@ -314,7 +314,11 @@ rabbit_start() { # n
     : >"$dir/rabbitmq-env.conf"
     echo "[]." >"$dir/enabled_plugins"
     echo "[]." >"$dir/advanced.config"
-    echo "loopback_users.guest = true" >"$dir/rabbitmq.conf"
+    # A node cut off from the others' majority pauses (closes its clients'
+    # connections, they move to the majority) until it is back with them,
+    # instead of serving a second copy of the cluster (the default, ignore).
+    printf '%s\n' "loopback_users.guest = true" "cluster_partition_handling = pause_minority" \
+        >"$dir/rabbitmq.conf"
     chown -R rabbitmq:rabbitmq "$dir"
     mapfile -t env < <(_rabbit_env "$n")
     _cl_log "rabbit $n: starting $(rabbit_node "$n") on port $(rabbit_port "$n")"
