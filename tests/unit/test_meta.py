@@ -5,6 +5,7 @@ the late-fire policy's boundaries and parse_late."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import msgspec
 import pytest
@@ -26,6 +27,7 @@ from triggerhook.domain.meta import (
     make_meta,
     parse_late,
 )
+from triggerhook.domain.recurrence import Recurrence
 from triggerhook.errors import ValidationError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -72,6 +74,7 @@ def test_no_meta_is_false_and_any_metadata_is_true() -> None:
         Meta(content_encoding="gzip"),
         Meta(headers=(("a", 1),)),
         Meta(late=FIRE),
+        Meta(recur=Recurrence(every_ms=60_000)),
     ):
         assert bool(meta) is True, meta
 
@@ -345,6 +348,16 @@ def metas(draw: st.DrawFn) -> Meta:
         headers=headers,
         late=draw(late_strategy),
     )
+
+
+@given(metas(), st.none() | st.builds(Recurrence, every_ms=st.integers(1, 10**9)))
+def test_a_meta_is_true_exactly_when_it_differs_from_no_meta(
+    meta: Meta, recur: Recurrence | None
+) -> None:
+    # __bool__ reads the fields itself (every published event asks); it must
+    # agree with the equality that defines "no metadata".
+    for each in (meta, replace(meta, recur=recur)):
+        assert bool(each) is (each != NO_META), each
 
 
 def _same(a: Meta, b: Meta) -> None:
