@@ -302,7 +302,8 @@ def received_all(
 
 def stored(ids: list[str], queue: str) -> str:
     """Tasks not received, and which of them are still stored (in which
-    shard, owned by whom): stuck, or lost."""
+    shard, owned by whom): stuck, or lost; then how each broker node sees
+    ``queue`` and what the daemons said (:func:`what_daemons_said`)."""
     try:
         with node(3310) as db, db.cursor() as cur:
             cur.execute(
@@ -487,13 +488,16 @@ def whole() -> bool:
 
 
 def brokers_clustered() -> bool:
-    """All three broker nodes running in one cluster, as one of them sees it
-    (a port that listens is not enough: a quorum queue declared while a node
-    has not rejoined yet starts without a member there, RabbitMQ's
-    rabbitmq-server#10007)."""
-    status = cluster("status", timeout_s=60)
-    line = next((ln for ln in status.splitlines() if ln.startswith("rabbit cluster:")), "")
-    return sum("@" in word for word in line.split()) == 3  # node names, rbtN@localhost
+    """All three broker nodes running in one cluster, as the first node that
+    answers sees it (a port that listens is not enough: a quorum queue
+    declared while a node has not rejoined yet starts without a member
+    there, RabbitMQ's rabbitmq-server#10007)."""
+    for n in (1, 2, 3):
+        try:
+            return len(json.loads(rabbitmqctl(n, "cluster_status"))["running_nodes"]) == 3
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+            continue
+    return False
 
 
 def ready(url: str) -> bool:
