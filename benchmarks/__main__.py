@@ -4,6 +4,7 @@
                          [--capacity-rates R,R,...] [--capacity-step-s S]
                          [--database-url URL] [--amqp-url URL]
                          [--driver mysqldb|pymysql] [--out DIR] [--publish DIR]
+                         [--trigger-hook PATH]
 
 Scenarios, in this order, each in its own database and exchange (dropped
 afterwards): ceilings (benchmarks/ceilings.py), create and delete (library:
@@ -16,7 +17,9 @@ under hostile input (benchmarks/hostile.py), takeover after kill -9
 pending tasks, and 1,000,000 due in the same second (benchmarks/pending.py).
 Only when named by ``--only``: ``instances``, burst and steady load with 1, 2
 and 3 daemons on the local cluster (``scripts/cluster up --no-daemons`` first;
-benchmarks/instances.py).
+benchmarks/instances.py). Only with ``--trigger-hook PATH``: ``trigger_hook``,
+Trigger Hook's own benchmark program run after the ceilings, its four rates
+the base of the ratios to it (benchmarks/peer.py).
 
 The servers: ``--database-url`` and ``--amqp-url``, else the daemon's own
 variables TRIGGERHOOK_DATABASE_URL and TRIGGERHOOK_AMQP_URL, else the daemon's
@@ -58,6 +61,7 @@ from benchmarks import (
     instances,
     listing,
     machine,
+    peer,
     pending,
     plots,
     precision,
@@ -95,7 +99,7 @@ class Config:
     capacity_step_s: int = capacity.STEP_S
 
 
-def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
+def _scenarios(config: Config, peer_binary: Path | None) -> dict[str, Callable[[Recorder], None]]:
     n, clients = config.tasks, config.clients
 
     def create(rec: Recorder) -> None:
@@ -110,7 +114,7 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
         with rec.part("HTTP"):
             http.delete(rec, n, clients)
 
-    return {
+    scenarios: dict[str, Callable[[Recorder], None]] = {
         "ceilings": lambda rec: ceilings.run(rec, n),
         "create": create,
         "delete": delete,
@@ -143,6 +147,10 @@ def _scenarios(config: Config) -> dict[str, Callable[[Recorder], None]]:
             else pending.same_second(rec, pending.BURST_N)
         ),
     }
+    if peer_binary is not None:  # --trigger-hook PATH
+        binary = peer_binary
+        scenarios["trigger_hook"] = lambda rec: peer.run(rec, binary, n)
+    return scenarios
 
 
 def _run(name: str, scenario: Callable[[Recorder], None]) -> Recorder:
@@ -185,7 +193,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver", choices=drivers.NAMES, help="default: mysql:// decides")
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/<timestamp>")
     parser.add_argument("--publish", type=Path, help="also copy results.md and plots here")
+    parser.add_argument(
+        "--trigger-hook",
+        type=Path,
+        metavar="PATH",
+        help="Trigger Hook's benchmark program (scripts/trigger-hook-build): run it too, "
+        "and take the ratios to it from this run",
+    )
     args = parser.parse_args(argv)
+    if args.trigger_hook is not None and not os.access(args.trigger_hook, os.X_OK):
+        parser.error(f"--trigger-hook: {args.trigger_hook} is not an executable file")
+    if "trigger_hook" in args.only and args.trigger_hook is None:
+        parser.error("--only trigger_hook needs --trigger-hook PATH")
+    if args.trigger_hook is not None and "trigger_hook" not in args.only:
+        args.only = [*args.only, "trigger_hook"]
     for name in ("tasks", "precision_s", "fires_per_s", "clients", "capacity_step_s"):
         value = getattr(args, name)
         if value is not None and value < 1:  # None: not given, the default
@@ -263,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("benchmarks/results") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    scenarios = _scenarios(config)
+    scenarios = _scenarios(config, args.trigger_hook)
     recorders = [_run(name, scenarios[name]) for name in catalogue.SCENARIOS if name in args.only]
     wall_s = time.perf_counter() - started
     meta = _meta(config, argv, wall_s, [rec.scenario for rec in recorders])

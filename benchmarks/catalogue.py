@@ -37,6 +37,10 @@ class Spec:
     th_here: str = ""  # Trigger Hook (Go) measured on this machine
     th_aws: str = ""  # Trigger Hook's published figure (AWS t2.micro + RDS db.t3.micro)
     th_here_value: float | None = None
+    # The figure of Trigger Hook's own benchmark in the same run
+    # (``--trigger-hook PATH``, benchmarks/peer.py): when there is one, the
+    # ratio is to it instead of to ``th_here_value``.
+    peer: str = ""
 
 
 def _ge(bound: float) -> Target:
@@ -83,6 +87,7 @@ _ENGINE_SPECS: tuple[Spec, ...] = (
         "4,316/s (8 goroutines)",
         "1,396/s",
         4316,
+        peer="trigger_hook.create",
     ),
     Spec(
         "create.http_batch",
@@ -146,6 +151,7 @@ _ENGINE_SPECS: tuple[Spec, ...] = (
         "7,050/s",
         "1,920/s",
         7050,
+        peer="trigger_hook.delete",
     ),
     Spec(
         "delete.http_single",
@@ -171,6 +177,7 @@ _ENGINE_SPECS: tuple[Spec, ...] = (
         "488,304/s",
         "200,668/s",
         488_304,
+        peer="trigger_hook.sending",
     ),
     Spec(
         "confirm.delete",
@@ -182,6 +189,7 @@ _ENGINE_SPECS: tuple[Spec, ...] = (
         "142,468/s",
         "49,905/s",
         142_468,
+        peer="trigger_hook.confirm",
     ),
     Spec(
         "sending.broker",
@@ -450,7 +458,18 @@ SAME_SECOND_SPECS = (
     Spec("same_second.early", "same_second", f"{_SAME}: events early", "events", _NONE_EARLY),
     Spec("same_second.fill_rate", "same_second", f"{_SAME}: the fill", "rows/s"),
 )
-SPECS: tuple[Spec, ...] = (*_ENGINE_SPECS, *LISTING_SPECS, *SAME_SECOND_SPECS)
+# Trigger Hook's own benchmark, run beside them (``--trigger-hook PATH``).
+PEER_SPECS = tuple(
+    Spec(key, "trigger_hook", f"Trigger Hook (Go) in this run: {label}", "tasks/s")
+    for key, label in (
+        ("trigger_hook.create", "creating, 8 goroutines, one task a call"),
+        ("trigger_hook.delete", "deleting, 8 goroutines, one task a call"),
+        ("trigger_hook.sending", "sending, overdue rows → in-process consumer"),
+        ("trigger_hook.confirm", "confirmation, the sent rows deleted"),
+    )
+)
+
+SPECS: tuple[Spec, ...] = (*PEER_SPECS, *_ENGINE_SPECS, *LISTING_SPECS, *SAME_SECOND_SPECS)
 
 _CPU_1K = "CPU per 1,000 fires"
 STEP_SPECS = {
@@ -502,6 +521,7 @@ STEP_SPECS = {
 
 SCENARIOS = (
     "ceilings",
+    "trigger_hook",
     "create",
     "delete",
     "sending",
@@ -517,8 +537,9 @@ SCENARIOS = (
     "instances",
 )
 # What `python -m benchmarks` runs unless --only says: not instances, which
-# needs the local cluster (scripts/cluster up --no-daemons).
-DEFAULT_SCENARIOS = SCENARIOS[:-1]
+# needs the local cluster (scripts/cluster up --no-daemons), nor trigger_hook,
+# which needs Trigger Hook's program (--trigger-hook PATH adds it).
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s not in ("trigger_hook", "instances"))
 
 
 def format_number(value: float, unit: str) -> str:

@@ -38,6 +38,7 @@ class Row:
     ratios: dict[str, float]
     th_ratio: float | None
     missing: str = ""
+    th_peer: float | None = None  # Trigger Hook's figure in this run (the ratio's base)
 
 
 def _step_key(key: str) -> tuple[str, int, str] | None:
@@ -85,8 +86,11 @@ def evaluate(recorders: Sequence[Recorder], quick: bool, more: Sequence[Spec] = 
             for c in spec.ceilings
             if c in values and values[c].value > 0
         }
-        th_ratio = figure.value / spec.th_here_value if spec.th_here_value else None
-        rows.append(Row(spec, figure.value, figure.detail, met, ratios, th_ratio))
+        peer = values.get(spec.peer)
+        th_peer = peer.value if peer is not None and peer.value > 0 else None
+        base = th_peer or spec.th_here_value
+        th_ratio = figure.value / base if base else None
+        rows.append(Row(spec, figure.value, figure.detail, met, ratios, th_ratio, th_peer=th_peer))
     return rows
 
 
@@ -122,6 +126,7 @@ def _row_json(row: Row) -> dict[str, Any]:
         "of_ceiling": row.ratios,
         "trigger_hook_here": spec.th_here or None,
         "trigger_hook_aws": spec.th_aws or None,
+        "trigger_hook_this_run": row.th_peer,
         "vs_trigger_hook_here": row.th_ratio,
         "failure": row.missing or None,
     }
@@ -152,6 +157,9 @@ def _ceiling_text(row: Row) -> str:
 
 
 def _th_text(row: Row) -> str:
+    if row.th_peer is not None and row.th_ratio is not None:
+        peer = f"{format_number(row.th_peer, row.spec.unit)}/s"
+        return f"{peer} in this run (this engine: {row.th_ratio:.2f}x)"
     if not row.spec.th_here:
         return ""
     if row.th_ratio is None:
