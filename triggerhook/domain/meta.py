@@ -93,7 +93,7 @@ class Meta:
 
     def __bool__(self) -> bool:
         # Anything set (unequal to NO_META), field by field: every published
-        # event asks, and building two comparison keys cost ~2 µs.
+        # event asks, and building two comparison keys cost ~0.7 µs.
         return bool(
             self.tags
             or self.content_type is not None
