@@ -201,7 +201,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "and take the ratios to it from this run",
     )
     args = parser.parse_args(argv)
-    if args.trigger_hook is not None and not os.access(args.trigger_hook, os.X_OK):
+    peer_binary = args.trigger_hook
+    if peer_binary is not None and not (peer_binary.is_file() and os.access(peer_binary, os.X_OK)):
         parser.error(f"--trigger-hook: {args.trigger_hook} is not an executable file")
     if "trigger_hook" in args.only and args.trigger_hook is None:
         parser.error("--only trigger_hook needs --trigger-hook PATH")
