@@ -64,6 +64,15 @@ def admin_connection(database: str | None = None) -> Any:
     return open_connection(to, autocommit=True)
 
 
+def admin_statement(statement: str) -> None:
+    """One statement of the benchmarks' own set-up, on a connection of its own."""
+    db = admin_connection()
+    try:
+        db.cursor().execute(statement)
+    finally:
+        db.close()
+
+
 def servers() -> dict[str, str]:
     """Where the benchmarks run (passwords masked), for their report."""
     return {"database": redact(database_url("")), "amqp": redact(amqp_url())}
@@ -220,11 +229,7 @@ def isolated(settings: Settings | None = None) -> Iterator[Place]:
         # A fresh connection: one held through a long scenario would have missed
         # its heartbeats.
         with_channel(lambda ch: _undeclare(ch, name))
-        db = admin_connection()
-        try:
-            db.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        finally:
-            db.close()
+        admin_statement(f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def with_channel(work: Callable[[Any], None]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from benchmarks.common import Recorder, admin_connection, database_url
+from benchmarks.common import Recorder, admin_statement, database_url
 
 SCENARIO = "trigger_hook"
 
@@ -98,16 +98,8 @@ def _run(binary: Path, test: str, count: int, database: str) -> str:
 def _database() -> Iterator[str]:
     """An empty database (it creates its tables itself), dropped afterwards."""
     name = f"th_bench_go_{secrets.token_hex(4)}"
-    db = admin_connection()
-    try:
-        db.cursor().execute(f"CREATE DATABASE `{name}`")
-    finally:
-        db.close()
+    admin_statement(f"CREATE DATABASE `{name}`")
     try:
         yield name
     finally:
-        db = admin_connection()
-        try:
-            db.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
-        finally:
-            db.close()
+        admin_statement(f"DROP DATABASE IF EXISTS `{name}`")
