@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -201,8 +200,8 @@ def test_insert_of_other_content_under_an_existing_id_conflicts(
 ) -> None:
     original = task("a", now + 1000)
     insert(store, original)
-    changed = replace(
-        original, **{k: v + original.due_ms if k == "due_ms" else v for k, v in change.items()}
+    changed = original.replace(
+        **{k: v + original.due_ms if k == "due_ms" else v for k, v in change.items()}
     )
     outcomes = store.insert([NewRow(changed), NewRow(task("b", now))], atomic=False)
     assert outcomes == [CONFLICT, CREATED]
@@ -558,7 +557,7 @@ def test_a_deferred_row_can_be_cancelled(store: TaskStore, now: int) -> None:
 
 def test_defer_of_a_row_not_ours_at_that_revision_is_gone(store: TaskStore, now: int) -> None:
     copy, _ = _armed_copy(store, "a", now)
-    other_rev, stale_epoch = replace(copy, rev=copy.rev ^ 1), replace(copy, epoch=copy.epoch + 1)
+    other_rev, stale_epoch = copy.replace(rev=copy.rev ^ 1), copy.replace(epoch=copy.epoch + 1)
     assert store.defer(OTHER, [Deferral(copy, now)]) == [GONE]  # not the owner
     assert store.defer(ME, [Deferral(other_rev, now)]) == [GONE]
     assert store.defer(ME, [Deferral(stale_epoch, now)]) == [GONE]

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -175,7 +174,7 @@ class FakeStore(SQLiteStore):
 
     def _stored(self, row: TaskRow) -> StoredRow:
         content = content_of((*row[:4], row.meta), self._default_routing_key)
-        task = dataclasses.replace(content, attempts=row.attempts)
+        task = content.replace(attempts=row.attempts)
         return StoredRow(task, row.shard, row.rev, row.gen, row.fire_ms)
 
     @property

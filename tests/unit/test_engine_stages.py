@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
 from support.fakes import FakeClock, FakeStore
@@ -156,7 +156,7 @@ def test_scheduler_never_pops_a_task_before_its_due_time(stages: Stages) -> None
 
 
 def test_scheduler_fires_a_retry_at_its_fire_time_not_its_past_due_time(stages: Stages) -> None:
-    retry = replace(task("r", NOW - 5000), fire_ms=NOW + 100, attempts=1)
+    retry = task("r", NOW - 5000).replace(fire_ms=NOW + 100, attempts=1)
     stages.scheduler.push_many([retry])
     batch, wait_s = stages.scheduler.poll(NOW)
     assert batch == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -167,12 +166,12 @@ def test_holds_copies_by_due_time_and_comes_back_unchanged() -> None:
     # Copies of one id at different revisions are distinct items, ordered by
     # due time like any task; a retry is pushed at its own time.
     heap: DueHeap[Task] = DueHeap()
-    late = replace(task("x", 30), rev=1)
-    old = replace(task("x", 10), rev=2)
-    new = replace(task("x", 10), rev=3)
+    late = task("x", 30).replace(rev=1)
+    old = task("x", 10).replace(rev=2)
+    new = task("x", 10).replace(rev=3)
     heap.push_many([late, old])
     heap.push(new)
-    heap.push(replace(task("retry", 1), rev=4), fire_at_ms=20)
+    heap.push(task("retry", 1).replace(rev=4), fire_at_ms=20)
     assert heap.next_fire_ms() == 10
     assert [t.rev for t in heap.pop_until(10, 10)] == [2, 3]  # same due: arrival order
     assert [t.rev for t in heap.drain()] == [4, 1]

@@ -90,8 +90,9 @@ CLIENT_USERS = frozenset({"cli"})
 BROKER_CLIENT = "pika"
 BROKER_CLIENT_USERS = frozenset({"amqp"})
 # Third-party libraries of pure computation that the lowest layers may use:
-# cronsim evaluates a series' cron expression (domain/recurrence.py).
-PURE_LIBRARIES = frozenset({"cronsim"})
+# cronsim evaluates a series' cron expression (domain/recurrence.py); msgspec
+# makes Task a Struct (domain/task.py: one is made per row armed).
+PURE_LIBRARIES = frozenset({"cronsim", "msgspec"})
 SHARED_WITH_CLIENT = frozenset(
     {
         "triggerhook_client.errors",

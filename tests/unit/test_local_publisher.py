@@ -11,7 +11,6 @@ the AMQP frames carry (decoded by pika), for an event and a dead letter.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import threading
@@ -204,7 +203,7 @@ def test_a_non_2xx_answer_is_retried_after_the_policys_back_off(webhook: Webhook
     webhook.status = 503
     out = io.StringIO()
     rig = Rig()
-    failed_before = dataclasses.replace(TASK, attempts=1)
+    failed_before = TASK.replace(attempts=1)
     publisher = rig.run([WebhookSink(webhook.url(), 5.0), StdoutSink(out)], failed_before)
     assert len(webhook.received) == 1
     assert rig.retried == [(failed_before, 200)]  # the second failure: 200 ms
@@ -226,7 +225,7 @@ def test_the_last_failure_sends_a_dead_letter_at_once(webhook: WebhookServer) ->
     the webhook refuses that too: it waits the longest back-off (never dropped)."""
     webhook.status = 500
     rig = Rig()
-    last_try = dataclasses.replace(TASK, attempts=2)
+    last_try = TASK.replace(attempts=2)
     publisher = rig.run([WebhookSink(webhook.url(), 5.0)], last_try)
     event, dead = webhook.wait_for(2, WAIT_S)
     assert event.headers["x-routing-key"] == "billing.charge"
@@ -244,7 +243,7 @@ def test_the_last_failure_sends_a_dead_letter_at_once(webhook: WebhookServer) ->
 def test_an_exhausted_task_goes_out_as_a_dead_letter_and_is_confirmed() -> None:
     out = io.StringIO()
     rig = Rig()
-    exhausted = dataclasses.replace(TASK, attempts=3)
+    exhausted = TASK.replace(attempts=3)
     publisher = rig.run([StdoutSink(out)], exhausted)
     [line] = _lines(out)
     assert line["routing_key"] == DEAD_KEY
@@ -432,7 +431,7 @@ def test_a_retry_goes_only_to_the_sinks_that_did_not_take_the_event(
         rig.buffer.put_many([TASK])
         rig.wait(lambda: rig.retried)
         webhook.status = 204
-        again = dataclasses.replace(TASK, attempts=1, rev=8)  # as the store gives it back
+        again = TASK.replace(attempts=1, rev=8)  # as the store gives it back
         rig.buffer.put_many([again])
         rig.wait(lambda: rig.confirmed)
     finally:
@@ -449,7 +448,7 @@ def test_the_dead_letter_goes_only_to_the_sinks_that_did_not_take_the_event(
     webhook.status = 500
     out = io.StringIO()
     rig = Rig()
-    last_try = dataclasses.replace(TASK, attempts=2)
+    last_try = TASK.replace(attempts=2)
     rig.run([StdoutSink(out), WebhookSink(webhook.url(), 5.0)], last_try)
     _, dead = webhook.wait_for(2, WAIT_S)
     assert dead.headers["x-routing-key"] == DEAD_KEY

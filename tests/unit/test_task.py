@@ -6,7 +6,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from triggerhook.domain.meta import NO_META, Meta
 from triggerhook.domain.task import (
     MAX_DUE_MS,
     MIN_DUE_MS,
@@ -200,6 +203,50 @@ def test_make_task_builds_an_immutable_task() -> None:
     assert task == Task("t-9", DUE + 5, "a.b", b"p")
     with pytest.raises(AttributeError):
         task.due_ms = 0  # type: ignore[misc]
+
+
+_COPY_FIELDS = ("attempts", "rev", "shard", "epoch", "fire_ms")
+
+
+@given(
+    a=st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2), st.sampled_from(["k", "l"])),
+    b=st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2), st.sampled_from(["k", "l"])),
+    payloads=st.tuples(st.sampled_from([b"", b"x"]), st.sampled_from([b"", b"x"])),
+    tagged=st.tuples(st.booleans(), st.booleans()),
+    copies=st.tuples(
+        st.lists(st.integers(0, 3), min_size=5, max_size=5),
+        st.lists(st.integers(0, 3), min_size=5, max_size=5),
+    ),
+)
+def test_tasks_are_equal_exactly_when_their_content_is(
+    a: tuple[str, int, str],
+    b: tuple[str, int, str],
+    payloads: tuple[bytes, bytes],
+    tagged: tuple[bool, bool],
+    copies: tuple[list[int], list[int]],
+) -> None:
+    """Content (id, due time, routing key, payload, metadata) decides; which
+    copy it is (attempts, revision, shard, epoch, retry time) does not; == and
+    != agree, and equal tasks hash alike (a set of tasks keeps one of each)."""
+    metas = [Meta(tags=("t",)) if t else NO_META for t in tagged]
+    first, second = (
+        Task(*fields, payload, meta=meta, **dict(zip(_COPY_FIELDS, copy, strict=True)))
+        for fields, payload, meta, copy in zip((a, b), payloads, metas, copies, strict=True)
+    )
+    same = a == b and payloads[0] == payloads[1] and tagged[0] == tagged[1]
+    assert (first == second) is same
+    assert (first != second) is not same
+    if same:
+        assert hash(first) == hash(second)
+        assert len({first, second}) == 1
+
+
+def test_replace_changes_only_the_fields_named() -> None:
+    task = Task("t", DUE, "k", b"p", attempts=1, rev=2, shard=3, epoch=4, fire_ms=5)
+    retry = task.replace(attempts=2, fire_ms=DUE + 9)
+    assert (retry.attempts, retry.fire_ms, retry.fire_at_ms) == (2, DUE + 9, DUE + 9)
+    assert (retry.id, retry.due_ms, retry.rev, retry.shard, retry.epoch) == ("t", DUE, 2, 3, 4)
+    assert (task.attempts, task.fire_ms) == (1, 5)  # the original is unchanged
 
 
 def test_validation_error_is_a_value_error_with_field_and_message() -> None:

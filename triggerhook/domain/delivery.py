@@ -10,7 +10,6 @@ local one of ``triggerhook dev``) decides by this one policy.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from triggerhook.domain.meta import LatePolicy
@@ -51,7 +50,7 @@ class Dead:
 def dead_copy(task: Task, decision: DeadLetter) -> tuple[Task, Dead]:
     """The task as its dead letter goes out after a failure: the copy sent
     counts this failure, as the row would after a deferral."""
-    copy = dataclasses.replace(task, attempts=task.attempts + 1)
+    copy = task.replace(attempts=task.attempts + 1)
     return copy, Dead(UNDELIVERABLE, decision.reason)
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 from triggerhook_client.rules import DUE_RULE, ID_PATTERN, ID_RULE, TaskState
 
 from triggerhook.domain.bounds import MAX_DUE_MS, MIN_DUE_MS
@@ -59,8 +61,7 @@ class RescheduleResult(enum.Enum):
     TOO_LATE = "too_late"  # being published at its old time
 
 
-@dataclass(frozen=True, slots=True)
-class Task:
+class Task(msgspec.Struct, frozen=True, gc=False):
     """One task: fire ``payload`` to ``routing_key`` at ``due_ms``.
 
     ``attempts`` counts the deliveries of its event that failed so far (returned
@@ -70,22 +71,31 @@ class Task:
     after the broker's confirm removes that revision only. ``shard`` and
     ``epoch`` say under which shard lease a copy in memory was armed, and
     ``fire_ms`` when a retry of it is due.
+
+    Two tasks are equal when their content is (id, due time, routing key,
+    payload, metadata): what a caller scheduled, not which copy this is.
+
+    A msgspec Struct, not a frozen dataclass: the arming pass makes one per
+    row read, and this is ~14x quicker to make (75 ns against 1 µs, 10
+    fields). ``gc=False``: a task holds only strings, numbers, bytes and its
+    metadata, never a cycle, so the collector need not walk the millions a
+    heap may hold.
     """
 
     id: str
     due_ms: int
     routing_key: str
     payload: bytes = b""
-    attempts: int = field(default=0, compare=False)
-    rev: int = field(default=0, compare=False)
+    attempts: int = 0
+    rev: int = 0
     # Set on a copy armed by this instance: the shard the row belongs to and
     # the epoch of this instance's lease on it when it armed the row (the
     # copy may be published only while that lease holds).
-    shard: int = field(default=0, compare=False)
-    epoch: int = field(default=0, compare=False)
+    shard: int = 0
+    epoch: int = 0
     # The row's fire time when later than the due time: the next try of an
     # event the broker did not take (0: none).
-    fire_ms: int = field(default=0, compare=False)
+    fire_ms: int = 0
     # Tags, AMQP properties and late-fire policy (domain/meta.py): content.
     meta: Meta = NO_META
 
@@ -93,6 +103,26 @@ class Task:
     def fire_at_ms(self) -> int:
         """When the copy is fired: its due time, or its retry time if later."""
         return self.due_ms if self.fire_ms <= self.due_ms else self.fire_ms
+
+    def _content(self) -> tuple[str, int, str, bytes, Meta]:
+        return (self.id, self.due_ms, self.routing_key, self.payload, self.meta)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Task):
+            return NotImplemented
+        return self._content() == other._content()
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Task):
+            return NotImplemented
+        return self._content() != other._content()
+
+    def __hash__(self) -> int:
+        return hash(self._content())
+
+    def replace(self, **changes: Any) -> Task:
+        """A copy with ``changes`` (field name -> value)."""
+        return msgspec.structs.replace(self, **changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
@@ -246,7 +246,7 @@ class Confirmer(Worker):
         for row, outcome in zip(rows, outcomes, strict=True):
             task = row.task
             if outcome is DeferOutcome.INHERITED:  # stays armed and held: retried from here
-                retry = replace(task, attempts=task.attempts + 1, fire_ms=row.not_before_ms)
+                retry = task.replace(attempts=task.attempts + 1, fire_ms=row.not_before_ms)
                 self._scheduler.push_many([retry])
                 continue
             self.deferred += outcome is DeferOutcome.DEFERRED
