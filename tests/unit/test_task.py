@@ -205,7 +205,8 @@ def test_make_task_builds_an_immutable_task() -> None:
         task.due_ms = 0  # type: ignore[misc]
 
 
-_COPY_FIELDS = ("attempts", "rev", "shard", "epoch", "fire_ms")
+# attempts, rev, shard, epoch, fire_ms: which copy a task is.
+_COPY = st.tuples(*[st.integers(0, 3)] * 5)
 
 
 @given(
@@ -213,24 +214,21 @@ _COPY_FIELDS = ("attempts", "rev", "shard", "epoch", "fire_ms")
     b=st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2), st.sampled_from(["k", "l"])),
     payloads=st.tuples(st.sampled_from([b"", b"x"]), st.sampled_from([b"", b"x"])),
     tagged=st.tuples(st.booleans(), st.booleans()),
-    copies=st.tuples(
-        st.lists(st.integers(0, 3), min_size=5, max_size=5),
-        st.lists(st.integers(0, 3), min_size=5, max_size=5),
-    ),
+    copies=st.tuples(_COPY, _COPY),
 )
 def test_tasks_are_equal_exactly_when_their_content_is(
     a: tuple[str, int, str],
     b: tuple[str, int, str],
     payloads: tuple[bytes, bytes],
     tagged: tuple[bool, bool],
-    copies: tuple[list[int], list[int]],
+    copies: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]],
 ) -> None:
     """Content (id, due time, routing key, payload, metadata) decides; which
     copy it is (attempts, revision, shard, epoch, retry time) does not; == and
     != agree, and equal tasks hash alike (a set of tasks keeps one of each)."""
     metas = [Meta(tags=("t",)) if t else NO_META for t in tagged]
     first, second = (
-        Task(*fields, payload, meta=meta, **dict(zip(_COPY_FIELDS, copy, strict=True)))
+        Task(*fields, payload, *copy, meta=meta)
         for fields, payload, meta, copy in zip((a, b), payloads, metas, copies, strict=True)
     )
     same = a == b and payloads[0] == payloads[1] and tagged[0] == tagged[1]
