@@ -81,7 +81,7 @@ def test_a_retry_compares_the_metadata_too(store: TaskStore, now: int) -> None:
         dataclasses.replace(BILLING, late=None),
         Meta(),
     ):
-        changed = dataclasses.replace(first, meta=other)
+        changed = first.replace(meta=other)
         assert store.insert([NewRow(changed)], atomic=False) == [InsertOutcome.CONFLICT]
     info = store.get("m2")
     assert info is not None and info.task.meta == BILLING

@@ -223,7 +223,8 @@ class StoreKernel:
         held.update(result.marks)
         self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
         self._probe_next = not taken
-        tasks = [self._task(row, epochs[s]) for s, rows in sorted(taken.items()) for row in rows]
+        key = self._default_routing_key
+        tasks = [task_of(row, epochs[s], key) for s, rows in sorted(taken.items()) for row in rows]
         return Armed(tasks, lost, len(result.settle))
 
     @staticmethod

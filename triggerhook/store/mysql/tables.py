@@ -39,6 +39,8 @@ from triggerhook.store.rows import (
 )
 from triggerhook.store.tables import DuplicateRow, RowMove
 
+_new_tuple = tuple.__new__
+
 IN_LIST_CHUNK = 2000
 
 
@@ -192,8 +194,9 @@ class MySQLTx:
         """Both reads of every shard (store/arm_pass.py), in one statement."""
         self.cur.execute(*arm_reads(held, horizon_ms, limit))
         parts: tuple[list[TaskRow], list[TaskRow]] = ([], [])
+        # tuple.__new__, not TaskRow(*r[1:]): 163 ns a row against 285 (timeit).
         for r in self.cur.fetchall():
-            parts[int(r[0])].append(TaskRow(*r[1:]))
+            parts[int(r[0])].append(_new_tuple(TaskRow, r[1:]))
         ranged_by, ranged_frontier = split_read(parts[0], limit, row_shard, row_mark)
         fresh_by, fresh_frontier = split_read(parts[1], limit, row_shard, row_mark)
         return PassReads(ranged_by, fresh_by, ranged_frontier, fresh_frontier)
