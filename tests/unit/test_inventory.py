@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
@@ -263,3 +265,75 @@ def test_a_new_revision_counts_once_in_its_own_shard() -> None:
     assert inventory.in_shard(4) == 1
     inventory.forget([("x", 1)])
     assert inventory.in_shard(4) == 0
+
+
+# One step: admit a batch of (id, rev, shard, epoch) copies, forget (id, rev)
+# pairs, or forget copies.
+_COPIES = st.lists(
+    st.tuples(st.sampled_from("abcde"), st.integers(1, 3), st.integers(0, 2), st.integers(1, 2)),
+    max_size=6,
+)
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("admit"), _COPIES),
+        st.tuples(st.just("forget"), _COPIES),
+        st.tuples(st.just("forget_copies"), _COPIES),
+    ),
+    max_size=12,
+)
+
+
+class _Model:
+    """What Inventory holds, plainly: id -> (rev, shard, epoch)."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, tuple[int, int, int]] = {}
+
+    def admit(self, tasks: list[Task]) -> list[Task]:
+        fresh = []
+        for task in tasks:
+            if self.held.get(task.id) != (task.rev, task.shard, task.epoch):
+                self.held[task.id] = (task.rev, task.shard, task.epoch)
+                fresh.append(task)
+        return fresh
+
+    def forget(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            if task.id in self.held and self.held[task.id][0] == task.rev:
+                del self.held[task.id]
+
+    def forget_copies(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            if self.held.get(task.id) == (task.rev, task.shard, task.epoch):
+                del self.held[task.id]
+
+    def in_shard(self, shard: int) -> int:
+        return sum(1 for _rev, s, _epoch in self.held.values() if s == shard)
+
+
+def _copies(tasks: list[Task]) -> list[tuple[str, int, int, int]]:
+    return [(t.id, t.rev, t.shard, t.epoch) for t in tasks]
+
+
+@given(steps=_STEPS)
+def test_copies_per_shard_always_count_what_is_held(
+    steps: list[tuple[str, list[tuple[str, int, int, int]]]],
+) -> None:
+    """Whatever is admitted (repeats in one batch too), replaced and
+    forgotten: each shard's count is the copies held in it (a shard is
+    released when its count reaches 0), and admit returns exactly the copies
+    it took in, as a plain model of it says."""
+    inventory = Inventory(100)
+    model = _Model()
+    for op, copies in steps:
+        tasks = [Task(i, 1000, "rk", rev=rev, shard=s, epoch=e) for i, rev, s, e in copies]
+        if op == "admit":
+            assert _copies(inventory.admit(tasks, 0)) == _copies(model.admit(tasks))
+        elif op == "forget":
+            inventory.forget([(t.id, t.rev) for t in tasks])
+            model.forget(tasks)
+        else:
+            inventory.forget_copies(tasks)
+            model.forget_copies(tasks)
+        assert [inventory.in_shard(s) for s in range(3)] == [model.in_shard(s) for s in range(3)]
+        assert len(inventory) == len(model.held)
