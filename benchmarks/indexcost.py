@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from benchmarks.ceilings import _chunks, _in_list
+from benchmarks.ceilings import raw_delete
 from benchmarks.common import isolated
 from triggerhook.domain.arming import shard_of
 from triggerhook.store.mysql.connection import open_connection, target
@@ -56,19 +56,9 @@ def delete_rate(alters: list[str], n: int) -> float:
             for start in range(0, n, _CHUNK):
                 cur.executemany(_INSERT, rows[start : start + _CHUNK])
             db.commit()
-            started = time.perf_counter()
-            deleted = 0
-            for part in _chunks(ids, _CHUNK):
-                deleted += cur.execute(
-                    f"DELETE FROM th_tasks WHERE id IN ({_in_list(len(part))})", part
-                )
-                db.commit()
-            elapsed_s = time.perf_counter() - started
+            return n / raw_delete(db, ids)
         finally:
             db.close()
-    if deleted != n:
-        raise RuntimeError(f"the DELETE removed {deleted} rows of {n}")
-    return n / elapsed_s
 
 
 def main(argv: list[str]) -> None:
