@@ -72,28 +72,38 @@ def run(rec: Recorder, n: int) -> None:
     rec.add("ceiling.heapq", _heap(n), "push + pop pairs")
 
 
-def _database(rec: Recorder, db: Connection, n: int) -> None:
+_SHARDS = 64
+_INSERT = (
+    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def raw_insert(db: Connection, n: int) -> tuple[list[str], int, float]:
+    """``n`` rows into th_tasks in one transaction, ``_CHUNK`` a statement,
+    due from a day ahead on: their ids, the first due time and the seconds
+    it took (also benchmarks/indexcost.py's fill)."""
     ids = [f"c{i}" for i in range(n)]
     due_ms = int(time.time() * 1000) + 86_400_000
-    shards = 64
     rows = [
-        (tid, shard_of(tid, shards), i, 1, due_ms + i, due_ms + i, "bench", None)
+        (tid, shard_of(tid, _SHARDS), i, 1, due_ms + i, due_ms + i, "bench", None)
         for i, tid in enumerate(ids)
     ]
-    insert = (
-        "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-    )
     with db.cursor() as cur:
         started = time.perf_counter()
         for s in range(0, n, _CHUNK):
-            cur.executemany(insert, rows[s : s + _CHUNK])
+            cur.executemany(_INSERT, rows[s : s + _CHUNK])
         db.commit()
-        rec.add("ceiling.insert", rate(n, time.perf_counter() - started), "one transaction")
+    return ids, due_ms, time.perf_counter() - started
 
+
+def _database(rec: Recorder, db: Connection, n: int) -> None:
+    ids, due_ms, insert_s = raw_insert(db, n)
+    rec.add("ceiling.insert", rate(n, insert_s), "one transaction")
+    with db.cursor() as cur:
         started = time.perf_counter()
         read = 0
-        for shard in range(shards):
+        for shard in range(_SHARDS):
             cur.execute(
                 "SELECT id, fire_ms, due_ms, routing_key, payload, rev, attempts, gen"
                 " FROM th_tasks WHERE shard = %s AND fire_ms <= %s ORDER BY fire_ms, id",

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
-from benchmarks.ceilings import raw_delete
+from benchmarks.ceilings import raw_delete, raw_insert
 from benchmarks.common import isolated
-from triggerhook.domain.arming import shard_of
 from triggerhook.store.mysql.connection import open_connection, target
 
 _NO_FK = "ALTER TABLE th_task_tags DROP FOREIGN KEY th_task_tags_task"
@@ -32,11 +30,6 @@ VARIANTS: dict[str, list[str]] = {
         f"ALTER TABLE th_tasks {_LISTING_AND_GEN}, DROP KEY th_tasks_fire",
     ],
 }
-_CHUNK = 2000
-_INSERT = (
-    "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-)
 
 
 def delete_rate(alters: list[str], n: int) -> float:
@@ -47,15 +40,7 @@ def delete_rate(alters: list[str], n: int) -> float:
             cur = db.cursor()
             for statement in alters:
                 cur.execute(statement)
-            ids = [f"c{i}" for i in range(n)]
-            due_ms = int(time.time() * 1000) + 86_400_000
-            rows = [
-                (tid, shard_of(tid, 64), i, 1, due_ms + i, due_ms + i, "bench", None)
-                for i, tid in enumerate(ids)
-            ]
-            for start in range(0, n, _CHUNK):
-                cur.executemany(_INSERT, rows[start : start + _CHUNK])
-            db.commit()
+            ids, _due_ms, _insert_s = raw_insert(db, n)
             return n / raw_delete(db, ids)
         finally:
             db.close()
