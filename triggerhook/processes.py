@@ -169,6 +169,17 @@ class _Member:
     stuck: bool = False  # stopped reading its channel in the middle of a message
     killed_as_hung: bool = False  # SIGKILLed: replaced once it exited
     exited: threading.Event = field(default_factory=threading.Event)
+    # Set by its link thread when it stops reading: its channel is closed only
+    # after that, or the thread's blocked recv would fail on a closed (or
+    # reused) file descriptor.
+    unread: threading.Event = field(default_factory=threading.Event)
+
+    def close_channel(self) -> None:
+        """Close its channel once its link thread stopped reading it (the
+        process exited: the thread reads the end of the stream); a link
+        thread still reading after the wait gets a closed channel."""
+        self.unread.wait(_KILL_WAIT_S)
+        self.conn.close()
 
     def reap(self) -> None:
         def wait() -> None:
@@ -258,6 +269,12 @@ class ApiProcesses:
         """The member's link thread: its messages until it hangs up. (A thread
         of its own, not the event loop's reader: the loop would make the
         socket non-blocking, and a large report arrives in pieces.)"""
+        try:
+            self._read_until_gone(member)
+        finally:
+            member.unread.set()
+
+    def _read_until_gone(self, member: _Member) -> None:
         while True:
             try:
                 message = member.conn.recv()
@@ -311,7 +328,7 @@ class ApiProcesses:
     def _supervise(self, slot: int, member: _Member, now_s: float) -> str | None:
         if member.killed_as_hung:
             if member.exited.is_set():  # its sockets are closed: start the next one
-                member.conn.close()
+                member.close_channel()
                 self._members[slot] = self._spawn(member.index)
             return None
         code = member.code()
@@ -391,7 +408,7 @@ class ApiProcesses:
             # had not started serving (its handlers come before its interfaces).
             # One killed as hung was being replaced: no fault of this stop.
             clean &= member.killed_as_hung or member.code() in (0, -signal.SIGTERM)
-            member.conn.close()
+            member.close_channel()
         return clean
 
 

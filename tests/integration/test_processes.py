@@ -106,6 +106,7 @@ def test_the_api_runs_in_its_own_process_and_its_soon_due_writes_wake_the_armer(
     assert daemon.terminate() == 0
     assert _gone(child)
     assert daemon.count("Traceback") == 0
+    assert daemon.count("its channel broke") == 0
 
 
 def test_two_api_processes_share_the_port_and_their_figures_add_up(start: Start) -> None:
@@ -134,6 +135,8 @@ def test_two_api_processes_share_the_port_and_their_figures_add_up(start: Start)
     assert float(requests.rsplit(" ", 1)[1]) >= 41, requests
     assert daemon.count("api_process=0") > 0 and daemon.count("api_process=1") > 0
     assert daemon.terminate() == 0
+    # A clean stop closes each channel after its link thread read the end of it.
+    assert daemon.count("its channel broke") == 0
 
 
 def test_an_api_process_that_dies_stops_the_daemon_with_status_1(start: Start) -> None:
