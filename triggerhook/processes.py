@@ -21,7 +21,8 @@ tuples (parent and child only: nothing else can connect):
   ``arm_ahead_ms + arm_interval_ms``, so that the armer runs a pass at once,
   as it does for the firing process's own writes; and every
   ``REPORT_INTERVAL_S`` ``("state", reasons, http_totals, engine_totals,
-  latencies)``: why the API process is not ready, its request and write
+  latencies)``: why the API process's ``/readyz`` does not answer 200 (the
+  engine's state as it last had it included), its request and write
   counters (totals since it started), and its request latencies since the
   last report; the firing process adds them to its figures and metrics. And
   ``("beat",)`` every ``REPORT_INTERVAL_S``, sent by its event loop itself
@@ -372,7 +373,8 @@ class ApiProcesses:
                 member.stuck = True
 
     def reasons(self) -> list[str]:
-        """Why the API processes are not ready (empty: every one is)."""
+        """Why the API processes are not ready, as each last reported (empty:
+        every one's ``/readyz`` answers 200)."""
         now_s = time.monotonic()
         out: list[str] = []
         for member in self._members:

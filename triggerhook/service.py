@@ -438,7 +438,9 @@ class ApiService(Service):
 
     def _report(self) -> None:
         """This process's readiness and request figures, to the firing process
-        (a pool thread: the readiness check queries the database)."""
-        reasons = self._write_path() + self.own_reasons()
+        (a pool thread: the readiness check queries the database). The reasons
+        are its ``/readyz``'s, the engine's state as this process last had it
+        included: READY waits until every API process would answer 200."""
+        reasons = self.readiness()
         stats = self.http.stats if self.http is not None else None
         self.link.report(reasons, stats, self._http_totals(), self.hook.engine.counters())
