@@ -61,10 +61,10 @@ def run(rec: Recorder, binary: Path, tasks: int) -> None:
     """Both of its tests with ``task_count(tasks)`` tasks, their rates recorded."""
     count = task_count(tasks)
     for test, rows in TESTS.items():
-        with rec.part(f"Trigger Hook's {test}"), _database() as name:
-            output = _run(binary, test, count, name)
+        with rec.part(f"Trigger Hook's {test}"), _database() as database:
+            output = _run(binary, test, count, database)
             found = rates(output, test)
-            missing = sorted(name for name, key in rows.items() if key not in found)
+            missing = sorted(row for row, key in rows.items() if key not in found)
             if missing:
                 raise RuntimeError(f"its output has no rate for {missing}: ...{output[-500:]!r}")
             for key, rate in found.items():
