@@ -14,7 +14,8 @@ rates stepped up until one is not held (benchmarks/capacity.py), precision
 under hostile input (benchmarks/hostile.py), takeover after kill -9
 (benchmarks/takeover.py), listing and bulk cancel at 1,000,000 pending tasks
 (benchmarks/listing.py), firing and single calls at 10,000 and at 10,000,000
-pending tasks, and 1,000,000 due in the same second (benchmarks/pending.py).
+pending tasks, and 1,000,000 due in the same second (benchmarks/pending.py),
+a backlog drained under a rate limit beside a steady key (benchmarks/throttle.py).
 Only when named by ``--only``: ``instances``, burst and steady load with 1, 2
 and 3 daemons on the local cluster (``scripts/cluster up --no-daemons`` first;
 benchmarks/instances.py). Only with ``--trigger-hook PATH``: ``trigger_hook``,
@@ -67,6 +68,7 @@ from benchmarks import (
     precision,
     report,
     takeover,
+    throttle,
 )
 from benchmarks.common import (
     AMQP_URL_VARIABLE,
@@ -131,6 +133,9 @@ def _scenarios(config: Config, peer_binary: Path | None) -> dict[str, Callable[[
         "takeover": lambda rec: takeover.run(rec, 5 if config.quick else 20, 200, config.quick),
         "listing": lambda rec: listing.run(
             rec, *((20_000, 5_000, 10) if config.quick else (1_000_000, 100_000, 60))
+        ),
+        "throttle": lambda rec: throttle.run(
+            rec, throttle.QUICK if config.quick else throttle.FULL
         ),
         "pending": lambda rec: pending.run(
             rec, pending.QUICK_LEVELS if config.quick else pending.LEVELS, config.precision_s

@@ -458,6 +458,28 @@ SAME_SECOND_SPECS = (
     Spec("same_second.early", "same_second", f"{_SAME}: events early", "events", _NONE_EARLY),
     Spec("same_second.fill_rate", "same_second", f"{_SAME}: the fill", "rows/s"),
 )
+# Issue 32: a backlog due at once on a key limited to its rate, beside a steady key.
+_BACKLOG = "100,000 due at once on a key limited to 5,000/s (quick: 2,000 at 1,000/s)"
+THROTTLE_SPECS = (
+    Spec("throttle.drain_rate", "throttle", f"{_BACKLOG}: the rate it left at", "tasks/s"),
+    Spec(
+        "throttle.drain_error",
+        "throttle",
+        f"{_BACKLOG}: |drain rate / limit - 1|",
+        "ratio",
+        _le(0.05),
+    ),
+    Spec("throttle.alone_p99", "throttle", "steady 1,000/s alone: lateness p99", "ms"),
+    Spec("throttle.beside_p99", "throttle", "the same beside the backlog: lateness p99", "ms"),
+    Spec(
+        "throttle.p99_added_ms",
+        "throttle",
+        "the steady key's lateness p99 beside the backlog, less alone",
+        "ms",
+        _le(5),
+    ),
+    Spec("throttle.early", "throttle", "backlog and steady: events early", "events", _NONE_EARLY),
+)
 # Trigger Hook's own benchmark, run beside them (``--trigger-hook PATH``).
 PEER_SPECS = tuple(
     Spec(key, "trigger_hook", f"Trigger Hook (Go) in this run: {label}", "tasks/s")
@@ -469,7 +491,13 @@ PEER_SPECS = tuple(
     )
 )
 
-SPECS: tuple[Spec, ...] = (*PEER_SPECS, *_ENGINE_SPECS, *LISTING_SPECS, *SAME_SECOND_SPECS)
+SPECS: tuple[Spec, ...] = (
+    *PEER_SPECS,
+    *_ENGINE_SPECS,
+    *LISTING_SPECS,
+    *SAME_SECOND_SPECS,
+    *THROTTLE_SPECS,
+)
 
 _CPU_1K = "CPU per 1,000 fires"
 STEP_SPECS = {
@@ -534,6 +562,7 @@ SCENARIOS = (
     "listing",
     "pending",
     "same_second",
+    "throttle",
     "instances",
 )
 # What `python -m benchmarks` runs unless --only says: not instances, which
@@ -545,6 +574,8 @@ DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s not in ("trigger_hook", "ins
 def format_number(value: float, unit: str) -> str:
     if unit == "rows/task":
         return f"{value:,.2f}"
+    if unit == "ratio":
+        return f"{value:,.3f}"
     if unit == "CPU-s":
         return f"{value:,.3f}"
     if unit in ("ms", "s", "MiB") and not float(value).is_integer():

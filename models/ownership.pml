@@ -4,15 +4,18 @@
  * Two instances own the shard in turn (fenced by its epoch), arm the task
  * (rule R3), publish it (R4), delete it by revision after the confirm (R5),
  * or get it back from the broker (R8); a client creates, reschedules and
- * cancels it (R6, R7); leases lapse at any moment (a pause or an outage), and
- * one instance may crash for good. Each atomic block is one transaction (or
- * one step of one thread); a pause is any interleaving.
+ * cancels it (R6, R7), and replaces it by a create with on_conflict=replace
+ * (R6r: a new incarnation in place of an unarmed row); leases lapse at any
+ * moment (a pause or an outage), and one instance may crash for good. Each
+ * atomic block is one transaction (or one step of one thread); a pause is
+ * any interleaving.
  *
  * Mutations, each a rule broken on purpose, which the checker must catch
  * (tests/model/test_ownership_model.py): -DDELETE_BY_ID (v1's delete),
  * -DUNARM_INHERITED (R8 unarms a row armed in an earlier epoch),
  * -DUNFENCED_REWRITE (R8 without the epoch check), -DCANCEL_ARMED (R7
- * ignores the armed state); and, for the liveness property,
+ * ignores the armed state), -DREPLACE_ARMED (R6r ignores the armed state:
+ * an armed row is replaced, and unarmed); and, for the liveness property,
  * -DNO_RENEW (a lapsed lease is never renewed, though nobody took the shard),
  * -DFORGET_UNANSWERED (an arming pass whose answer was lost after it
  * committed is forgotten: its rows stay armed in no one's memory).
@@ -43,6 +46,9 @@
 #endif
 #ifndef MAX_LOST
 #define MAX_LOST 1       /* arming passes whose answer is lost after the commit */
+#endif
+#ifndef MAX_REPLACE
+#define MAX_REPLACE 1    /* replaces (R6r): see the client */
 #endif
 #ifndef MAX_OCC
 #define MAX_OCC 3        /* occurrences of a series */
@@ -85,6 +91,7 @@ byte expiries = 0;
 byte returns = 0;
 byte releases = 0;
 byte lost = 0;
+byte replaces = 0;
 
 inline new_rev(incarnation) {
     nrev++;
@@ -252,8 +259,8 @@ end:
     od
 }
 
-/* R6, R7: a client of any instance (they lock the shard row in shared mode:
-   each is atomic with respect to arming) */
+/* R6, R6r, R7: a client of any instance (they lock the shard row in shared
+   mode: each is atomic with respect to arming) */
 active proctype Client() {
     byte ops = 0;
 end:
@@ -272,6 +279,32 @@ end:
               cancelled[inc_of[rev]] = true; exists = false; armed = false }  /* CANCELLED */
          :: atomic { exists && nrev < MAXREV - 1 && !armed ->  /* RESCHEDULED */
               replaced[rev] = true; new_rev(inc_of[rev]) }
+         /* R6r, a create with on_conflict=replace of a row with other content:
+            R7's delete of the unarmed row and R6's insert, in one transaction
+            (REPLACED). A new incarnation (a series starts over at occurrence
+            1, no stop), unarmed; the old revision must never publish after
+            the answer (R4 asserts it). An armed row answers TOO_LATE and
+            nothing is written (the else below).
+            At most MAX_REPLACE per run (1): one replace nearly doubles the
+            search (the safety check, 29 million states without it, has 52
+            million with one, 59 unbounded). The liveness checks leave it out
+            (MAX_REPLACE=0): without SERIES the instances cannot tell it from
+            a reschedule (both leave the row unarmed at a new revision, occ
+            and stop as they were; ninc never reaches its budget in MAX_OPS
+            operations), so I4 with reschedules covers it; with SERIES it
+            restarts occ and clears stop. I4 holds with it too, checked once
+            with and once without SERIES: 96 million states and 8 GB (54
+            million and 3.8 GB without it), a series' 48 million (26). */
+#ifdef REPLACE_ARMED
+         :: atomic { exists && replaces < MAX_REPLACE &&
+                     ninc < MAXINC - 1 && nrev < MAXREV - 1 ->
+#else
+         :: atomic { exists && !armed && replaces < MAX_REPLACE &&
+                     ninc < MAXINC - 1 && nrev < MAXREV - 1 ->
+#endif
+              replaces++; replaced[rev] = true;
+              ninc++; occ = 1; stop = false; stop_after = 0;
+              new_rev(ninc); armed = false }  /* REPLACED */
 #ifdef SERIES
          :: atomic { exists && armed && !stop ->  /* TOO_LATE for this occurrence: stop after it */
               stop = true; stop_after = occ }

@@ -3,12 +3,21 @@
 from triggerhook.app import Figures, Health, Scheduled, TaskSpec, TriggerHook
 from triggerhook.domain.listing import BulkCancelled, Page, TaskFilter, Timeline, make_filter
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo, TaskState
+from triggerhook.domain.task import (
+    CancelResult,
+    InsertOutcome,
+    OnConflict,
+    RescheduleResult,
+    Task,
+    TaskInfo,
+    TaskState,
+)
 from triggerhook.errors import (
     ConfigError,
     ConflictError,
     NotRunningError,
     StoreUnavailable,
+    TooLateError,
     TriggerHookError,
     ValidationError,
 )
@@ -23,11 +32,13 @@ __all__ = [
     "ConflictError",
     "Figures",
     "Health",
+    "InsertOutcome",
     "LateKind",
     "LatePolicy",
     "Meta",
     "Moved",
     "NotRunningError",
+    "OnConflict",
     "Page",
     "RescheduleResult",
     "Scheduled",
@@ -39,6 +50,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "Timeline",
+    "TooLateError",
     "TriggerHook",
     "TriggerHookError",
     "ValidationError",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +27,22 @@ from triggerhook.domain.listing import (
     page_limit,
     timeline_span,
 )
-from triggerhook.domain.spec import Due, TaskRules, TaskSpec, resolve
-from triggerhook.domain.task import CancelResult, Task, TaskInfo, validate_due_ms, validate_id
+from triggerhook.domain.spec import Due, TaskRules, TaskSpec, conflict_rule, resolve
+from triggerhook.domain.task import (
+    CancelResult,
+    InsertOutcome,
+    Task,
+    TaskInfo,
+    validate_due_ms,
+    validate_id,
+)
 from triggerhook.domain.timeparse import due_from
 from triggerhook.engine.bulk import cancel_where
 from triggerhook.engine.engine import Engine
 from triggerhook.engine.groupcommit import Done, Ticket
-from triggerhook.errors import ConflictError, TransientError, TriggerHookError
-from triggerhook.interfaces import Clock, InsertOutcome, Moved, TaskStore
+from triggerhook.engine.writes import Create
+from triggerhook.errors import ConflictError, TooLateError, TransientError, TriggerHookError
+from triggerhook.interfaces import Clock, Inserted, Moved, TaskStore
 from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.runtime.counters import HistogramSnapshot, RequestStats
 from triggerhook.runtime.interrupt import Interrupt
@@ -49,8 +57,18 @@ __all__ = ["Done", "Due", "Figures", "Health", "Scheduled", "TaskSpec", "Ticket"
 
 @dataclass(frozen=True, slots=True)
 class Scheduled:
+    """A create's answer: CREATED, EXISTS (the same task was stored: a safe
+    retry), REPLACED (``on_conflict="replace"``: the new task replaced the
+    stored one) or KEPT (``on_conflict="keep"``: ``task`` is the stored one,
+    which stays)."""
+
     task: Task
-    created: bool  # False: the same task existed already (a safe retry)
+    outcome: InsertOutcome = InsertOutcome.CREATED
+
+    @property
+    def created(self) -> bool:
+        """A new task is stored (False: it existed; see ``outcome``)."""
+        return self.outcome is InsertOutcome.CREATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +97,14 @@ class Figures:
     histograms: dict[str, HistogramSnapshot] = field(default_factory=dict)
 
 
-def _conflicting(tasks: Sequence[Task], task_id: str) -> int:
-    """Which of ``tasks`` conflicts: the first that differs from an earlier task
-    of the batch with its id, else (it differs from the stored one) the first."""
-    first: Task | None = None
-    for index, task in enumerate(tasks):
-        if task.id != task_id:
-            continue
-        if first is None:
-            first = task
-        elif task != first:
-            return index
-    return next(index for index, task in enumerate(tasks) if task.id == task_id)
-
-
-def _scheduled(task: Task, outcome: InsertOutcome) -> Scheduled:
+def _scheduled(inserted: Inserted) -> Scheduled:
+    """A create's answer; CONFLICT and TOO_LATE raise."""
+    outcome = inserted.outcome
     if outcome is InsertOutcome.CONFLICT:
-        raise ConflictError(task.id)
-    return Scheduled(task, outcome is InsertOutcome.CREATED)
+        raise ConflictError(inserted.task.id)
+    if outcome is InsertOutcome.TOO_LATE:
+        raise TooLateError(inserted.task.id)
+    return Scheduled(inserted.task, outcome)
 
 
 class TriggerHook:
@@ -139,12 +147,19 @@ class TriggerHook:
         """Store one task; returns once its row is committed.
 
         Raises :class:`ValidationError` (bad input, nothing written),
-        :class:`ConflictError` (same id, other content), or a
+        :class:`ConflictError` (same id, other content, and ``on_conflict``
+        error), :class:`TooLateError` (``on_conflict`` replace of a task being
+        published), or a
         :class:`~triggerhook.errors.TransientError` (retry: it is idempotent):
         ``StoreUnavailable``, or ``Overloaded`` when too many calls wait.
         """
-        task = self.resolve(spec)
-        return _scheduled(task, self._writes.inserts.call(task, timeout_s))
+        create = self._create(spec, self._clock.now_ms())
+        return _scheduled(self._writes.inserts.call(create, timeout_s))
+
+    def _create(self, spec: TaskSpec, now_ms: float, field: str = "") -> Create:
+        """The validated task, and its conflict rule (nothing written)."""
+        rule = conflict_rule(spec, field)
+        return resolve(spec, now_ms, self._rules, field), rule
 
     def resolve(self, spec: TaskSpec) -> Task:
         """The task :meth:`schedule` would store for ``spec`` now (nothing written);
@@ -154,21 +169,16 @@ class TriggerHook:
     def schedule_many(self, specs: Iterable[TaskSpec]) -> list[Scheduled]:
         """Store many tasks in one transaction: all of them or, on any error, none.
 
+        The tasks apply in order, as if each came alone after those before it.
         A validation error names the index: ``tasks[3].routing_key``; a
-        :class:`ConflictError` has the ``index`` of the task that conflicts.
+        :class:`ConflictError` (or :class:`TooLateError`) has the ``index`` of
+        the first task refused.
         """
         now_ms = self._clock.now_ms()
-        tasks = [resolve(s, now_ms, self._rules, f"tasks[{i}]") for i, s in enumerate(specs)]
-        if not tasks:
+        creates = [self._create(s, now_ms, f"tasks[{i}]") for i, s in enumerate(specs)]
+        if not creates:
             return []
-        try:
-            outcomes = self._writes.insert_many(tasks)
-        except ConflictError as exc:
-            raise ConflictError(exc.task_id, _conflicting(tasks, exc.task_id)) from None
-        return [
-            Scheduled(task, outcome is InsertOutcome.CREATED)
-            for task, outcome in zip(tasks, outcomes, strict=True)
-        ]
+        return [_scheduled(inserted) for inserted in self._writes.insert_many(creates)]
 
     def reschedule(
         self,
@@ -272,20 +282,20 @@ class TriggerHook:
         thread once it committed or failed, unless the returned ticket abandons
         it first. Raises (nothing queued) :class:`NotRunningError` unless the
         engine is running, and :class:`Overloaded` when too many calls wait."""
-        task = self.resolve(spec)
+        create = self._create(spec, self._clock.now_ms())
 
-        def finish(outcome: InsertOutcome | None, error: TriggerHookError | None) -> None:
-            if error is not None or outcome is None:
+        def finish(inserted: Inserted | None, error: TriggerHookError | None) -> None:
+            if error is not None or inserted is None:
                 done(None, error)
                 return
             try:
-                result = _scheduled(task, outcome)
+                result = _scheduled(inserted)
             except ConflictError as exc:
                 done(None, exc)
                 return
             done(result, None)
 
-        return self._writes.inserts.call_nowait(task, finish)
+        return self._writes.inserts.call_nowait(create, finish)
 
     def reschedule_nowait(
         self,

@@ -27,6 +27,7 @@ __all__ = [
     "StoreReadOnly",
     "StoreUnavailable",
     "TooCostly",
+    "TooLateError",
     "TransientError",
     "TriggerHookError",
     "ValidationError",
@@ -46,10 +47,19 @@ class ConflictError(TriggerHookError):
     """A task with this id exists with different content. ``index``: in a
     batch, the position of the task that conflicts (None for a single task)."""
 
+    _WHY = "already exists with different content"
+
     def __init__(self, task_id: str, index: int | None = None) -> None:
-        super().__init__(f"task {task_id!r} already exists with different content")
+        super().__init__(f"task {task_id!r} {self._WHY}")
         self.task_id = task_id
         self.index = index
+
+
+class TooLateError(ConflictError):
+    """A replace (``on_conflict`` REPLACE) of a task that is being published:
+    too late to change it; nothing written."""
+
+    _WHY = "is being published: too late to replace it"
 
 
 class ConfigError(TriggerHookError):

@@ -20,7 +20,14 @@ from typing import Protocol, runtime_checkable
 
 from triggerhook.domain.arming import Mark, ShardMarks
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task, TaskInfo
+from triggerhook.domain.task import (
+    CancelResult,
+    InsertOutcome,
+    OnConflict,
+    RescheduleResult,
+    Task,
+    TaskInfo,
+)
 from triggerhook.errors import StoreUnavailable
 from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.runtime.points import Point
@@ -45,8 +52,21 @@ def new_rev() -> int:
 
 @dataclass(frozen=True, slots=True)
 class NewRow:
+    """A task to create, at revision ``rev``, and what to do if its id exists."""
+
     task: Task
     rev: int = field(default_factory=new_rev)
+    on_conflict: OnConflict = OnConflict.ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """A create's outcome, and the task it answers with: the row's own
+    (CREATED, EXISTS, REPLACED) or the one stored under its id (KEPT,
+    CONFLICT, TOO_LATE)."""
+
+    outcome: InsertOutcome
+    task: Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +84,6 @@ class Moved:
 
     result: RescheduleResult
     task: Task | None = None
-
-
-class InsertOutcome(enum.Enum):
-    CREATED = "created"
-    EXISTS = "exists"  # same id, same content: a safe retry, nothing written
-    CONFLICT = "conflict"  # same id, different content: nothing written
 
 
 # -- shards (docs/design/ownership.md) ---------------------------------------------
@@ -165,12 +179,17 @@ class TaskStore(Protocol):
         """N, fixed when the database was created."""
         ...
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
         """Insert rows in one transaction, reporting each row's outcome; each
-        row is written unarmed (R6) in its shard's current generation.
+        row is written unarmed (R6) in its shard's current generation. An id
+        that exists is answered by the row's ``on_conflict``: the same
+        content is EXISTS; else CONFLICT, KEPT, or (R6r) REPLACED, its row
+        rewritten unarmed at the new revision, or TOO_LATE when armed. The
+        rows apply in order, as if each came alone after those before it.
 
-        With ``atomic`` any conflict rolls everything back and raises
-        :class:`~triggerhook.errors.ConflictError`.
+        With ``atomic`` any CONFLICT or TOO_LATE rolls everything back and
+        raises :class:`~triggerhook.errors.ConflictError` (``index``: the
+        first such row; :class:`~triggerhook.errors.TooLateError` for TOO_LATE).
         """
         ...
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy
+from triggerhook.domain.ratelimits import RateLimit, parse_rate, parse_rate_list
 from triggerhook.domain.task import ID_PATTERN, ROUTING_KEY_PATTERN
-from triggerhook.errors import ConfigError
+from triggerhook.errors import ConfigError, ValidationError
 
 ENV_PREFIX = "TRIGGERHOOK_"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -168,6 +169,24 @@ class Settings:
         "Late-fire policy of tasks that have none of their own: `fire` (however late), or "
         "`skip_after_ms=N` (a task found more than N ms late when published is "
         "dead-lettered instead, cause `late`).",
+    )
+    rate_limits: str = _setting(
+        "",
+        "Per routing-key pattern, the most tasks fired a second (each instance its share: "
+        "the rate times its fraction of the shards): `pattern=N/s` (or `/m`, `/h`; "
+        "`burst B`: at most B at once, default one second's), comma-separated; AMQP topic "
+        "patterns (`*` a word, `#` any), the first that matches a key applies. A task over "
+        "the rate waits for its token: later, never earlier. Empty = no limit. Example: "
+        "`billing.*=200/s, #=20000/s`.",
+    )
+    catch_up_rate: str = _setting(
+        "",
+        "The most tasks fired a second per routing key among those found more than "
+        "catch_up_after_ms past their due time (the backlog an outage leaves), as "
+        "`N/s [burst B]`; on-time tasks do not count. Empty = none.",
+    )
+    catch_up_after_ms: int = _setting(
+        1000, "A task this late when it comes due is catching up (catch_up_rate).", 0
     )
     dead_letter_queue: str = _setting(
         "triggerhook.dead",
@@ -385,6 +404,7 @@ class Settings:
         self._check_names()
         self._check_http()
         self.default_late_policy()
+        self.throttle_limits()
         if self.amqp_queue_type not in QUEUE_TYPES:
             raise ConfigError(f"amqp_queue_type: must be one of {', '.join(QUEUE_TYPES)}")
         if self.metrics_influx_version not in (1, 2):
@@ -428,6 +448,14 @@ class Settings:
         if name.strip() == "skip_after_ms" and re.fullmatch(r"[0-9]{1,15}", value.strip()):
             return LatePolicy(LateKind.SKIP_AFTER, int(value.strip()))
         raise ConfigError("late_policy: must be `fire` or `skip_after_ms=N` (N: milliseconds)")
+
+    def throttle_limits(self) -> tuple[tuple[RateLimit, ...], RateLimit | None]:
+        """rate_limits and catch_up_rate, parsed; ConfigError naming the entry."""
+        try:
+            limits = parse_rate_list(self.rate_limits, "rate_limits")
+            return limits, parse_rate(self.catch_up_rate, "catch_up_rate")
+        except ValidationError as exc:
+            raise ConfigError(str(exc)) from None
 
     def queue_arguments(self) -> dict[str, str]:
         """The arguments of every queue the daemon declares (amqp_queue_type)."""

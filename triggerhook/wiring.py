@@ -290,6 +290,7 @@ _PUBLISH_MARGIN_MS = 1000
 
 
 def engine_config(settings: Settings) -> EngineConfig:
+    rate_limits, catch_up = settings.throttle_limits()
     return EngineConfig(
         instance=settings.resolved_instance_id(),
         max_tasks_in_memory=settings.max_tasks_in_memory,
@@ -307,6 +308,9 @@ def engine_config(settings: Settings) -> EngineConfig:
         commit_queue_max=settings.commit_queue_max,
         shutdown_timeout_s=settings.shutdown_timeout_s,
         switch_interval_us=settings.switch_interval_us,
+        rate_limits=rate_limits,
+        catch_up=catch_up,
+        catch_up_after_ms=settings.catch_up_after_ms,
     )
 
 

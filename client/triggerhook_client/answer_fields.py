@@ -95,6 +95,17 @@ CREATED: AnswerFields = (
     AnswerField("due_ms", Kind.MS, True, "Due time, epoch milliseconds."),
     _seconds("at", True),
 )
+# A create's answer: a write's, and what became of the create.
+CREATE: AnswerFields = (
+    *CREATED,
+    AnswerField(
+        "outcome",
+        Kind.TEXT,
+        description="created (201), exists (the same content was stored), replaced "
+        "(on_conflict replace) or kept (on_conflict keep: id and due time are the stored "
+        "task's). Absent from daemons before 2026-12: 201 created, 200 exists.",
+    ),
+)
 # A stored task as a lookup and a listing show it: then its metadata (as
 # given), its series, and (a lookup) its payload.
 TASK: AnswerFields = (
@@ -114,6 +125,8 @@ SCHEDULE: AnswerFields = (
     AnswerField("every", Kind.TEXT),
     AnswerField("cron", Kind.TEXT),
     AnswerField("timezone", Kind.TEXT),
+    AnswerField("dst_repeated", Kind.TEXT),
+    AnswerField("dst_skipped", Kind.TEXT),
 )
 # ... and where it stands: only in a series.
 SERIES_STATE: AnswerFields = (
@@ -141,7 +154,16 @@ PAYLOAD: AnswerFields = (
 )
 SHOWN: AnswerFields = (*LISTED, *PAYLOAD)  # a lookup's task
 
-IDS: AnswerFields = (AnswerField("ids", Kind.TEXTS, True),)  # a batch's answer
+# A batch's answer.
+IDS: AnswerFields = (
+    AnswerField("ids", Kind.TEXTS, True),
+    AnswerField(
+        "outcomes",
+        Kind.TEXTS,
+        description="Each task's outcome, in order: created, exists, replaced or kept (as "
+        "one create's outcome).",
+    ),
+)
 
 # -- many tasks -----------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ import httpx
 from triggerhook_client.answer_fields import (
     BULK_CANCELLED,
     COUNTED,
+    CREATE,
     CREATED,
     IDS,
     LISTED,
@@ -217,12 +217,15 @@ def decoded(
 
 
 def scheduled(response: httpx.Response) -> Scheduled:
-    data = decoded(response, json_object(response), CREATED)
-    return Scheduled(data["id"], data["due_ms"], response.status_code == 201)
+    data = decoded(response, json_object(response), CREATE)
+    created = response.status_code == 201
+    outcome = data.get("outcome") or ("created" if created else "exists")  # an older daemon
+    return Scheduled(data["id"], data["due_ms"], created, outcome)
 
 
 def moved(response: httpx.Response) -> Scheduled:
-    return replace(scheduled(response), created=False)
+    data = decoded(response, json_object(response), CREATED)
+    return Scheduled(data["id"], data["due_ms"], False, "rescheduled")
 
 
 def ids(response: httpx.Response) -> list[str]:

@@ -114,6 +114,8 @@ def task_body(task: TaskRequest, prefix: str = "") -> tuple[Body, Renames]:
     series, renamed = _series_body(task, prefix)
     body.update(series)
     rename.update(renamed)
+    if task.on_conflict is not None:  # its values are the daemon's to check
+        body["on_conflict"] = utf8(task.on_conflict, f"{prefix}on_conflict")
     return body, rename
 
 
@@ -121,7 +123,7 @@ def _series_body(task: TaskRequest, prefix: str) -> tuple[Body, Renames]:
     """A series' fields as given (``every`` already parsed; the daemon checks the
     cron expression and the time zone)."""
     body: Body = {}
-    for name in ("every", "cron", "timezone"):
+    for name in ("every", "cron", "timezone", "dst_repeated", "dst_skipped"):
         value = getattr(task, name)
         if value is not None:
             body[name] = utf8(value, f"{prefix}{name}")

@@ -82,9 +82,12 @@ def schedule(
     every: str | None = None,
     cron: str | None = None,
     timezone: str | None = None,
+    dst_repeated: str | None = None,
+    dst_skipped: str | None = None,
     until: At | None = None,
     until_ms: int | None = None,
     delay_s: float | None = None,
+    on_conflict: str | None = None,
 ) -> Call[Scheduled]:
     """Store one task, due ``at``, ``at_ms`` or after ``delay_ms``
     (exactly one), or a series of them.
@@ -112,11 +115,19 @@ def schedule(
     The due time gives its first occurrence (for cron: the first matching
     minute at or after it); without one it is one ``every`` from now,
     or the next matching minute — fixed by the client before the first
-    attempt, see the package docstring.
+    attempt, see the package docstring. A cron series' daylight-saving
+    policy: ``dst_repeated`` (``"first"``, ``"last"`` or ``"both"`` passes
+    of a local time the clocks show twice) and ``dst_skipped`` (``"shift"``
+    to the end of the gap, or ``"skip"``); None: cron's rule for the kind of
+    entry (docs/api.md).
 
     Scheduling an existing id with the same content (metadata and
-    schedule included) returns ``created=False``; with other content
-    raises :class:`Conflict`. Also :class:`InvalidRequest` (``field``
+    schedule included) returns ``outcome="exists"``; with other content,
+    by ``on_conflict``: ``"error"`` (None) raises :class:`Conflict`;
+    ``"keep"`` returns ``outcome="kept"`` and the stored task's due time;
+    ``"replace"`` returns ``outcome="replaced"`` (this content and due time
+    replace it; a debounce: ``delay_ms`` the quiet period), or raises
+    :class:`TooLate` when it is being published. Also :class:`InvalidRequest` (``field``
     names the argument: ``tags[1]``, ``headers.x-foo``, ``cron``),
     :class:`Unauthorized`, :class:`Unavailable`.
     """
@@ -136,8 +147,11 @@ def schedule(
         every=every,
         cron=cron,
         timezone=timezone,
+        dst_repeated=dst_repeated,
+        dst_skipped=dst_skipped,
         until=until,
         until_ms=until_ms,
+        on_conflict=on_conflict,
     )
     return BaseClient._schedule_call(request)
 

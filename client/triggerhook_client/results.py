@@ -44,18 +44,25 @@ class TaskRequest:
     every: str | None = None  # a series: an ISO 8601 duration (PT15M, P1D)
     cron: str | None = None  # a series: 5 cron fields, in ``timezone``
     timezone: str | None = None  # an IANA name, for cron (default UTC)
+    dst_repeated: str | None = None  # cron: a local time shown twice fires first, last, both
+    dst_skipped: str | None = None  # cron: local times a gap skips shift to its end, or skip
     until: At | None = None  # a series' end (inclusive)
     until_ms: int | None = None  # the same in epoch milliseconds
+    on_conflict: str | None = None  # error (None), keep or replace
 
 
 @dataclass(frozen=True, slots=True)
 class Scheduled:
-    """A stored task's id and due time (epoch ms). ``created`` is False when the
-    same task existed already (a safe repeat), and always False for a reschedule."""
+    """A stored task's id and due time (epoch ms), and what the call did:
+    ``outcome`` is ``created``, ``exists`` (the same task existed already: a
+    safe repeat), ``replaced`` or ``kept`` (``on_conflict``; kept: the id and
+    due time are the stored task's), or ``rescheduled``. ``created``: the
+    outcome is ``created``."""
 
     id: str
     due_ms: int
     created: bool
+    outcome: str
 
     @property
     def at_ms(self) -> int:
@@ -74,7 +81,8 @@ class TaskSummary:
     ``{"deadline_ms": N}``). Passing them back to ``schedule`` makes the same task.
 
     A series shows its schedule — ``every`` (normalized: ``PT15M``, ``P1D``)
-    or ``cron`` and ``timezone`` — its end ``until_ms`` (epoch ms), and
+    or ``cron`` and ``timezone`` (and its daylight-saving policy, when given:
+    ``dst_repeated``, ``dst_skipped``) — its end ``until_ms`` (epoch ms), and
     ``occurrence``: which occurrence ``due_ms`` is (1, 2, ...; None: not a
     series). ``stopping``: a cancel came while this occurrence was being
     published, so it is the series' last. Once an occurrence has fired, the
@@ -95,6 +103,8 @@ class TaskSummary:
     every: str | None = None
     cron: str | None = None
     timezone: str | None = None
+    dst_repeated: str | None = None
+    dst_skipped: str | None = None
     until_ms: int | None = None
     occurrence: int | None = None
     stopping: bool = False

@@ -9,7 +9,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT
+from support.stores import DEFAULT_ROUTING_KEY, SHARD_COUNT, outcomes
 
 from triggerhook.domain.listing import (
     MAX_TIMELINE_CELLS,
@@ -19,10 +19,10 @@ from triggerhook.domain.listing import (
 )
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta, make_meta
 from triggerhook.domain.recurrence import make_recurrence
-from triggerhook.domain.task import CancelResult, Task, TaskState
+from triggerhook.domain.task import CancelResult, InsertOutcome, Task, TaskState
 from triggerhook.engine.bulk import cancel_where
 from triggerhook.errors import Interrupted, TooCostly, ValidationError
-from triggerhook.interfaces import InsertOutcome, Lease, Move, NewRow, TaskStore
+from triggerhook.interfaces import Lease, Move, NewRow, TaskStore
 from triggerhook.runtime.interrupt import Interrupt
 
 FAR = 10**9
@@ -41,9 +41,9 @@ def now(store: TaskStore) -> int:
 
 
 def put(store: TaskStore, *tasks: Task) -> None:
-    assert store.insert([NewRow(t) for t in tasks], atomic=False) == [InsertOutcome.CREATED] * len(
-        tasks
-    )
+    assert outcomes(store.insert([NewRow(t) for t in tasks], atomic=False)) == [
+        InsertOutcome.CREATED
+    ] * len(tasks)
 
 
 def tagged(name: str, due_ms: int, *tags: str, rk: str = "rk") -> Task:
@@ -73,7 +73,7 @@ def test_metadata_is_stored_and_read_back_by_get_list_and_arm(store: TaskStore, 
 def test_a_retry_compares_the_metadata_too(store: TaskStore, now: int) -> None:
     first = Task("m2", now + 10, "rk", b"x", meta=BILLING)
     put(store, first)
-    assert store.insert([NewRow(first)], atomic=False) == [InsertOutcome.EXISTS]
+    assert outcomes(store.insert([NewRow(first)], atomic=False)) == [InsertOutcome.EXISTS]
     for other in (
         dataclasses.replace(BILLING, tags=("billing",)),
         dataclasses.replace(BILLING, headers=(("tenant", "43"),)),
@@ -82,7 +82,7 @@ def test_a_retry_compares_the_metadata_too(store: TaskStore, now: int) -> None:
         Meta(),
     ):
         changed = first.replace(meta=other)
-        assert store.insert([NewRow(changed)], atomic=False) == [InsertOutcome.CONFLICT]
+        assert outcomes(store.insert([NewRow(changed)], atomic=False)) == [InsertOutcome.CONFLICT]
     info = store.get("m2")
     assert info is not None and info.task.meta == BILLING
 

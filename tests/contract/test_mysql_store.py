@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.mysql import connect, connect_kwargs
-from support.stores import SHARD_COUNT, in_shard, mysql_backend, pymysql_backend
+from support.stores import SHARD_COUNT, in_shard, mysql_backend, outcomes, pymysql_backend
 from support.waiting import wait_for
 
 from triggerhook.domain.arming import BOTTOM, TOP_ID, ShardMarks, shard_of
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task
-from triggerhook.interfaces import DeferOutcome, Deferral, InsertOutcome, Lease, Move, NewRow
+from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, Task
+from triggerhook.interfaces import DeferOutcome, Deferral, Lease, Move, NewRow
 from triggerhook.store.mysql import MySQLStore, arm_reads, sql
 from triggerhook.store.mysql.tables import arm_probe
 
@@ -165,10 +165,12 @@ def test_insert_waits_for_an_arming_pass_and_writes_its_new_generation(
     rows = [NewRow(Task(a, now, "rk")), NewRow(Task(b, now, "rk"))]
     if path == "general":  # a repeated id takes the general path
         rows.append(rows[0])
-    outcomes = _run_behind_lock(
+    inserted = _run_behind_lock(
         database_url, db, 2, lambda: store.insert(rows, atomic=False), "FOR UPDATE"
     )
-    assert outcomes == [InsertOutcome.CREATED] * 2 + [InsertOutcome.EXISTS] * (len(rows) - 2)
+    created, exists = InsertOutcome.CREATED, InsertOutcome.EXISTS
+    assert isinstance(inserted, list)
+    assert outcomes(inserted) == [created] * 2 + [exists] * (len(rows) - 2)
     # It read arm_gen after the pass committed: the new generation (2).
     assert query(db, "SELECT id, gen FROM th_tasks ORDER BY id") == [(a, 2), (b, 2)]
 

@@ -8,11 +8,13 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from support.amqp import AmqpNames, EventConsumer
 from support.commands import CommandClient, Consumers, delete_queues
 from support.daemon import DaemonGroup, TaskTable
 from support.hook import HookFactory, RowReader
+from support.http import ROUTED, Api, api_daemon
 
 from triggerhook.store.mysql import init_schema
 
@@ -85,6 +87,27 @@ def event_queue(amqp_url: str, amqp_names: AmqpNames) -> Iterator[EventConsumer]
         yield consumer
     finally:
         consumer.close()
+
+
+# -- a daemon of the module's own, over HTTP -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
+    """A daemon (HTTP and firing) with the default settings, its events
+    consumed (``fire.#``); a module that needs other settings defines its own
+    ``api``. It must take every request of the module without a traceback."""
+    with api_daemon(mysql_url, amqp_url, default_routing_key=ROUTED) as served:
+        yield served
+        assert served.daemon.terminate() == 0, served.daemon.tail()
+        assert served.daemon.count("Traceback") == 0, served.daemon.tail()
+
+
+@pytest.fixture
+def http(api: Api) -> Iterator[httpx.Client]:
+    """An HTTP client of the module's daemon (its token, if it has one)."""
+    with api.client() as client:
+        yield client
 
 
 # -- fresh venvs (test_client_install.py, test_dev_mode.py) ------------------------------

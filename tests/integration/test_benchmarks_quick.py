@@ -30,6 +30,7 @@ SCENARIOS = {
     "listing",
     "pending",
     "same_second",
+    "throttle",
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.

@@ -284,11 +284,12 @@ def test_schedule_get_cancel_round_trip(db: tuple[str, TaskTable]) -> None:
     ]
 
     created = _json(run_cli(schedule, env), EXIT_OK)
-    assert created == {"id": "job-1", "due_ms": due_ms, "created": True}
+    assert created == {"id": "job-1", "due_ms": due_ms, "created": True, "outcome": "created"}
     assert table.ids() == {"job-1"}
 
     # The same task again is a safe retry; different content is a conflict.
-    assert _json(run_cli(schedule, env), EXIT_OK) == {**created, "created": False}
+    again = {**created, "created": False, "outcome": "exists"}
+    assert _json(run_cli(schedule, env), EXIT_OK) == again
     conflict = run_cli([*schedule[:-1], "other"], env)
     assert_clean_error(conflict, EXIT_USAGE, "job-1")
 
@@ -421,8 +422,10 @@ def test_url_schedule_get_reschedule_cancel_round_trip(served: Api) -> None:
     schedule += ["--routing-key", "orders.expire", "--payload", "héllo"]
 
     created = _json(run_cli(schedule, env), EXIT_OK)
-    assert created == {"id": task_id, "due_ms": 1_893_456_000_250, "created": True}
-    assert _json(run_cli(schedule, env), EXIT_OK) == {**created, "created": False}
+    due_ms = 1_893_456_000_250
+    assert created == {"id": task_id, "due_ms": due_ms, "created": True, "outcome": "created"}
+    again = {**created, "created": False, "outcome": "exists"}
+    assert _json(run_cli(schedule, env), EXIT_OK) == again
     assert_clean_error(run_cli([*schedule[:-1], "other"], env), EXIT_USAGE, task_id)
     # The same output as in database mode.
     assert _json(run_cli(["get", task_id], env), EXIT_OK) == {
@@ -815,6 +818,7 @@ def series_scenario(env: dict[str, str], prefix: str) -> None:
         "id": f"{prefix}:cron",
         "due_ms": BERLIN_9H_2030_MS,  # the first match at or after --at
         "created": True,
+        "outcome": "created",
     }
     assert _json(run_cli(cron, env), EXIT_OK)["created"] is False  # the same series
     other = [*cron[:4], "0 10 * * 1-5", *cron[5:]]

@@ -26,6 +26,7 @@ from support.amqp import Received
 from support.daemon import TaskTable, closed_port
 from support.hook import collect_until, header_int
 from support.http import ROUTED, Api, api_daemon
+from support.names import uid
 from support.tcpproxy import TcpProxy
 from support.waiting import now_ms, wait_for
 from triggerhook_client import (
@@ -82,10 +83,6 @@ def table(api: Api) -> Iterator[TaskTable]:
         yield reader
 
 
-def uid(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(4)}"
-
-
 # -- one interface over both clients ------------------------------------------------------
 
 
@@ -112,6 +109,9 @@ class Hook(Protocol):
         until: AtType | None = None,
         until_ms: int | None = None,
         delay_s: float | None = None,
+        dst_repeated: str | None = None,
+        dst_skipped: str | None = None,
+        on_conflict: str | None = None,
     ) -> Scheduled: ...
 
     def list(
@@ -230,6 +230,9 @@ class Blocking:
         until: AtType | None = None,
         until_ms: int | None = None,
         delay_s: float | None = None,
+        dst_repeated: str | None = None,
+        dst_skipped: str | None = None,
+        on_conflict: str | None = None,
     ) -> Scheduled:
         coro = self.client.schedule(
             id,
@@ -249,6 +252,9 @@ class Blocking:
             timezone=timezone,
             until=until,
             until_ms=until_ms,
+            dst_repeated=dst_repeated,
+            dst_skipped=dst_skipped,
+            on_conflict=on_conflict,
         )
         return self._run(coro)
 
@@ -413,7 +419,7 @@ def test_scheduled_tasks_fire_with_their_payloads_and_due_times(api: Api, hook: 
     assert by_delay.created and by_delay.id == text_id
     assert start + 300 <= by_delay.due_ms <= now_ms() + 300 + 1
     by_epoch = hook.schedule(bytes_id, at_ms=start + 400, routing_key="fire.custom", payload=raw)
-    assert by_epoch == Scheduled(bytes_id, start + 400, True)
+    assert by_epoch == Scheduled(bytes_id, start + 400, True, "created")
     naive = datetime.fromtimestamp((start + 450) / 1000, UTC).replace(tzinfo=None)
     assert hook.schedule(dt_id, at=naive).due_ms == start + 450  # naive = UTC
     rfc = datetime.fromtimestamp((start + 500) / 1000, UTC).isoformat()
@@ -435,9 +441,9 @@ def test_scheduled_tasks_fire_with_their_payloads_and_due_times(api: Api, hook: 
 def test_schedule_repeats_safely_and_conflicts_on_other_content(hook: Hook) -> None:
     task_id = uid("same")
     first = hook.schedule(task_id, at_ms=FAR_MS + 250, payload="a")
-    assert first == Scheduled(task_id, FAR_S * 1000 + 250, True)
+    assert first == Scheduled(task_id, FAR_S * 1000 + 250, True, "created")
     assert hook.schedule(task_id, at_ms=FAR_MS + 250, payload="a") == Scheduled(
-        task_id, FAR_S * 1000 + 250, False
+        task_id, FAR_S * 1000 + 250, False, "exists"
     )
     with pytest.raises(Conflict) as caught:
         hook.schedule(task_id, at_ms=FAR_MS + 250, payload="b")
@@ -556,7 +562,9 @@ def test_reschedule_moves_the_fire_time(api: Api, hook: Hook) -> None:
     start = now_ms()
     moved, sentinel = uid("mv"), uid("sentinel")
     hook.schedule(moved, at_ms=start + 600_000)
-    assert hook.reschedule(moved, at_ms=start + 500) == Scheduled(moved, start + 500, False)
+    assert hook.reschedule(moved, at_ms=start + 500) == Scheduled(
+        moved, start + 500, False, "rescheduled"
+    )
     status = hook.get(moved)
     assert status is not None and status.due_ms == start + 500
     hook.schedule(sentinel, at_ms=start + 900)
@@ -1004,13 +1012,64 @@ def test_listing_errors_name_the_callers_arguments(hook: Hook) -> None:
 # -- series ---------------------------------------------------------------------------------------
 
 
+def test_on_conflict_keeps_or_replaces_through_the_client(hook: Hook) -> None:
+    task_id = uid("upsert")
+    assert hook.schedule(task_id, at_ms=FAR_MS, payload="a").outcome == "created"
+    kept = hook.schedule(task_id, at_ms=FAR_MS + 1, payload="b", on_conflict="keep")
+    assert (kept.outcome, kept.due_ms, kept.created) == ("kept", FAR_MS, False)
+    replaced = hook.schedule(task_id, at_ms=FAR_MS + 2, payload="c", on_conflict="replace")
+    assert (replaced.outcome, replaced.due_ms) == ("replaced", FAR_MS + 2)
+    status = hook.get(task_id)
+    assert status is not None and (status.due_ms, status.payload) == (FAR_MS + 2, b"c")
+    with pytest.raises(Conflict):
+        hook.schedule(task_id, at_ms=FAR_MS, payload="a")  # error: the default
+    with pytest.raises(InvalidRequest) as refused:
+        hook.schedule(task_id, at_ms=FAR_MS, on_conflict="later")
+    assert (refused.value.status, refused.value.field) == (422, "on_conflict")
+
+
+# Berlin's clocks go back at 01:00 UTC on 2030-10-27: 02:30 is shown at 00:30 and 01:30 UTC.
+BERLIN_BACK_MS = 1_919_289_600_000  # 2030-10-27T00:00:00Z
+FIRST_PASS_MS, SECOND_PASS_MS = BERLIN_BACK_MS + 1_800_000, BERLIN_BACK_MS + 5_400_000
+
+
+def test_a_cron_series_keeps_its_dst_policy(hook: Hook) -> None:
+    def berlin(
+        task_id: str, dst_repeated: str | None = None, dst_skipped: str | None = None
+    ) -> Scheduled:
+        return hook.schedule(
+            task_id,
+            cron="30 2 * * *",
+            timezone="Europe/Berlin",
+            at_ms=BERLIN_BACK_MS,
+            dst_repeated=dst_repeated,
+            dst_skipped=dst_skipped,
+        )
+
+    plain, last = uid("dst"), uid("dst-last")
+    assert berlin(plain).due_ms == FIRST_PASS_MS  # cron's rule: the first pass
+    assert berlin(last, dst_repeated="last", dst_skipped="skip").due_ms == SECOND_PASS_MS
+    status = hook.get(last)
+    assert status is not None
+    assert (status.dst_repeated, status.dst_skipped) == ("last", "skip")
+    shown = hook.get(plain)
+    assert shown is not None and (shown.dst_repeated, shown.dst_skipped) == (None, None)
+    # The same again is a safe retry; another policy is other content.
+    assert berlin(last, dst_repeated="last", dst_skipped="skip").outcome == "exists"
+    with pytest.raises(Conflict):
+        berlin(last, dst_repeated="both", dst_skipped="skip")
+    with pytest.raises(InvalidRequest) as refused:
+        hook.schedule(uid("dst"), every="PT1M", dst_repeated="last")
+    assert (refused.value.status, refused.value.field) == (422, "dst_repeated")
+
+
 def test_a_series_fires_each_occurrence_and_ends_at_until(api: Api, hook: Hook) -> None:
     task_id = uid("series")
     first_ms = now_ms() + 300
     made = hook.schedule(
         task_id, at_ms=first_ms, every="PT1S", until_ms=first_ms + 1000, payload="s"
     )
-    assert made == Scheduled(task_id, first_ms, True)
+    assert made == Scheduled(task_id, first_ms, True, "created")
     status = hook.get(task_id)
     assert status is not None
     assert (status.every, status.cron, status.until_ms, status.occurrence, status.stopping) == (

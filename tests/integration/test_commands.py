@@ -63,6 +63,7 @@ def test_create_replies_and_fires(
         "due_ms": due,
         "at": due / 1000,  # deprecated: epoch seconds
         "created": True,
+        "outcome": "created",
     }
     event = collect_until(event_consumer, "cmd-a", 15)[-1]
     assert event.routing_key == "orders.created"
@@ -543,6 +544,7 @@ def test_daemon_killed_before_commit_applies_the_command_once(
             "due_ms": due,
             "at": due / 1000,
             "created": True,
+            "outcome": "created",
         }
         events = collect_until(event_consumer, "once", 30)
         events += event_consumer.drain_quiet(1.0)

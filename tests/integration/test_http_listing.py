@@ -7,7 +7,6 @@ test consumer (``fire.#``) receives with the events.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,6 +16,7 @@ from support.amqp import Received
 from support.daemon import TaskTable
 from support.hook import collect_until, header_int
 from support.http import ROUTED, Api, api_daemon
+from support.names import uid
 from support.waiting import now_ms, wait_for
 
 FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the tests
@@ -35,16 +35,6 @@ def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
         yield served
         assert served.daemon.terminate() == 0, served.daemon.tail()
         assert served.daemon.count("Traceback") == 0, served.daemon.tail()
-
-
-@pytest.fixture
-def http(api: Api) -> Iterator[httpx.Client]:
-    with api.client() as client:
-        yield client
-
-
-def uid(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(4)}"
 
 
 def as_text(value: object) -> str:

@@ -5,36 +5,15 @@ occurrence (one may repeat around the kill)."""
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from support.amqp import AmqpNames, EventConsumer, Received, delete_topology
 from support.daemon import DaemonGroup, daemon_env, settings_env
 from support.hook import collect_until, header_int
-from support.http import ROUTED, Api, api_daemon
+from support.http import ROUTED, Api
 from support.mysql import temporary_database
-from support.names import unique_name
+from support.names import uid, unique_name
 from support.waiting import now_ms, wait_for
-
-
-@pytest.fixture(scope="module")
-def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
-    with api_daemon(mysql_url, amqp_url, default_routing_key=ROUTED) as served:
-        yield served
-        assert served.daemon.terminate() == 0, served.daemon.tail()
-        assert served.daemon.count("Traceback") == 0, served.daemon.tail()
-
-
-@pytest.fixture
-def http(api: Api) -> Iterator[httpx.Client]:
-    with api.client() as client:
-        yield client
-
-
-def uid(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(4)}"
 
 
 def occurrences(events: list[Received], task_id: str) -> list[tuple[int, int, int]]:

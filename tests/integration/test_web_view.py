@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,15 +32,12 @@ from playwright.sync_api import (
 )
 from support.daemon import TaskTable
 from support.http import ROUTED, Api, api_daemon
+from support.names import uid
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "web-view-test-token"
 FAR_S = 4_000_000_000  # 2096: never fires during the tests
 WAIT_MS = 15_000
-
-
-def uid(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(4)}"
 
 
 @contextlib.contextmanager
@@ -140,12 +136,6 @@ def tab(browser: Browser, api: Api, session: Any) -> Iterator[Tab]:
     """Logged in to the token daemon's view (the session cookie of ``session``)."""
     with browsing(browser, api.url, storage_state=session) as opened:
         yield opened
-
-
-@pytest.fixture
-def http(api: Api) -> Iterator[httpx.Client]:
-    with api.client() as client:
-        yield client
 
 
 def create(http: httpx.Client, tasks: list[dict[str, Any]]) -> None:

@@ -1,6 +1,7 @@
 """The clients of the simulated daemon: they create tasks and series,
-cancel, reschedule and bulk-cancel, through a live instance's write path
-(``Engine.writes``, as the library, HTTP and AMQP commands do), and so
+replace or keep them (``on_conflict``), cancel, reschedule and bulk-cancel,
+through a live instance's write path (``Engine.writes``, as the library,
+HTTP and AMQP commands do), and so
 through that instance's fault layer. A call that fails is simply left (a
 client may try again later, and a retry of a create is answered EXISTS);
 what took effect is what the oracle judges.
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.spec import TaskRules, TaskSpec, resolve
-from triggerhook.domain.task import Task
+from triggerhook.domain.task import OnConflict, Task
 from triggerhook.engine.bulk import cancel_where
 from triggerhook.errors import TransientError
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from sim.world import World
 
 _GROUPS = 4
+LIMITED_KEY = "sim.limited"  # a routing key with a rate limit (SimConfig.settings)
 _RULES = TaskRules(default_routing_key="sim", max_payload_bytes=1024)
 # Every schedule is at least a second apart (a series' occurrences) and the
 # cron ones meet the daylight-saving nights the world may start on.
@@ -57,18 +59,20 @@ class Clients:
         via = self._rng.choice(live)
         draw = self._rng.random()
         try:
-            if draw < 0.45 or not self._ids:
+            if draw < 0.40 or not self._ids:
                 self._create(via, now_ms)
-            elif draw < 0.55:
+            elif draw < 0.50:
                 self._create_series(via, now_ms)
-            elif draw < 0.75:
+            elif draw < 0.67:
                 self._cancel(via)
-            elif draw < 0.92:
+            elif draw < 0.82:
                 self._reschedule(via, now_ms)
-            elif draw < 0.95:
+            elif draw < 0.85:
                 self._bulk_cancel(via)
-            else:
+            elif draw < 0.88:
                 self._recreate(via, now_ms)
+            else:
+                self._upsert(via, now_ms)
         except TransientError as exc:
             self._world.log(f"client via {via.name}: {exc}")
 
@@ -77,11 +81,20 @@ class Clients:
         self._ids.append(task_id)
         return task_id
 
-    def _insert(self, via: SimInstance, task: Task, start_ms: int | None = None) -> None:
+    def _insert(
+        self,
+        via: SimInstance,
+        task: Task,
+        start_ms: int | None = None,
+        rule: OnConflict = OnConflict.ERROR,
+    ) -> None:
         self._world.oracle.asked(task, start_ms)
-        outcome = via.engine.writes.inserts.direct([task])[0]
+        outcome = via.engine.writes.inserts.direct([(task, rule)])[0].outcome
         self.created += 1
-        self._world.log(f"client via {via.name}: create {task.id} due {task.due_ms}: {outcome}")
+        self._world.log(
+            f"client via {via.name}: create {task.id} due {task.due_ms} ({rule.value}):"
+            f" {outcome.value}"
+        )
 
     def _create(self, via: SimInstance, now_ms: float) -> None:
         delay_ms = self._rng.randint(-1000, self._world.config.max_delay_ms)
@@ -113,6 +126,23 @@ class Clients:
         delay_ms = self._rng.randint(0, self._world.config.max_delay_ms)
         spec = TaskSpec(id=task_id, at_ms=int(now_ms) + delay_ms, payload=b"again")
         self._insert(via, resolve(spec, now_ms, _RULES))
+
+    def _upsert(self, via: SimInstance, now_ms: float) -> None:
+        """A create of an id tried before, with other content: replace (R6r;
+        a debounce when the id is pending) or keep. Its payload names it, so
+        the oracle can tell which content an event carries."""
+        rng = self._rng
+        task_id = rng.choice(self._ids)
+        rule = OnConflict.REPLACE if rng.random() < 0.8 else OnConflict.KEEP
+        at_ms = int(now_ms) + rng.randint(-500, self._world.config.max_delay_ms)
+        payload = f"{rule.value}{self.created}".encode()
+        key = LIMITED_KEY  # rate-limited: some wait for their token
+        if rng.random() < 0.25:  # a series in its place: it starts over
+            every = rng.choice(_EVERY)
+            spec = TaskSpec(id=task_id, every=every, at_ms=at_ms, payload=payload, routing_key=key)
+        else:
+            spec = TaskSpec(id=task_id, at_ms=at_ms, payload=payload, routing_key=key)
+        self._insert(via, resolve(spec, now_ms, _RULES), rule=rule)
 
     def _cancel(self, via: SimInstance) -> None:
         task_id = self._rng.choice(self._ids)

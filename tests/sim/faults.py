@@ -42,7 +42,7 @@ from triggerhook.interfaces import (
     ArmUnanswered,
     DeferOutcome,
     Deferral,
-    InsertOutcome,
+    Inserted,
     Lease,
     Move,
     Moved,
@@ -207,7 +207,7 @@ class FaultyStore:
     def shard_count(self) -> int:
         return self._inner.shard_count()
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
         return self._call("insert", (rows, atomic), lambda: self._inner.insert(rows, atomic))
 
     def arm(

@@ -11,13 +11,17 @@ invariants of ``docs/design/ownership.md``:
 * **never early** (I5): an event is published at or after its due time by
   the database's clock, and its ``x-fired-ms`` is not after it either;
 * **every change explained** (I2, and I1's premise): a row appears only by a
-  CREATED insert, changes revision only by a RESCHEDULED move, a DEFERRED
-  write-back or a series' advance, and leaves only by a CANCELLED cancel or a
-  delete/advance of a revision whose event the broker confirmed;
+  CREATED insert, changes revision only by a RESCHEDULED move, a REPLACED
+  insert (R6r), a DEFERRED write-back or a series' advance, and leaves only
+  by a CANCELLED cancel or a delete/advance of a revision whose event the
+  broker confirmed; an insert answered otherwise (EXISTS, KEPT, CONFLICT,
+  TOO_LATE) changes nothing;
 * **a cancelled task never fires** (I1): a one-shot incarnation whose cancel
   took effect has no event at all; a series' only its occurrences published
   before the cancel, and after it only duplicates of those (I1s); no event of
-  a revision after a reschedule or a write-back replaced it;
+  a revision after a reschedule, a replace or a write-back replaced it;
+* **the content written** is the content published: an event carries the
+  payload its revision was created or replaced with (R6r);
 * **a series** steps forward: each occurrence due after the one before it and
   after the time it was asked to start; the store's advance writes a later
   time, one occurrence up;
@@ -36,8 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sim.broker import Published
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task
-from triggerhook.interfaces import Acquired, DeferOutcome, Deferral, InsertOutcome, Move, NewRow
+from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, Task
+from triggerhook.interfaces import Acquired, DeferOutcome, Deferral, Inserted, Move, NewRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,7 @@ class Life:
     due_ms: int
     series: bool
     born_ms: float
+    payload: bytes | None  # as created or replaced (kept by moves); None: not known
     died_ms: float | None = None
     died_by: str | None = None  # cancel, reschedule, defer, delete, advance
     published_ms: list[float] = field(default_factory=list)
@@ -80,6 +85,7 @@ class Oracle:
         self.confirmed: set[tuple[str, int]] = set()
         self.occurrences: dict[str, dict[int, int]] = {}  # series id -> occurrence -> due
         self.asked_ms: dict[str, int] = {}  # series id -> the start it was asked for
+        self._asking: dict[str, int | None] = {}  # id -> the start its last create asked
         # (series id, occurrence) a client moved: its time is the client's, not the schedule's
         self.moved: set[tuple[str, int]] = set()
         self.epochs: dict[tuple[int, int], str] = {}  # (shard, epoch) -> owner
@@ -90,9 +96,9 @@ class Oracle:
     # -- what the clients asked -------------------------------------------------------
 
     def asked(self, task: Task, start_ms: int | None) -> None:
-        """A series created to start no earlier than ``start_ms``."""
-        if task.meta.recur is not None and start_ms is not None:
-            self.asked_ms.setdefault(task.id, start_ms)
+        """A create about to be tried; a series to start no earlier than
+        ``start_ms`` (None: not checked), from when its incarnation is written."""
+        self._asking[task.id] = start_ms if task.meta.recur is not None else None
 
     # -- the store's effects --------------------------------------------------------------
 
@@ -117,10 +123,29 @@ class Oracle:
             return
         explain(self, args, result, before, after, (appeared, vanished, changed))
 
-    def _born(self, task_id: str, row: RowView) -> None:
+    def _born(self, task_id: str, row: RowView, payload: bytes | None = None) -> None:
         self.lives[(task_id, row.rev)] = Life(
-            row.due_ms, row.occurrence is not None, self._now_ms()
+            row.due_ms, row.occurrence is not None, self._now_ms(), payload
         )
+
+    def _moved(self, task_id: str, old: RowView, new: RowView, how: str) -> None:
+        """A revision replaced by the next of the same content (a move, a
+        write-back, a series' advance)."""
+        life = self.lives.get((task_id, old.rev))
+        self._died(task_id, old, how)
+        self._born(task_id, new, None if life is None else life.payload)
+
+    def _created(self, task_id: str, new: RowView, payload: bytes) -> None:
+        """A new incarnation of the id (R6; R6r in another's place): a series
+        starts over, from the start its create asked for."""
+        self._born(task_id, new, payload)
+        self.occurrences.pop(task_id, None)
+        self.moved = {key for key in self.moved if key[0] != task_id}
+        start_ms = self._asking.pop(task_id, None)
+        if start_ms is None:
+            self.asked_ms.pop(task_id, None)
+        else:
+            self.asked_ms[task_id] = start_ms
 
     def _died(self, task_id: str, row: RowView, how: str) -> None:
         life = self.lives.get((task_id, row.rev))
@@ -159,6 +184,11 @@ class Oracle:
             raise Violation(
                 f"{task.id} rev {task.rev} published due {task.due_ms}, stored {life.due_ms}"
             )
+        if life.payload is not None and task.payload != life.payload:
+            raise Violation(
+                f"{task.id} rev {task.rev} published payload {task.payload!r}, written with"
+                f" {life.payload!r}"
+            )
         self._after_death(task, life, event)
         if task.meta.recur is not None:
             self._occurrence(task)
@@ -169,7 +199,7 @@ class Oracle:
     def _after_death(self, task: Task, life: Life, event: Published) -> None:
         """I1/I1s: an event of a revision whose life ended by a cancel, a move
         or a write-back."""
-        if life.died_by not in ("cancel", "reschedule", "defer") or life.died_ms is None:
+        if life.died_by not in ("cancel", "reschedule", "replace", "defer") or life.died_ms is None:
             return
         earlier = [p for p in life.published_ms if p <= life.died_ms]
         if life.died_by == "cancel" and not life.series:
@@ -249,17 +279,27 @@ def _insert(
     o: Oracle, args: tuple[object, ...], result: object, b: Table, a: Table, d: Diff
 ) -> None:
     rows: Sequence[NewRow] = args[0]  # type: ignore[assignment]
-    outcomes: Sequence[InsertOutcome] = result  # type: ignore[assignment]
-    created = {
-        r.task.id: r.rev
-        for r, out in zip(rows, outcomes, strict=True)
-        if out is InsertOutcome.CREATED
-    }
-    _nothing_else("insert", d, (set(created), set(), set()))
-    for task_id, rev in sorted(created.items()):
-        if task_id not in d[0] or a[task_id].rev != rev:
-            raise Violation(f"insert answered CREATED for {task_id} but wrote {a.get(task_id)}")
-        o._born(task_id, a[task_id])
+    answers: Sequence[Inserted] = result  # type: ignore[assignment]
+    last: dict[str, tuple[NewRow, InsertOutcome]] = {}  # per id: the last row that wrote
+    for row, answer in zip(rows, answers, strict=True):
+        if answer.outcome in (InsertOutcome.CREATED, InsertOutcome.REPLACED):
+            last[row.task.id] = (row, answer.outcome)
+    # A row the batch created and then replaced appears once, as the last one.
+    appeared = {t for t in last if t not in b}
+    _nothing_else("insert", d, (appeared, set(), set(last) - appeared))
+    for task_id, (row, outcome) in sorted(last.items()):
+        new = a.get(task_id)
+        if new is None or new.rev != row.rev or new.due_ms != row.task.due_ms:
+            raise Violation(f"insert answered {outcome} for {task_id} but wrote {new}")
+        if task_id in appeared:
+            o._created(task_id, new, row.task.payload)
+        elif outcome is InsertOutcome.REPLACED:
+            o._died(task_id, b[task_id], "replace")
+            o._created(task_id, new, row.task.payload)
+        else:
+            raise Violation(
+                f"insert answered CREATED for {task_id}, which was stored: {b[task_id]}"
+            )
 
 
 def _cancel(
@@ -300,8 +340,7 @@ def _reschedule(
         move, new = last[task_id], a.get(task_id)
         if new is None or new.rev != move.rev or new.due_ms != move.due_ms:
             raise Violation(f"reschedule answered RESCHEDULED for {task_id} but it is {new}")
-        o._died(task_id, b[task_id], "reschedule")
-        o._born(task_id, new)
+        o._moved(task_id, b[task_id], new, "reschedule")
         if new.occurrence is not None:
             o.moved.add((task_id, new.occurrence))
 
@@ -323,8 +362,7 @@ def _defer(
             raise Violation(f"defer answered DEFERRED for {task_id}: {old} -> {new}")
         if new.fire_ms != x.not_before_ms:
             raise Violation(f"defer of {task_id} wrote fire {new.fire_ms}, asked {x.not_before_ms}")
-        o._died(task_id, old, "defer")
-        o._born(task_id, new)
+        o._moved(task_id, old, new, "defer")
 
 
 def _delete(
@@ -354,8 +392,8 @@ def _advance(
         key = (task_id, old.rev)
         if key not in asked or key not in o.confirmed:
             raise Violation(f"series {task_id} rev {old.rev} advanced without a confirmed event")
-        o._died(task_id, old, "advance")
         if new is None:
+            o._died(task_id, old, "advance")
             _ended(task_id, old, args[1])  # type: ignore[arg-type]
             continue
         if new.occurrence != (old.occurrence or 0) + 1 or new.due_ms <= old.due_ms:
@@ -363,7 +401,7 @@ def _advance(
                 f"series {task_id} advanced from occurrence {old.occurrence} due {old.due_ms}"
                 f" to occurrence {new.occurrence} due {new.due_ms}"
             )
-        o._born(task_id, new)
+        o._moved(task_id, old, new, "advance")
 
 
 def _ended(task_id: str, old: RowView, now_ms: float) -> None:

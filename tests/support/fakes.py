@@ -32,7 +32,7 @@ from triggerhook.interfaces import (
     DeferOutcome,
     Deferral,
     EventPublisher,
-    InsertOutcome,
+    Inserted,
     Lease,
     Move,
     Moved,
@@ -274,7 +274,7 @@ class FakeStore(SQLiteStore):
     # -- TaskStore: each call may fail first, and some are recorded -----------------
     # (self._lock is re-entrant: it is the store's own, held for each transaction)
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
         with self._lock:
             self._maybe_fail("insert")
             self.insert_calls.append(list(rows))

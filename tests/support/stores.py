@@ -14,13 +14,14 @@ to :data:`DEFAULT_ROUTING_KEY`.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from support.mysql import connect, with_driver
 from triggerhook.domain.arming import shard_of
-from triggerhook.interfaces import TaskStore
+from triggerhook.domain.task import InsertOutcome
+from triggerhook.interfaces import Inserted, TaskStore
 from triggerhook.store.mysql import MySQLStore, init_schema
 from triggerhook.store.sqlite import SQLiteStore
 
@@ -30,6 +31,11 @@ DEFAULT_ROUTING_KEY = "default.rk"
 STORES = ["memory", "mysql", "mysql-pymysql", "sqlite"]
 # Few, so that tests can find ids of one shard and lease every shard cheaply.
 SHARD_COUNT = 4
+
+
+def outcomes(inserted: Sequence[Inserted]) -> list[InsertOutcome]:
+    """An insert's outcomes, without the tasks they answer with."""
+    return [answer.outcome for answer in inserted]
 
 
 def in_shard(shard: int, count: int, prefix: str = "t") -> list[str]:

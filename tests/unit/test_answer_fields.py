@@ -17,11 +17,14 @@ from triggerhook_client.answers import UNCHECKED, decoded
 from triggerhook_client.errors import ApiError
 
 from triggerhook.api import http, openapi
+from triggerhook.api.http import _created
 from triggerhook.api.render import due_json, task_json, timeline_json
+from triggerhook.app import Scheduled
 from triggerhook.domain.listing import Timeline
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta, make_meta, meta_json
+from triggerhook.domain.outcomes import INSERT_OUTCOMES
 from triggerhook.domain.recurrence import Recurrence
-from triggerhook.domain.task import Task, TaskInfo, TaskState
+from triggerhook.domain.task import InsertOutcome, Task, TaskInfo, TaskState
 
 DOC = openapi.document(65_536, 10_000)
 TABLES: dict[str, AnswerFields] = {
@@ -32,6 +35,9 @@ TABLES: dict[str, AnswerFields] = {
 SCHEDULES = [
     Recurrence(every_ms=60_000, until_ms=1_900_000_000_000, occurrence=2, stopped=True),
     Recurrence(cron="0 9 * * *", timezone="Europe/Berlin", until_ms=1_900_000_000_000),
+    Recurrence(
+        cron="30 2 * * *", timezone="Europe/Berlin", dst_repeated="last", dst_skipped="skip"
+    ),
 ]
 
 
@@ -79,6 +85,9 @@ def test_every_key_the_rendering_can_emit_is_a_field_of_its_table() -> None:
     assert shown == names(af.SHOWN)  # and no field of the tables is never emitted
     assert listed == names(af.LISTED)
     assert set(due_json("t", 1)) == names(af.CREATED)
+    for outcome in InsertOutcome:  # a create's answer, for each outcome it can have
+        if INSERT_OUTCOMES[outcome].ok:
+            assert set(_created(Scheduled(Task("t", 1, "k"), outcome))[1]) == names(af.CREATE)
     assert set(timeline_json(Timeline(0, 1000, 2, {"k": [1, 0]}))) == names(af.TIMELINE)
 
 
@@ -122,8 +131,8 @@ def test_the_handlers_literal_answers_are_the_fields_of_a_table() -> None:
 
 # (path, method, status) -> the table of its answer
 ANSWERS = {
-    ("/v1/tasks", "post", "201"): af.CREATED,
-    ("/v1/tasks", "post", "200"): af.CREATED,
+    ("/v1/tasks", "post", "201"): af.CREATE,
+    ("/v1/tasks", "post", "200"): af.CREATE,
     ("/v1/tasks/{id}", "patch", "200"): af.CREATED,
     ("/v1/tasks/{id}", "get", "200"): af.SHOWN,
     ("/v1/tasks/batch", "post", "201"): af.IDS,

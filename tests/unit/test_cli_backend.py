@@ -15,6 +15,7 @@ from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher
 
 from triggerhook import cli
 from triggerhook.cli import (
+    CLI_RENDERING,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_TOO_LATE,
@@ -79,17 +80,65 @@ def arm(store: SQLiteStore) -> None:
 
 
 def test_schedule_created_then_exists_then_conflict(backend: LibraryBackend) -> None:
-    assert schedule(backend, payload="x") == Stored("t-1", AT_MS, created=True)
-    assert schedule(backend, payload="x") == Stored("t-1", AT_MS, created=False)
+    assert schedule(backend, payload="x") == Stored("t-1", AT_MS, Outcome.CREATED)
+    assert schedule(backend, payload="x") == Stored("t-1", AT_MS, Outcome.EXISTS)
     with pytest.raises(BackendError) as info:
         schedule(backend, payload="other")
     assert info.value.outcome is Outcome.CONFLICT
     assert str(info.value) == "task 't-1' already exists with different content"
 
 
+def test_schedule_on_conflict_keeps_or_replaces(
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sched = ("schedule", "--id", "u-1", "--at", AT, "--payload", "a")
+    assert run(backend, capsys, *sched)[1]["outcome"] == "created"
+    keep = ("schedule", "--id", "u-1", "--in", "1m", "--payload", "b", "--on-conflict", "keep")
+    assert run(backend, capsys, *keep) == (
+        EXIT_OK,
+        {"id": "u-1", "due_ms": AT_MS, "created": False, "outcome": "kept"},  # the stored one
+    )
+    replace = [*keep[:-1], "replace"]
+    assert run(backend, capsys, *replace) == (
+        EXIT_OK,
+        {"id": "u-1", "due_ms": NOW_MS + 60_000, "created": False, "outcome": "replaced"},
+    )
+    assert run(backend, capsys, "get", "u-1")[1]["payload"] == "b"
+    arm(store)
+    with pytest.raises(BackendError) as info:
+        run(backend, capsys, *sched[:-1], "c", "--on-conflict", "replace")
+    assert info.value.outcome is Outcome.TOO_LATE
+    assert CLI_RENDERING[info.value.outcome].exit == EXIT_TOO_LATE
+
+
+def test_schedule_a_cron_series_with_a_dst_policy(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    berlin = ("--cron", "30 2 * * *", "--timezone", "Europe/Berlin")
+    back = ("--at", "2030-10-27T00:00:00Z")  # Berlin's clocks go back at 01:00Z
+    sched = ("schedule", "--id", "d-1", *berlin, *back, "--dst-repeated", "last")
+    made = run(backend, capsys, *sched, "--dst-skipped", "skip")[1]
+    assert made["due_ms"] == 1_919_289_600_000 + 5_400_000  # 02:30 CET: the second pass
+    shown = run(backend, capsys, "get", "d-1")[1]
+    assert (shown["dst_repeated"], shown["dst_skipped"]) == ("last", "skip")
+    with pytest.raises(BackendError) as info:
+        run(backend, capsys, "schedule", "--id", "d-2", "--every", "PT1M", "--dst-skipped", "skip")
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value).startswith("dst_skipped: only with cron"), str(info.value)
+
+
+def test_schedule_on_conflict_takes_only_its_three_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(["schedule", "--in", "1m", "--on-conflict", "later"])
+    assert info.value.code == EXIT_USAGE
+    assert "choose from 'error', 'keep', 'replace'" in capsys.readouterr().err
+
+
 def test_schedule_with_a_delay_and_a_new_id(backend: LibraryBackend) -> None:
     stored = schedule(backend, None, at=None, delay_ms=250)
-    assert stored.due_ms == NOW_MS + 250 and stored.created
+    assert stored.due_ms == NOW_MS + 250 and stored.outcome is Outcome.CREATED
     assert len(stored.id) == 36
 
 
@@ -185,7 +234,7 @@ def test_commands_print_and_exit(
     sched = ("schedule", "--id", "c-1", "--at", AT, "--payload", "\xff")
     assert run(backend, capsys, *sched) == (
         EXIT_OK,
-        {"id": "c-1", "due_ms": AT_MS, "created": True},
+        {"id": "c-1", "due_ms": AT_MS, "created": True, "outcome": "created"},
     )
     assert run(backend, capsys, *sched)[1]["created"] is False
     assert run(backend, capsys, "get", "c-1") == (
@@ -275,8 +324,8 @@ STORED_META = Meta(
 
 
 def test_schedule_and_get_with_metadata(backend: LibraryBackend) -> None:
-    assert schedule(backend, meta=META) == Stored("t-1", AT_MS, created=True)
-    assert schedule(backend, meta=META).created is False  # the same content
+    assert schedule(backend, meta=META) == Stored("t-1", AT_MS, Outcome.CREATED)
+    assert schedule(backend, meta=META).outcome is Outcome.EXISTS  # the same content
     with pytest.raises(BackendError) as info:
         schedule(backend, meta=Metadata(tags=("billing",)))
     assert info.value.outcome is Outcome.CONFLICT
@@ -435,7 +484,7 @@ def test_schedule_and_get_show_the_metadata(
     sched += ["--late", "deadline=2030-01-01T00:00:01Z"]
     assert run(backend, capsys, *sched) == (
         EXIT_OK,
-        {"id": "m-1", "due_ms": AT_MS, "created": True},
+        {"id": "m-1", "due_ms": AT_MS, "created": True, "outcome": "created"},
     )
     assert run(backend, capsys, "get", "m-1") == (
         EXIT_OK,
@@ -617,10 +666,10 @@ FIVE_MINUTES_AFTER_NOW_MS = 1_700_000_100_000  # NOW is 22:13:20 UTC: */5 next a
 
 def test_schedule_a_series_with_or_without_a_first_time(backend: LibraryBackend) -> None:
     every = schedule(backend, "e", at=None, meta=Metadata(every="PT15M"))
-    assert every == Stored("e", NOW_MS + 900_000, created=True)  # one every from now
+    assert every == Stored("e", NOW_MS + 900_000, Outcome.CREATED)  # one every from now
     cron = Metadata(cron="*/5 * * * *", timezone="Europe/Berlin", until=AT)
     assert schedule(backend, "c", at=None, meta=cron).due_ms == FIVE_MINUTES_AFTER_NOW_MS
-    assert schedule(backend, "c", at=None, meta=cron).created is False  # the same series
+    assert schedule(backend, "c", at=None, meta=cron).outcome is Outcome.EXISTS  # the same series
     timed = schedule(backend, "t", at=None, delay_ms=1000, meta=Metadata(cron="*/5 * * * *"))
     assert timed.due_ms == FIVE_MINUTES_AFTER_NOW_MS  # the first match at or after it
     found = backend.get("c")
@@ -662,7 +711,7 @@ def test_schedule_get_and_list_show_a_series(
     sched = ["schedule", "--id", "s-1", "--every", "PT90M", "--until", AT, "--tag", "s"]
     assert run(backend, capsys, *sched) == (
         EXIT_OK,
-        {"id": "s-1", "due_ms": NOW_MS + 5_400_000, "created": True},
+        {"id": "s-1", "due_ms": NOW_MS + 5_400_000, "created": True, "outcome": "created"},
     )
     cron = ["schedule", "--id", "s-2", "--cron", "*/5 * * * *", "--timezone", "Europe/Berlin"]
     assert run(backend, capsys, *cron, "--tag", "s")[1]["due_ms"] == FIVE_MINUTES_AFTER_NOW_MS

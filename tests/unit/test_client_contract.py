@@ -229,8 +229,15 @@ def _json(status: int, data: object) -> httpx.Response:
 
 
 def _created(status: int) -> httpx.Response:
-    # As HttpApi.create and reschedule build it.
+    # As HttpApi.reschedule builds it (and create before it said its outcome).
     return _json(status, due_json("t-1", AT_MS))
+
+
+def _create_answer(outcome: str) -> Callable[[int], httpx.Response]:
+    def make(status: int) -> httpx.Response:  # as HttpApi.create builds it
+        return _json(status, {**due_json("t-1", AT_MS), "outcome": outcome})
+
+    return make
 
 
 def _empty(status: int) -> httpx.Response:
@@ -252,7 +259,7 @@ SUCCESS_CALLS: dict[Outcome, list[tuple[Call[Any], Callable[[int], httpx.Respons
         (
             BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS)),
             _created,
-            Scheduled("t-1", AT_MS, True),
+            Scheduled("t-1", AT_MS, True, "created"),
         ),
         (
             BaseClient._schedule_many_call([TaskRequest("t-1", at_ms=AT_MS)]),
@@ -264,14 +271,33 @@ SUCCESS_CALLS: dict[Outcome, list[tuple[Call[Any], Callable[[int], httpx.Respons
         (
             BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS)),
             _created,
-            Scheduled("t-1", AT_MS, False),  # a safe repeat: nothing written
+            Scheduled("t-1", AT_MS, False, "exists"),  # a safe repeat: nothing written
+        ),
+        (
+            BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS)),
+            _create_answer("exists"),
+            Scheduled("t-1", AT_MS, False, "exists"),
+        ),
+    ],
+    Outcome.REPLACED: [
+        (
+            BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS, on_conflict="replace")),
+            _create_answer("replaced"),
+            Scheduled("t-1", AT_MS, False, "replaced"),
+        ),
+    ],
+    Outcome.KEPT: [
+        (
+            BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS, on_conflict="keep")),
+            _create_answer("kept"),
+            Scheduled("t-1", AT_MS, False, "kept"),  # the stored task's due time
         ),
     ],
     Outcome.RESCHEDULED: [
         (
             BaseClient._reschedule_call("t-1", None, AT_MS),
             _created,
-            Scheduled("t-1", AT_MS, False),
+            Scheduled("t-1", AT_MS, False, "rescheduled"),
         ),
     ],
     Outcome.CANCELLED: [
@@ -458,7 +484,7 @@ def test_metadata_is_stored_as_sent_and_read_back_as_stored(
             headers={"tenant": "7", "attempt": 3, "urgent": True},
             late=late,
         )
-        assert sent == Scheduled("meta-1", AT_MS, True)
+        assert sent == Scheduled("meta-1", AT_MS, True, "created")
         assert daemon.meta("meta-1") == expected
         status = await client.get("meta-1")
         assert status == TaskStatus(
@@ -725,7 +751,7 @@ def test_an_untimed_series_is_due_when_the_daemon_would_have_made_it(
         async with httpx.AsyncClient(base_url=client.base_url) as raw:
             untimed = await raw.post("/v1/tasks", json={"id": "untimed", **series})
         assert untimed.status_code == 201, untimed.text
-        assert made == Scheduled("by-client", untimed.json()["due_ms"], True)
+        assert made == Scheduled("by-client", untimed.json()["due_ms"], True, "created")
         if "cron" in series:  # the next matching minute
             assert made.due_ms == WEDNESDAY_9H_MS
         else:

@@ -146,7 +146,7 @@ def test_a_number_as_at_is_deprecated_epoch_seconds(clients: Callable[..., Clien
 def test_reschedule_sends_the_new_names(clients: Callable[..., Client]) -> None:
     script = Script(httpx.Response(200, json={"id": "t", "due_ms": AT_MS, "at": 4e9}))
     client = clients(script)
-    assert client.reschedule("t", at_ms=AT_MS) == Scheduled("t", AT_MS, False)
+    assert client.reschedule("t", at_ms=AT_MS) == Scheduled("t", AT_MS, False, "rescheduled")
     assert script.body() == {"at_ms": AT_MS}
     client.reschedule("t", at="2096-10-02T07:06:40")  # no offset: the daemon reads UTC
     assert script.body() == {"at": "2096-10-02T07:06:40"}
@@ -311,8 +311,10 @@ def test_results(clients: Callable[..., Client]) -> None:
         )
     )
     scheduled = client.schedule("t", at_ms=1002)
-    assert scheduled == Scheduled("t", 1002, False)
-    assert client.reschedule("t", at="1970-01-01T00:00:02.5Z") == Scheduled("t", 2500, False)
+    assert scheduled == Scheduled("t", 1002, False, "exists")
+    assert client.reschedule("t", at="1970-01-01T00:00:02.5Z") == Scheduled(
+        "t", 2500, False, "rescheduled"
+    )
     status = client.get("t")
     assert status == TaskStatus("t", 3250, "k", TaskState.FIRING)
     assert client.schedule_many([TaskRequest(at_ms=1), TaskRequest(at_ms=2)]) == ["a", "b"]

@@ -70,6 +70,7 @@ def test_create_reply_and_row(hook: TriggerHook, store: FakeStore) -> None:
         "due_ms": 1_800_000_000_250,
         "at": 1_800_000_000.25,  # deprecated: epoch seconds
         "created": True,
+        "outcome": "created",
     }
     assert store.ids() == {"a"}
     row = store.row("a")
@@ -86,6 +87,7 @@ def test_create_again_is_a_no_op_and_other_content_conflicts(hook: TriggerHook) 
         "due_ms": 1_800_000_000_000,
         "at": 1_800_000_000.0,
         "created": False,
+        "outcome": "exists",
     }
     reply = run(hook, "create", {**body, "payload": "other"})
     assert reply["ok"] is False
@@ -137,6 +139,7 @@ def test_redelivered_delay_create_is_the_same_command(hook: TriggerHook, clock: 
         "due_ms": first["due_ms"],
         "at": first["at"],
         "created": False,
+        "outcome": "exists",
     }
     # Not redelivered: the same id with another due time is a conflict.
     reply = run(hook, "create", {"delay": 10}, message_id="m")

@@ -12,7 +12,8 @@ from support.fakes import FakeClock, FakeStore
 from support.waiting import wait_until
 
 from triggerhook.domain.arming import ShardMarks, shard_of
-from triggerhook.domain.task import CancelResult, Task
+from triggerhook.domain.ratelimits import Throttle, parse_rate_list
+from triggerhook.domain.task import CancelResult, InsertOutcome, Task
 from triggerhook.engine.armer import Armer, full_interval_ms
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
@@ -26,7 +27,7 @@ from triggerhook.engine.shards import (
     Verdict,
 )
 from triggerhook.errors import InstanceNameInUse, StoreError, StoreUnavailable
-from triggerhook.interfaces import Acquired, InsertOutcome, Lease, NewRow
+from triggerhook.interfaces import Acquired, Lease, NewRow
 from triggerhook.runtime.worker import Worker
 
 NOW = 1_700_000_000_000
@@ -303,9 +304,8 @@ def test_arming_skips_a_lapsed_or_draining_lease(stages: Stages) -> None:
 
 
 def _insert(s: Stages, *tasks: Task) -> None:
-    assert s.store.insert([NewRow(t) for t in tasks], atomic=False) == [
-        InsertOutcome.CREATED
-    ] * len(tasks)
+    inserted = s.store.insert([NewRow(t) for t in tasks], atomic=False)
+    assert [i.outcome for i in inserted] == [InsertOutcome.CREATED] * len(tasks)
 
 
 def _own_all(s: Stages, instance: str = ME) -> list[Acquired]:
@@ -889,3 +889,69 @@ def test_a_workers_thread_carries_its_name_in_the_kernel() -> None:
     worker.start()
     assert worker.join(WAIT_S)
     assert worker.comm == "th-a-long-threa"  # the kernel keeps 15 bytes
+
+
+# -- rate limits: the scheduler holds a limited task back until its token comes --------------
+# (domain/ratelimits.py): the rest of the batch goes on, the held task goes at
+# its instant and never before, and a dropped one's token is not waited for.
+
+
+def limited(rates: str, share: float = 1.0) -> Stages:
+    stages = make_stages()
+    stages.scheduler.throttle = Throttle(parse_rate_list(rates), lambda: share)
+    return stages
+
+
+def other_key(name: str, due_ms: int) -> Task:
+    return task(name, due_ms).replace(routing_key="free")
+
+
+def run_until(stages: Stages, until_ms: int) -> list[tuple[str, int]]:
+    """Each task as it leaves for the send buffer, with the instant it left."""
+    left: list[tuple[str, int]] = []
+    now = NOW
+    while now <= until_ms:
+        batch, _ = stages.scheduler.poll(now)
+        if batch:
+            stages.scheduler.handle(batch, now)
+            left += [(t.id, now) for t in stages.buffer.take(100)]
+        now += 1
+    return left
+
+
+def test_a_limited_key_waits_its_turn_and_the_others_go_on() -> None:
+    stages = limited("rk=4/s burst 2")
+    stages.scheduler.push_many([task(f"t{i}", NOW) for i in range(5)] + [other_key("f", NOW)])
+    left = run_until(stages, NOW + 1000)
+    assert left == [
+        ("t0", NOW),
+        ("t1", NOW),
+        ("f", NOW),  # not limited: not behind them
+        ("t2", NOW + 250),  # one token every 250 ms, none before
+        ("t3", NOW + 500),
+        ("t4", NOW + 750),
+    ]
+    assert stages.scheduler.throttled() == 3
+    assert len(stages.scheduler) == 0 and stages.scheduler.throttle is not None
+    assert len(stages.scheduler.throttle) == 0  # each held task came back and went
+
+
+def test_a_held_task_of_a_lost_shard_is_dropped_and_its_token_not_waited_for() -> None:
+    stages = limited("rk=1/s burst 1")
+    held_shard(stages.shards, shard=1, epoch=5)
+    first, doomed = task("a", NOW, shard=1, epoch=5), task("b", NOW, shard=1, epoch=5)
+    stages.inventory.admit([first, doomed], 0)
+    stages.scheduler.push_many([first, doomed])
+    assert [name for name, _ in run_until(stages, NOW)] == ["a"]
+    stages.shards.drop([1])  # lost while "b" waits for its token
+    assert run_until(stages, NOW + 1000) == []
+    assert stages.scheduler.dropped == 1
+    assert stages.scheduler.throttle is not None and len(stages.scheduler.throttle) == 0
+
+
+def test_an_instance_fires_its_share_of_the_rate() -> None:
+    stages = limited("rk=10/s burst 10", share=0.5)  # it holds half the shards
+    stages.scheduler.push_many([task(f"t{i}", NOW) for i in range(10)])
+    left = run_until(stages, NOW + 1000)
+    assert ids([task(name, 0) for name, _ in left]) == [f"t{i}" for i in range(10)]
+    assert [at - NOW for _, at in left] == [0] * 5 + [200, 400, 600, 800, 1000]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support.waiting import wait_until
 
-from triggerhook.domain.task import CancelResult, Task
+from triggerhook.domain.task import CancelResult, InsertOutcome, Task
 from triggerhook.engine.groupcommit import GroupCommitter
 from triggerhook.errors import (
     EngineFailure,
@@ -21,7 +21,7 @@ from triggerhook.errors import (
     StoreUnavailable,
     TriggerHookError,
 )
-from triggerhook.interfaces import InsertOutcome, NewRow
+from triggerhook.interfaces import NewRow
 
 WAIT_S = 5.0
 

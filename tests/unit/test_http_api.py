@@ -147,6 +147,11 @@ def due(task_id: str, due_ms: int) -> dict[str, object]:
     return {"id": task_id, "due_ms": due_ms, "at": at_s(due_ms)}
 
 
+def created(task_id: str, due_ms: int, outcome: str = "created") -> dict[str, object]:
+    """A create's answer: a write's, and its outcome."""
+    return {**due(task_id, due_ms), "outcome": outcome}
+
+
 def task_body(task_id: str | None = "t-1", **fields: object) -> dict[str, object]:
     body: dict[str, object] = {"at": AT}
     if task_id is not None:
@@ -193,13 +198,13 @@ JSON = {"Content-Type": "application/json"}
 def test_create_answers_201_with_the_id_and_at_in_seconds(daemon: Daemon) -> None:
     async def scenario(client: Client) -> None:
         body = task_body(routing_key="billing.charge", payload="hi")
-        created = await answer(client.post("/v1/tasks", json=body))
-        assert created == (201, due("t-1", 1_893_456_000_250))
+        made = await answer(client.post("/v1/tasks", json=body))
+        assert made == (201, created("t-1", 1_893_456_000_250))
         # Epoch seconds in, too (a fraction allowed).
         numeric = task_body("t-2", at=1_893_456_000.25)
         assert await answer(client.post("/v1/tasks", json=numeric)) == (
             201,
-            due("t-2", 1_893_456_000_250),
+            created("t-2", 1_893_456_000_250),
         )
 
     daemon.serve(scenario)
@@ -219,8 +224,8 @@ def test_create_takes_at_ms_delay_ms_and_rfc_3339_text(daemon: Daemon) -> None:
             ("naive", {"at": "2030-01-01T00:00:00.250"}, AT_MS),  # no offset: UTC
             ("past", {"at_ms": -1}, 0),  # before 1970: due at once
         ):
-            created = await answer(client.post("/v1/tasks", json={"id": task_id, **when}))
-            assert created == (201, due(task_id, due_ms))
+            made = await answer(client.post("/v1/tasks", json={"id": task_id, **when}))
+            assert made == (201, created(task_id, due_ms))
         for body, field_name, given in (
             ({"at_ms": AT_MS, "delay_ms": 1}, "at_ms", "at_ms, delay_ms"),
             ({"at": AT, "at_ms": AT_MS}, "at", "at, at_ms"),
@@ -246,12 +251,12 @@ def test_the_same_create_again_is_200_and_other_content_is_a_409_conflict(
     async def scenario(client: Client) -> None:
         assert await answer(client.post("/v1/tasks", json=body)) == (
             201,
-            due("t-1", AT_MS),
+            created("t-1", AT_MS),
         )
         first.append(row(daemon.store, "t-1"))
         assert await answer(client.post("/v1/tasks", json=body)) == (
             200,
-            due("t-1", AT_MS),
+            created("t-1", AT_MS, "exists"),
         )
         for other in ({**body, "payload": "other"}, {**body, "at": at_s(LATER_MS)}):
             assert await answer(client.post("/v1/tasks", json=other)) == (
@@ -288,12 +293,12 @@ def test_at_is_answered_in_milliseconds_rounded_up_and_past_times_as_the_epoch(
         sub_ms = task_body("r", at=1_893_456_000.2501)
         assert await answer(client.post("/v1/tasks", json=sub_ms)) == (
             201,
-            due("r", 1_893_456_000_251),  # never early
+            created("r", 1_893_456_000_251),  # never early
         )
         for name, past in (("p", -5), ("q", "1960-01-01T00:00:00Z")):
             assert await answer(client.post("/v1/tasks", json={"id": name, "at": past})) == (
                 201,
-                due(name, 0),
+                created(name, 0),
             )
 
     daemon.serve(scenario)
@@ -306,7 +311,7 @@ def test_a_task_due_within_arm_ahead_is_being_published_at_once(daemon: Daemon) 
         soon = {"id": "soon", "delay": 0.1}  # within arm_ahead_ms (200 ms)
         assert await answer(client.post("/v1/tasks", json=soon)) == (
             201,
-            due("soon", NOW_MS + 100),
+            created("soon", NOW_MS + 100),
         )
         # Armed by this engine (it owns every shard) within moments of the insert.
         deadline = time.monotonic() + 5
@@ -331,7 +336,7 @@ def test_a_delay_create_sent_again_later_conflicts(daemon: Daemon) -> None:
     async def scenario(client: Client) -> None:
         assert await answer(client.post("/v1/tasks", json=body)) == (
             201,
-            due("d", NOW_MS + DELAY_MS),
+            created("d", NOW_MS + DELAY_MS),
         )
         # At the same instant: the same due time, a safe repeat.
         assert (await answer(client.post("/v1/tasks", json=body)))[0] == 200
@@ -441,7 +446,7 @@ def test_a_json_content_type_with_parameters_is_json(daemon: Daemon) -> None:
         headers = {"Content-Type": "application/json; charset=utf-8"}
         assert await answer(client.post("/v1/tasks", data=raw, headers=headers)) == (
             201,
-            due("t-1", AT_MS),
+            created("t-1", AT_MS),
         )
 
     daemon.serve(scenario)
@@ -460,7 +465,7 @@ def test_a_body_over_http_max_body_bytes_is_413_and_writes_nothing(
             assert r.headers.get("Connection", "").lower() == "close"  # the body was not read
         assert await answer(client.post("/v1/tasks", data=sized("fits", 1024), headers=JSON)) == (
             201,
-            due("fits", AT_MS),
+            created("fits", AT_MS),
         )
 
     daemon.serve(scenario)
@@ -505,7 +510,8 @@ def test_a_batch_creates_every_task_and_answers_their_ids_in_order(daemon: Daemo
     async def scenario(client: Client) -> None:
         status, data = await answer(client.post("/v1/tasks/batch", json=body))
         assert status == 201
-        assert set(data) == {"ids"}
+        assert set(data) == {"ids", "outcomes"}
+        assert data["outcomes"] == ["created"] * 3
         ids.extend(data["ids"])
 
     daemon.serve(scenario)
@@ -523,9 +529,11 @@ def test_the_same_batch_again_changes_nothing(daemon: Daemon) -> None:
     before: list[dict[str, Row]] = []
 
     async def scenario(client: Client) -> None:
-        assert await answer(client.post("/v1/tasks/batch", json=body)) == (201, {"ids": ["a", "b"]})
+        made = {"ids": ["a", "b"], "outcomes": ["created", "created"]}
+        assert await answer(client.post("/v1/tasks/batch", json=body)) == (201, made)
         before.append({tid: row(daemon.store, tid) for tid in ("a", "b")})
-        assert await answer(client.post("/v1/tasks/batch", json=body)) == (201, {"ids": ["a", "b"]})
+        again = {"ids": ["a", "b"], "outcomes": ["exists", "exists"]}
+        assert await answer(client.post("/v1/tasks/batch", json=body)) == (201, again)
 
     daemon.serve(scenario)
     assert {tid: row(daemon.store, tid) for tid in daemon.store.ids()} == before[0]
@@ -579,7 +587,8 @@ def test_a_batch_over_http_max_batch_tasks_is_422(make_daemon: Callable[..., Dae
             error("invalid", "must hold 1 to 2 tasks, got 3", "tasks"),
         )
         two = {"tasks": [task_body(name) for name in ("a", "b")]}
-        assert await answer(client.post("/v1/tasks/batch", json=two)) == (201, {"ids": ["a", "b"]})
+        made = {"ids": ["a", "b"], "outcomes": ["created", "created"]}
+        assert await answer(client.post("/v1/tasks/batch", json=two)) == (201, made)
 
     daemon.serve(scenario)
     assert daemon.store.ids() == {"a", "b"}
@@ -624,7 +633,7 @@ def test_a_batch_giving_one_id_twice_with_the_same_content_stores_it_once(
         batch = {"tasks": [task_body("y"), task_body("y")]}
         assert await answer(client.post("/v1/tasks/batch", json=batch)) == (
             201,
-            {"ids": ["y", "y"]},
+            {"ids": ["y", "y"], "outcomes": ["created", "exists"]},
         )
 
     daemon.serve(scenario)
@@ -866,7 +875,7 @@ def test_with_api_token_a_request_without_the_token_is_401_and_writes_nothing(
         assert daemon.store.ids() == set()
         assert await answer(client.post("/v1/tasks", json=task_body(), headers=right)) == (
             201,
-            due("t-1", AT_MS),
+            created("t-1", AT_MS),
         )
         before.append(row(daemon.store, "t-1"))
         later = {"at": at_s(LATER_MS)}

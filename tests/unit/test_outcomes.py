@@ -21,15 +21,15 @@ from triggerhook.cli import (
 )
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
+    INSERT_OUTCOMES,
     MESSAGES,
     RESCHEDULE_OUTCOMES,
     SUCCESSES,
     Outcome,
     error_outcome,
-    scheduled_outcome,
     unavailable_what,
 )
-from triggerhook.domain.task import CancelResult, RescheduleResult
+from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult
 from triggerhook.errors import (
     BrokerUnavailable,
     ConfigError,
@@ -43,6 +43,7 @@ from triggerhook.errors import (
     StoreError,
     StoreUnavailable,
     TooCostly,
+    TooLateError,
     ValidationError,
 )
 
@@ -72,6 +73,8 @@ def test_every_outcome_has_a_message_template() -> None:
     assert {
         Outcome.CREATED,
         Outcome.EXISTS,
+        Outcome.REPLACED,
+        Outcome.KEPT,
         Outcome.RESCHEDULED,
         Outcome.CANCELLED,
         Outcome.FOUND,
@@ -106,6 +109,8 @@ def test_http_rendering() -> None:
     assert statuses == {
         Outcome.CREATED: 201,
         Outcome.EXISTS: 200,
+        Outcome.REPLACED: 200,
+        Outcome.KEPT: 200,
         Outcome.RESCHEDULED: 200,
         Outcome.CANCELLED: 204,
         Outcome.FOUND: 200,
@@ -222,14 +227,20 @@ def test_cli_rendering() -> None:
 def test_library_results_map_to_outcomes_of_the_same_word() -> None:
     assert set(CANCEL_OUTCOMES) == set(CancelResult)
     assert set(RESCHEDULE_OUTCOMES) == set(RescheduleResult)
-    for result, outcome in [*CANCEL_OUTCOMES.items(), *RESCHEDULE_OUTCOMES.items()]:
+    assert set(INSERT_OUTCOMES) == set(InsertOutcome)
+    results = [*CANCEL_OUTCOMES.items(), *RESCHEDULE_OUTCOMES.items(), *INSERT_OUTCOMES.items()]
+    for result, outcome in results:
         assert outcome.code == result.value
-    assert scheduled_outcome(True) is Outcome.CREATED
-    assert scheduled_outcome(False) is Outcome.EXISTS
 
 
 def test_conflict_message_is_the_errors() -> None:
     assert Outcome.CONFLICT.message(id="a.b") == str(ConflictError("a.b"))
+
+
+def test_a_replace_too_late_is_its_own_outcome() -> None:
+    assert error_outcome(TooLateError("a.b", 3)) is Outcome.TOO_LATE
+    assert TooLateError("a.b", 3).index == 3
+    assert "too late to replace" in str(TooLateError("a.b"))
 
 
 @pytest.mark.parametrize(

@@ -601,6 +601,8 @@ recurrences = st.one_of(
         until_ms=until_values,
         occurrence=st.integers(min_value=1, max_value=2**53),
         stopped=st.booleans(),
+        dst_repeated=st.sampled_from([None, "first", "last", "both"]),
+        dst_skipped=st.sampled_from([None, "shift", "skip"]),
     ),
 )
 

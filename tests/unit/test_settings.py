@@ -13,6 +13,7 @@ import pytest
 
 from triggerhook.cli.config_text import render_effective, render_reference, render_toml, shown
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy
+from triggerhook.domain.ratelimits import RateLimit
 from triggerhook.domain.task import ID_PATTERN
 from triggerhook.errors import ConfigError
 from triggerhook.settings import (
@@ -698,3 +699,34 @@ def test_render_effective_is_toml_with_secrets_masked_and_sources(tmp_path: Path
     assert lines["api_token"].endswith(f"# env file TRIGGERHOOK_API_TOKEN_FILE={secret}")
     assert lines["http_port"].endswith("# flag --http-port")
     assert lines["exchange"].endswith("# default")
+
+
+# -- rate_limits, catch_up_rate (issue 32) ----------------------------------------------------
+
+
+def test_rate_limits_are_read_in_order_from_any_source(tmp_path: Path) -> None:
+    text = "billing.*=200/s, #=20000/s burst 500"
+    expected = (RateLimit("billing.*", 200.0, 200), RateLimit("#", 20_000.0, 500))
+    from_env = load_settings(environ={"TRIGGERHOOK_RATE_LIMITS": text})
+    assert from_env.throttle_limits() == (expected, None)
+    path = write_toml(tmp_path, f'rate_limits = "{text}"\ncatch_up_rate = "1000/s"\n')
+    assert load_settings(path, environ={}).throttle_limits() == (
+        expected,
+        RateLimit("#", 1000.0, 1000),
+    )
+    assert Settings().throttle_limits() == ((), None)  # none by default
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("rate_limits", "billing.*", "rate_limits: 'billing.*': expected"),
+        ("rate_limits", "a=1/s, a=2/s", "rate_limits.a: given twice"),
+        ("rate_limits", "a b=1/s", "rate_limits.a b: the pattern"),
+        ("catch_up_rate", "fast", 'catch_up_rate: must be "N/s"'),
+    ],
+)
+def test_a_bad_rate_is_refused_naming_it(name: str, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(environ={}, overrides={name: text})
+    assert str(raised.value).startswith(message), str(raised.value)

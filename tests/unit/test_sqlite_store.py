@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.stores import in_shard
+from support.stores import in_shard, outcomes
 
 from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.meta import make_meta
-from triggerhook.domain.task import CancelResult, Task, TaskState
+from triggerhook.domain.task import CancelResult, InsertOutcome, Task, TaskState
 from triggerhook.errors import SchemaError, StoreError, StoreUnavailable
-from triggerhook.interfaces import InsertOutcome, Lease, NewRow
+from triggerhook.interfaces import Lease, NewRow
 from triggerhook.store.sqlite import SQLiteStore
 from triggerhook.store.sqlite import listing as sqlite_listing
 from triggerhook.store.sqlite import sql as q
@@ -45,8 +45,8 @@ def store(path: Path) -> Iterator[SQLiteStore]:
 
 
 def put(store: SQLiteStore, *tasks: Task) -> None:
-    outcomes = store.insert([NewRow(t) for t in tasks], atomic=False)
-    assert outcomes == [InsertOutcome.CREATED] * len(tasks)
+    inserted = store.insert([NewRow(t) for t in tasks], atomic=False)
+    assert outcomes(inserted) == [InsertOutcome.CREATED] * len(tasks)
 
 
 def leases_of(store: SQLiteStore, instance: str = "me") -> list[Lease]:

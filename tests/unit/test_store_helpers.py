@@ -10,8 +10,8 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from triggerhook.domain.arming import TOP_ID, Mark, ShardMarks
-from triggerhook.domain.task import CancelResult, Task
-from triggerhook.interfaces import InsertOutcome, NewRow
+from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
+from triggerhook.interfaces import NewRow
 from triggerhook.store import mysql
 from triggerhook.store import rows as store_rows
 from triggerhook.store.arm_pass import (
@@ -26,10 +26,10 @@ from triggerhook.store.mysql import alembic as revisions
 from triggerhook.store.mysql import sql
 from triggerhook.store.rows import (
     cancel_result,
+    conflict_outcome,
     first_wins,
+    id_rounds,
     insert_chunks,
-    repeat_outcome,
-    split_repeats,
 )
 
 DUE = 1_700_000_000_000
@@ -74,49 +74,55 @@ def test_pair_placeholders_refuse_an_empty_in_list() -> None:
         sql.placeholders(0, width=2)
 
 
-# -- split_repeats -----------------------------------------------------------------------
+# -- id_rounds --------------------------------------------------------------------------
 
 
-def test_split_repeats_without_repeats() -> None:
-    assert split_repeats([new("a"), new("b"), new("c")]) == ([0, 1, 2], {})
+def test_id_rounds_without_repeats() -> None:
+    assert id_rounds([new("a"), new("b"), new("c")]) == [[0, 1, 2]]
 
 
-def test_split_repeats_maps_each_repeat_to_the_first_row_of_its_id() -> None:
+def test_id_rounds_put_each_repeat_after_the_earlier_rows_of_its_id() -> None:
     rows = [new("a"), new("b"), new("a"), new("c"), new("b"), new("a", payload=b"other")]
-    first, repeats = split_repeats(rows)
-    assert first == [0, 1, 3]
-    assert repeats == {2: 0, 4: 1, 5: 0}
+    assert id_rounds(rows) == [[0, 1, 3], [2, 4], [5]]
 
 
-def test_split_repeats_of_nothing() -> None:
-    assert split_repeats([]) == ([], {})
+def test_id_rounds_of_nothing() -> None:
+    assert id_rounds([]) == []
 
 
-# -- repeat_outcome -------------------------------------------------------------------------
+# -- conflict_outcome --------------------------------------------------------------------
+
+RULES = list(OnConflict)
 
 
-@pytest.mark.parametrize("earlier_outcome", [InsertOutcome.CREATED, InsertOutcome.EXISTS])
-def test_identical_repeat_is_a_safe_retry(earlier_outcome: InsertOutcome) -> None:
-    assert repeat_outcome(new("a"), new("a"), earlier_outcome) is InsertOutcome.EXISTS
-
-
-def test_identical_repeat_ignores_the_revision() -> None:
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("armed", [False, True])
+def test_the_same_content_is_a_safe_retry_whatever_the_rule(rule: OnConflict, armed: bool) -> None:
     # The revision a row would be written with is not part of its content.
-    outcome = repeat_outcome(new("a", rev=2), new("a", rev=3), InsertOutcome.CREATED)
-    assert outcome is InsertOutcome.EXISTS
+    row = NewRow(Task("a", DUE, "rk"), rev=2, on_conflict=rule)
+    assert conflict_outcome(row, Task("a", DUE, "rk", rev=3), armed) is InsertOutcome.EXISTS
 
 
 @pytest.mark.parametrize(
     "changed",
-    [new("a", due_ms=DUE + 1), new("a", payload=b"x"), NewRow(Task("a", DUE, "other.key"))],
+    [Task("a", DUE + 1, "rk"), Task("a", DUE, "rk", b"x"), Task("a", DUE, "other.key")],
 )
-def test_different_repeat_is_a_conflict(changed: NewRow) -> None:
-    assert repeat_outcome(changed, new("a"), InsertOutcome.CREATED) is InsertOutcome.CONFLICT
-    assert repeat_outcome(changed, new("a"), InsertOutcome.EXISTS) is InsertOutcome.CONFLICT
-
-
-def test_repeat_of_a_conflicting_row_is_a_conflict() -> None:
-    assert repeat_outcome(new("a"), new("a"), InsertOutcome.CONFLICT) is InsertOutcome.CONFLICT
+@pytest.mark.parametrize(
+    ("rule", "armed", "expected"),
+    [
+        (OnConflict.ERROR, False, InsertOutcome.CONFLICT),
+        (OnConflict.ERROR, True, InsertOutcome.CONFLICT),
+        (OnConflict.KEEP, False, InsertOutcome.KEPT),
+        (OnConflict.KEEP, True, InsertOutcome.KEPT),
+        (OnConflict.REPLACE, False, InsertOutcome.REPLACED),
+        (OnConflict.REPLACE, True, InsertOutcome.TOO_LATE),  # R6r: never an armed row
+    ],
+)
+def test_other_content_is_answered_by_the_rule(
+    changed: Task, rule: OnConflict, armed: bool, expected: InsertOutcome
+) -> None:
+    row = NewRow(changed, on_conflict=rule)
+    assert conflict_outcome(row, Task("a", DUE, "rk"), armed) is expected
 
 
 # -- insert_chunks ----------------------------------------------------------------------------

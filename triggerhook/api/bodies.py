@@ -77,9 +77,10 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
     """A create body: ``{"id"?, "at" | "at_ms" | "delay_ms" | "delay",
     "routing_key"?, "payload"? | "payload_b64"?, "tags"?, "content_type"?,
     "content_encoding"?, "headers"?, "late"?, "every"? | "cron"?, "timezone"?,
-    "until"? | "until_ms"?}`` (the metadata is checked by domain/meta.py, a
-    series by domain/recurrence.py, which also gives its first time when it
-    has none of the due-time fields)."""
+    "until"? | "until_ms"?, "dst_repeated"?, "dst_skipped"?, "on_conflict"?}``
+    (the metadata is checked by domain/meta.py, a series by
+    domain/recurrence.py, which also gives its first time when it has none of
+    the due-time fields; ``on_conflict`` by domain/spec.py)."""
     fields = _object(body, prefix, CREATE_FIELDS)
     series = "every" in fields or "cron" in fields
     untimed = series and not any(name in fields for name in WHEN_FIELDS)
@@ -110,6 +111,9 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         timezone=_unchecked(fields, "timezone", prefix),
         until=_unchecked(fields, "until", prefix),
         until_ms=_until_ms(fields, prefix),
+        dst_repeated=_unchecked(fields, "dst_repeated", prefix),
+        dst_skipped=_unchecked(fields, "dst_skipped", prefix),
+        on_conflict=_unchecked(fields, "on_conflict", prefix),  # checked by conflict_rule
     )
 
 

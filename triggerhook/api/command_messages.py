@@ -22,12 +22,12 @@ from triggerhook.api.render import due_json
 from triggerhook.app import TaskSpec, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
+    INSERT_OUTCOMES,
     RESCHEDULE_OUTCOMES,
     Outcome,
-    scheduled_outcome,
 )
 from triggerhook.domain.task import ID_PATTERN, RescheduleResult, Task, TaskInfo
-from triggerhook.errors import ConflictError, ValidationError
+from triggerhook.errors import ConflictError, TooLateError, ValidationError
 
 COMMAND_TYPES = ("create", "cancel", "reschedule")
 _ID_FIELD = frozenset({"id"})
@@ -65,6 +65,8 @@ _RETRIED = AmqpRendering(False, Disposition.RETRIED)
 AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.CREATED: _ANSWERED,
     Outcome.EXISTS: _ANSWERED,
+    Outcome.REPLACED: _ANSWERED,
+    Outcome.KEPT: _ANSWERED,
     Outcome.RESCHEDULED: _ANSWERED,
     Outcome.CANCELLED: _ANSWERED,
     Outcome.FOUND: None,  # no lookup command
@@ -117,7 +119,7 @@ def answer(outcome: Outcome, field: str | None = None, **values: object) -> Repl
     return _error(code_of(outcome), message_of(outcome, **values), field)
 
 
-def _success(outcome: Outcome, **fields: object) -> Reply:
+def _success(outcome: Outcome, /, **fields: object) -> Reply:
     assert _rendering(outcome).ok, f"{outcome} is not a success"
     return {"ok": True, **fields}
 
@@ -224,15 +226,24 @@ def _create(hook: TriggerHook, document: object, command: Command) -> Reply:
         scheduled = hook.schedule(spec)
     except ValidationError as exc:
         raise _invalid(exc) from None
+    except TooLateError as exc:
+        return answer(Outcome.TOO_LATE, id=exc.task_id, action="replace")
     except ConflictError as exc:
         stored = _redelivered_delay(hook, command, spec)
         if stored is None:
             return answer(Outcome.CONFLICT, id=exc.task_id)
-        return _success(Outcome.EXISTS, **due_json(stored.id, stored.due_ms), created=False)
+        return _created(Outcome.EXISTS, stored)
+    return _created(INSERT_OUTCOMES[scheduled.outcome], scheduled.task)
+
+
+def _created(outcome: Outcome, task: Task) -> Reply:
+    """A create's reply: the task's id and due time (the stored task's when
+    KEPT), ``created`` (kept for older callers) and the outcome."""
     return _success(
-        scheduled_outcome(scheduled.created),
-        **due_json(scheduled.task.id, scheduled.task.due_ms),
-        created=scheduled.created,
+        outcome,
+        **due_json(task.id, task.due_ms),
+        created=outcome is Outcome.CREATED,
+        outcome=outcome.code,
     )
 
 

@@ -25,6 +25,8 @@ from triggerhook.api.openapi_parts import (
 from triggerhook.api.openapi_schedule import CRON_SPACE, EVERY_SCHEMA, cron_schema
 from triggerhook.domain.bounds import MAX_DUE_MS
 from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
+from triggerhook.domain.recurrence import DST_REPEATED, DST_SKIPPED
+from triggerhook.domain.task import OnConflict
 
 # Longest delay accepted (about 6,300 years).
 MAX_DELAY_S = 200_000_000_000
@@ -175,6 +177,28 @@ SERIES_BODY: Fields = (
     ),
     Field("timezone", {"$ref": "#/components/schemas/TimeZone", "default": "UTC"}),
     Field(
+        "dst_repeated",
+        {
+            "type": "string",
+            "enum": list(DST_REPEATED),
+            "description": "cron only: a matching local time the clocks show twice (they go "
+            "back) fires at its first pass, its last, or both. Absent: first for an entry "
+            "naming its times (30 2 * * *), both for one whose minute or hour field starts "
+            "with * (*/15 * * * *), as Debian's cron.",
+        },
+    ),
+    Field(
+        "dst_skipped",
+        {
+            "type": "string",
+            "enum": list(DST_SKIPPED),
+            "description": "cron only: matching local times the clocks skip (they go "
+            "forward) fire once, at the end of the gap (shift), or not at all (skip). Absent: "
+            "shift for an entry naming its times, skip for one whose minute or hour field "
+            "starts with *.",
+        },
+    ),
+    Field(
         "until",
         time_schema(
             f"The series' end: its last occurrence is the last one at or before it. {_RFC_3339} "
@@ -188,6 +212,17 @@ SERIES_BODY: Fields = (
         ),
     ),
 )
+
+
+ON_CONFLICT_SCHEMA = {
+    "type": "string",
+    "enum": [rule.value for rule in OnConflict],
+    "default": OnConflict.ERROR.value,
+    "description": "When the id exists with other content: error (409 conflict); keep (200, "
+    "outcome kept: the stored task stays and is answered); replace (200, outcome replaced: "
+    "this content and due time replace it, a new revision; 409 too_late when it is being "
+    "published). Debounce: replace with delay_ms the quiet period. Not part of the content.",
+}
 
 
 def create_body(max_payload_bytes: int) -> Fields:
@@ -216,6 +251,7 @@ def create_body(max_payload_bytes: int) -> Fields:
         ),
         *metadata_fields(GIVEN_DEADLINES),
         *SERIES_BODY,
+        Field("on_conflict", ON_CONFLICT_SCHEMA),
     )
 
 
@@ -230,11 +266,16 @@ def create_schema(max_payload_bytes: int) -> Schema:
     return object_schema(
         properties(create_body(max_payload_bytes)),
         anyOf=[*ONE_WHEN, *SERIES["anyOf"]],
-        dependentRequired={"timezone": ["cron"]},
+        dependentRequired={
+            "timezone": ["cron"],
+            "dst_repeated": ["cron"],
+            "dst_skipped": ["cron"],
+        },
         dependentSchemas=exclusive(EXCLUSIVE, {"until": SERIES, "until_ms": SERIES}),
         description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
         "series: every or cron) none; at most one of payload and payload_b64, of every and "
-        "cron, and of until and until_ms; timezone only with cron, until only in a series "
+        "cron, and of until and until_ms; timezone, dst_repeated and dst_skipped only with "
+        "cron, until only in a series "
         "(without a due time the first occurrence is one every from now, or the next "
         "matching minute). The metadata and the schedule are part of the content an "
         "idempotent re-create compares.",

@@ -52,10 +52,10 @@ from triggerhook.api.web import WebView, is_ui_path
 from triggerhook.app import Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
+    INSERT_OUTCOMES,
     RESCHEDULE_OUTCOMES,
     Outcome,
     error_outcome,
-    scheduled_outcome,
     unavailable_what,
 )
 from triggerhook.domain.task import CancelResult, validate_id
@@ -120,6 +120,8 @@ _RETRY_AFTER = (("Retry-After", "1"),)
 HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
     Outcome.CREATED: HttpRendering(201),
     Outcome.EXISTS: HttpRendering(200),
+    Outcome.REPLACED: HttpRendering(200),
+    Outcome.KEPT: HttpRendering(200),
     Outcome.RESCHEDULED: HttpRendering(200),
     Outcome.CANCELLED: HttpRendering(204),
     Outcome.FOUND: HttpRendering(200),
@@ -211,6 +213,14 @@ def _library_error(exc: TriggerHookError) -> ApiError:
         assert isinstance(exc, TransientError)
         return ApiError(outcome, what=unavailable_what(exc))
     return ApiError(outcome, detail=exc)  # TOO_COSTLY says which bound; the rest ignore it
+
+
+def _created(scheduled: Scheduled) -> tuple[int, dict[str, Any]]:
+    """A create's status and answer: the task's id and due time (the stored
+    task's when KEPT), and the outcome."""
+    outcome = INSERT_OUTCOMES[scheduled.outcome]
+    task = scheduled.task
+    return status_of(outcome), {**due_json(task.id, task.due_ms), "outcome": outcome.code}
 
 
 def _response(status: int, data: object, headers: dict[str, str] | None = None) -> web.Response:
@@ -457,26 +467,25 @@ class HttpApi:
         commit: Commit[Scheduled] = Commit()
         commit.hold(self._hook.schedule_nowait(spec, commit.done))
         scheduled = await commit.wait()
-        status = status_of(scheduled_outcome(scheduled.created))
-        task = scheduled.task
-        return _response(status, due_json(task.id, task.due_ms))
+        return _response(*_created(scheduled))
 
     async def create_batch(self, request: web.Request) -> web.Response:
         body = await self._body(request)
-        ids = await self._blocking(lambda: self._schedule_batch(body))
-        return _response(status_of(Outcome.CREATED), {"ids": ids})
+        scheduled = await self._blocking(lambda: self._schedule_batch(body))
+        ids = [s.task.id for s in scheduled]
+        outcomes = [INSERT_OUTCOMES[s.outcome].code for s in scheduled]
+        return _response(status_of(Outcome.CREATED), {"ids": ids, "outcomes": outcomes})
 
-    def _schedule_batch(self, body: object) -> list[str]:
+    def _schedule_batch(self, body: object) -> list[Scheduled]:
         """On a pool thread: validating 10,000 tasks takes a while."""
         specs = parse_batch(body, self._config.max_batch_tasks)
         try:
-            scheduled = self._hook.schedule_many(specs)
-        except ConflictError as exc:
+            return self._hook.schedule_many(specs)
+        except ConflictError as exc:  # TooLateError too: its own outcome
             assert exc.index is not None  # schedule_many names the task
             raise ApiError(
-                Outcome.CONFLICT, field=f"tasks[{exc.index}].id", id=exc.task_id
+                error_outcome(exc), field=f"tasks[{exc.index}].id", id=exc.task_id
             ) from None
-        return [s.task.id for s in scheduled]
 
     async def get(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)

@@ -32,6 +32,7 @@ docs/openapi.json holds the document of the default limits
 from __future__ import annotations
 
 from triggerhook_client.answer_fields import (
+    CREATE,
     CREATED,
     ERROR,
     ERROR_DETAIL,
@@ -104,6 +105,7 @@ def _task_schema(payload: bool) -> Schema:
 # -- single tasks ---------------------------------------------------------------------------------
 
 _CREATED = open_answer(CREATED)
+_CREATE = open_answer(CREATE)
 
 
 def _create_operation() -> Schema:
@@ -115,9 +117,17 @@ def _create_operation() -> Schema:
             **json_content({"$ref": "#/components/schemas/CreateTask"}),
         },
         "responses": {
-            "201": {"description": "Created.", **json_content(_CREATED)},
-            "200": {"description": "Existed with the same content.", **json_content(_CREATED)},
-            "409": error("The id exists with different content."),
+            "201": {"description": "Created.", **json_content(_CREATE)},
+            "200": {
+                "description": "The id exists: with the same content (outcome exists), or "
+                "by on_conflict: replaced by this task (replaced), or kept (kept: the stored "
+                "task's due time).",
+                **json_content(_CREATE),
+            },
+            "409": error(
+                "The id exists with different content (conflict; on_conflict error), or the "
+                "task is being published (too_late; on_conflict replace): nothing written."
+            ),
             **BODY_ERRORS,
             **COMMON,
         },
@@ -142,10 +152,15 @@ def _batch_operation(max_batch_tasks: int) -> Schema:
         "requestBody": {"required": True, **json_content(body)},
         "responses": {
             "201": {
-                "description": "All stored (or existed with the same content).",
+                "description": "All stored, each as one create would be (created, exists, "
+                "replaced, kept: outcomes); the tasks apply in order, as if each came alone "
+                "after those before it.",
                 **json_content(open_answer(IDS)),
             },
-            "409": error("An id exists with different content; nothing stored."),
+            "409": error(
+                "A task conflicts or is too late to replace (as one create's 409; field: "
+                "tasks[i].id); nothing stored."
+            ),
             **BODY_ERRORS,
             **COMMON,
         },

@@ -49,8 +49,9 @@ from triggerhook.cli.flags import (
 from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.meta import meta_json
-from triggerhook.domain.outcomes import Outcome, error_outcome, scheduled_outcome
-from triggerhook.domain.task import TaskState
+from triggerhook.domain.outcomes import Outcome, error_outcome
+from triggerhook.domain.recurrence import DST_REPEATED, DST_SKIPPED
+from triggerhook.domain.task import OnConflict, TaskState
 from triggerhook.domain.timeparse import parse_duration_ms
 from triggerhook.errors import ConfigError, InstanceNameInUse, SchemaError, TriggerHookError
 from triggerhook.processes import EngineLink
@@ -77,6 +78,8 @@ class CliRendering:
 CLI_RENDERING: dict[Outcome, CliRendering] = {
     Outcome.CREATED: CliRendering(EXIT_OK),
     Outcome.EXISTS: CliRendering(EXIT_OK),
+    Outcome.REPLACED: CliRendering(EXIT_OK),
+    Outcome.KEPT: CliRendering(EXIT_OK),
     Outcome.RESCHEDULED: CliRendering(EXIT_OK, result=True),
     Outcome.CANCELLED: CliRendering(EXIT_OK, result=True),
     Outcome.FOUND: CliRendering(EXIT_OK),
@@ -207,6 +210,12 @@ def _schedule_arguments(sched: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a header of its event (VALUE as a string; NAME not starting with x-); repeatable",
     )
+    sched.add_argument(
+        "--on-conflict",
+        choices=[rule.value for rule in OnConflict],
+        help="when the id exists with other content: error (exit 2), keep the stored task, "
+        "or replace it (exit 4 when it is being published) (default: error)",
+    )
     sched.add_argument("--content-type", help="its event's content type, e.g. application/json")
     sched.add_argument("--content-encoding", help="its event's content encoding, e.g. gzip")
     sched.add_argument(
@@ -234,6 +243,18 @@ def _series_arguments(sched: argparse.ArgumentParser) -> None:
     )
     sched.add_argument(
         "--timezone", help="--cron's IANA time zone, e.g. Europe/Berlin (default UTC)"
+    )
+    sched.add_argument(
+        "--dst-repeated",
+        choices=list(DST_REPEATED),
+        help="--cron: a local time the clocks show twice (clocks back) fires at its first "
+        "pass, its last, or both (default: first for named times, both for */N entries)",
+    )
+    sched.add_argument(
+        "--dst-skipped",
+        choices=list(DST_SKIPPED),
+        help="--cron: local times the clocks skip (forward) fire once at the gap's end "
+        "(shift) or not at all (skip) (default: shift for named times, skip for */N entries)",
     )
     sched.add_argument(
         "--until",
@@ -416,8 +437,12 @@ def _schedule(backend: Backend, args: argparse.Namespace) -> int:
         payload=args.payload,
         meta=meta,
     )
-    _print_json({"id": stored.id, "due_ms": stored.due_ms, "created": stored.created})
-    return CLI_RENDERING[scheduled_outcome(stored.created)].exit
+    outcome = stored.outcome
+    created = outcome is Outcome.CREATED
+    _print_json(
+        {"id": stored.id, "due_ms": stored.due_ms, "created": created, "outcome": outcome.code}
+    )
+    return CLI_RENDERING[outcome].exit
 
 
 def _metadata(args: argparse.Namespace) -> Metadata:
@@ -431,7 +456,10 @@ def _metadata(args: argparse.Namespace) -> Metadata:
         every=args.every,
         cron=args.cron,
         timezone=args.timezone,
+        dst_repeated=args.dst_repeated,
+        dst_skipped=args.dst_skipped,
         until=args.until,
+        on_conflict=args.on_conflict,
     )
 
 

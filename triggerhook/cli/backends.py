@@ -40,11 +40,17 @@ from triggerhook.domain.listing import BulkCancelled, TaskFilter
 from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
+    INSERT_OUTCOMES,
     RESCHEDULE_OUTCOMES,
     Outcome,
     error_outcome,
 )
-from triggerhook.domain.recurrence import Recurrence, parse_every
+from triggerhook.domain.recurrence import (
+    Recurrence,
+    parse_dst_repeated,
+    parse_dst_skipped,
+    parse_every,
+)
 from triggerhook.domain.task import TaskInfo, TaskState
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ConfigError, SchemaError, TriggerHookError, ValidationError
@@ -56,11 +62,13 @@ _WHOLE_MS = re.compile(r"[0-9]{1,18}")  # below 2**63: the API's 64-bit integer
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A scheduled task: created, or the same task existed (``created`` False)."""
+    """A scheduled task, and the create's outcome: CREATED, EXISTS (the same
+    task existed), REPLACED or KEPT (``--on-conflict``; then ``due_ms`` is
+    the stored task's)."""
 
     id: str
     due_ms: int
-    created: bool
+    outcome: Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +115,9 @@ class Metadata:
     """What ``schedule`` takes besides the time, key and payload: ``--tag``,
     ``--content-type``, ``--content-encoding``, ``--header`` and ``--late``
     (:class:`LateArg`), and a series' ``--every`` or ``--cron``,
-    ``--timezone`` and ``--until`` (as ``--at`` takes it), as given."""
+    ``--timezone``, ``--dst-repeated``, ``--dst-skipped`` and ``--until``
+    (as ``--at`` takes it), and
+    ``--on-conflict``, as given."""
 
     tags: tuple[str, ...] = ()
     content_type: str | None = None
@@ -117,7 +127,10 @@ class Metadata:
     every: str | None = None
     cron: str | None = None
     timezone: str | None = None
+    dst_repeated: str | None = None
+    dst_skipped: str | None = None
     until: str | None = None
+    on_conflict: str | None = None
 
     @property
     def series(self) -> bool:
@@ -134,7 +147,10 @@ class Metadata:
             every=self.every,
             cron=self.cron,
             timezone=self.timezone,
+            dst_repeated=self.dst_repeated,
+            dst_skipped=self.dst_skipped,
             until=self.until,
+            on_conflict=self.on_conflict,
         )
 
 
@@ -148,7 +164,10 @@ class MetaArguments(TypedDict):
     every: str | None
     cron: str | None
     timezone: str | None
+    dst_repeated: str | None
+    dst_skipped: str | None
     until: str | None
+    on_conflict: str | None
 
 
 NO_METADATA = Metadata()
@@ -288,7 +307,7 @@ class LibraryBackend(_Closing):
                 **meta.arguments(),
             )
             result = self._hook.schedule(spec)
-        return Stored(result.task.id, result.task.due_ms, result.created)
+        return Stored(result.task.id, result.task.due_ms, INSERT_OUTCOMES[result.outcome])
 
     def reschedule(self, task_id: str, *, at: str | None, delay_ms: int | None) -> Moved:
         with _library_errors():
@@ -392,7 +411,7 @@ class HttpBackend(_Closing):
                 **meta.arguments(),
             )
         )
-        return Stored(result.id, result.due_ms, result.created)
+        return Stored(result.id, result.due_ms, Outcome(result.outcome))
 
     def reschedule(self, task_id: str, *, at: str | None, delay_ms: int | None) -> Moved:
         try:
@@ -509,13 +528,17 @@ def _recurrence(task: TaskSummary) -> Recurrence | None:
         return None
     try:
         every_ms = None if task.every is None else parse_every(task.every)
-    except ValidationError:
-        message = f"unexpected answer: every is {task.every!r}"
+        dst_repeated = parse_dst_repeated(task.dst_repeated)
+        dst_skipped = parse_dst_skipped(task.dst_skipped)
+    except ValidationError as exc:
+        message = f"unexpected answer: {exc.field} is {getattr(task, exc.field)!r}"
         raise BackendError(Outcome.INTERNAL, message) from None
     return Recurrence(
         every_ms=every_ms,
         cron=task.cron,
         timezone=task.timezone or "UTC",
+        dst_repeated=dst_repeated,
+        dst_skipped=dst_skipped,
         until_ms=task.until_ms,
         occurrence=task.occurrence,
         stopped=task.stopping,

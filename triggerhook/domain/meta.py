@@ -150,6 +150,10 @@ def meta_json(meta: Meta, *, seconds: bool = False) -> dict[str, object]:
             data["every"] = recurrence.every_text(recur.every_ms)
         else:
             data["cron"], data["timezone"] = recur.cron, recur.timezone
+            if recur.dst_repeated is not None:
+                data["dst_repeated"] = recur.dst_repeated
+            if recur.dst_skipped is not None:
+                data["dst_skipped"] = recur.dst_skipped
         if recur.until_ms is not None:
             data["until_ms"] = recur.until_ms
             if seconds:

@@ -10,8 +10,8 @@ command channel (``triggerhook.api.command_messages.AMQP_RENDERING``: ``ok``,
 word printed for cancel and reschedule: the outcome's code). Every table names
 every outcome, so a new outcome is a decision in each interface.
 
-Outcomes come from the library's results (:class:`CancelResult`,
-:class:`RescheduleResult`, ``Scheduled.created``) and from its errors
+Outcomes come from the library's results (:class:`InsertOutcome`,
+:class:`CancelResult`, :class:`RescheduleResult`) and from its errors
 (:func:`error_outcome`).
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from triggerhook.domain.task import CancelResult, RescheduleResult
+from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult
 from triggerhook.errors import (
     BrokerUnavailable,
     ConflictError,
@@ -29,6 +29,7 @@ from triggerhook.errors import (
     Overloaded,
     StoreUnavailable,
     TooCostly,
+    TooLateError,
     TransientError,
     ValidationError,
 )
@@ -40,13 +41,15 @@ class Outcome(enum.Enum):
     # success
     CREATED = "created"  # a new task is stored
     EXISTS = "exists"  # the same task (same content) existed: a safe retry, nothing written
+    REPLACED = "replaced"  # on_conflict replace: the new task replaced the stored one
+    KEPT = "kept"  # on_conflict keep: the stored task (other content) stays
     RESCHEDULED = "rescheduled"  # it fires at the new time, and only then
     CANCELLED = "cancelled"  # it will never fire
     FOUND = "found"  # a lookup found the task
     # the task's state says no
     CONFLICT = "conflict"  # same id, other content: nothing written
     NOT_FOUND = "not_found"  # unknown, or fired already
-    TOO_LATE = "too_late"  # being published: too late to cancel or move
+    TOO_LATE = "too_late"  # being published: too late to cancel, move or replace
     # bad input: nothing written, never worth retrying as is
     INVALID = "invalid"  # a field's value (``field`` names it)
     MALFORMED_JSON = "malformed_json"  # the body is not (UTF-8) JSON
@@ -82,13 +85,23 @@ class Outcome(enum.Enum):
 
 
 SUCCESSES = frozenset(
-    {Outcome.CREATED, Outcome.EXISTS, Outcome.RESCHEDULED, Outcome.CANCELLED, Outcome.FOUND}
+    {
+        Outcome.CREATED,
+        Outcome.EXISTS,
+        Outcome.REPLACED,
+        Outcome.KEPT,
+        Outcome.RESCHEDULED,
+        Outcome.CANCELLED,
+        Outcome.FOUND,
+    }
 )
 
 # The message templates (str.format; ``{id!r}`` is the task id quoted).
 MESSAGES: dict[Outcome, str] = {
     Outcome.CREATED: "task {id!r} created",
     Outcome.EXISTS: "task {id!r} exists with the same content; nothing written",
+    Outcome.REPLACED: "task {id!r} replaced",
+    Outcome.KEPT: "task {id!r} exists with other content, kept; nothing written",
     Outcome.RESCHEDULED: "task {id!r} rescheduled",
     Outcome.CANCELLED: "task {id!r} cancelled: it will never fire",
     Outcome.FOUND: "task {id!r} found",
@@ -123,15 +136,22 @@ RESCHEDULE_OUTCOMES: dict[RescheduleResult, Outcome] = {
 }
 
 
-def scheduled_outcome(created: bool) -> Outcome:
-    """A schedule that returned: CREATED, or EXISTS (a safe retry)."""
-    return Outcome.CREATED if created else Outcome.EXISTS
+INSERT_OUTCOMES: dict[InsertOutcome, Outcome] = {
+    InsertOutcome.CREATED: Outcome.CREATED,
+    InsertOutcome.EXISTS: Outcome.EXISTS,
+    InsertOutcome.REPLACED: Outcome.REPLACED,
+    InsertOutcome.KEPT: Outcome.KEPT,
+    InsertOutcome.CONFLICT: Outcome.CONFLICT,
+    InsertOutcome.TOO_LATE: Outcome.TOO_LATE,
+}
 
 
 def error_outcome(exc: BaseException) -> Outcome:
     """The outcome a library error means (anything unexpected is INTERNAL)."""
     if isinstance(exc, ValidationError):
         return Outcome.INVALID
+    if isinstance(exc, TooLateError):
+        return Outcome.TOO_LATE
     if isinstance(exc, ConflictError):
         return Outcome.CONFLICT
     if isinstance(exc, NotRunningError | Interrupted):  # Interrupted: by the daemon's stop

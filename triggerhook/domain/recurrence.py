@@ -9,26 +9,54 @@ docs/design/ownership.md): one occurrence is pending at a time. Its schedule:
   not: at least 1 s), elapsed time: ``P1D`` is 86,400 s, whatever the clocks
   of any time zone do;
 * ``cron``: 5 fields (minute hour day-of-month month day-of-week, the syntax
-  of Debian's cron) in an IANA ``timezone`` (default UTC), evaluated as
-  Debian's cron does across daylight-saving changes, by the same rule. An
-  entry whose minute or hour field starts with ``*`` (``*/15 * * * *``,
-  ``0 * * * *``, ``0 */2 * * *``, ``* 2 * * *``) follows elapsed time: it
-  fires at each instant whose local time matches, so in both passes of a
-  repeated hour, and not for a time that a gap (clocks forward) skips. Any
-  other entry (``30 2 * * *``, ``0 9-17 * * 1-5``) fires each matching local
-  time once, the first time the clocks reach it: a time that happens twice
-  (clocks back) at its first pass; a time that does not exist at the instant
-  the gap ends, the first minute after it (02:30 in Europe/Berlin on the
-  night of the change: 03:00 CEST), however many matching times it skipped.
-  A series of such an entry started, or an occurrence confirmed, in the
-  second pass of a repeated hour has passed that hour's times: its next is
-  the first after the hour.
+  of Debian's cron) in an IANA ``timezone`` (default UTC), with a policy for
+  the local times that daylight-saving changes repeat or skip.
+
+Daylight saving (docs/design/flow-control.md section 5). A local time the
+entry matches is shown by the zone's clocks once, twice (clocks back: a
+repeated span, its first and its second pass) or never (clocks forward: a
+gap). Two policies of the series say which instants fire:
+
+* ``dst_repeated``: a matching local time shown twice fires at its ``first``
+  pass only, at its ``last`` (second) pass only, or at ``both``;
+* ``dst_skipped``: the matching local times in a gap ``shift`` to the instant
+  the gap ends, the first minute after it (02:30 in Europe/Berlin on the night
+  of the change: 03:00 CEST), one occurrence however many of them the gap
+  skipped (one also when the local time at the gap's end matches itself); or
+  ``skip``: they do not fire (an entry that only ever matches in gaps ends,
+  after a bounded search, as one that matches nothing).
+
+Not given (None), each is Debian's cron's rule for the kind of entry. An
+entry whose minute or hour field starts with ``*`` (``*/15 * * * *``,
+``0 * * * *``, ``0 */2 * * *``, ``* 2 * * *``) follows elapsed time: it
+fires at each instant whose local time matches, ``both`` and ``skip``. Any
+other entry (``30 2 * * *``, ``0 9-17 * * 1-5``) fires each matching local
+time once, the first time the clocks reach it: ``first`` and ``shift``. A
+policy given applies to either kind, each of the two on its own; ``every``
+takes none.
+
+So the occurrences are a set of instants fixed by the entry, the zone and the
+policy, and the next is the first of them strictly after the time asked,
+wherever that is; an instant fires at most once (occurrences strictly
+increase). ``first``: a series started, or an occurrence confirmed, in the
+second pass of a repeated span has passed that span's times: its next is the
+first after the span. ``last``: confirmed in the first pass (at 02:40 CEST on
+the night Berlin's clocks go back, for ``30 2 * * *``), the second pass of
+the span's matching times is still ahead, even of those the first pass has
+shown (02:30 CET: its first pass, 02:30 CEST, was no occurrence); confirmed
+in the second pass, only those still ahead in it. ``both``: each pass's, as
+far as it has not been passed.
 
 cronsim matches the calendar, on local times; this module maps local times
 to instants: cronsim given a zone loses the fold of a repeated hour (its
 second pass found times of the first: due in the past, fired again and again,
 issue 29) and steps whole hours through UTC (missing times in zones whose
-clocks change by 30 minutes, Australia/Lord_Howe).
+clocks change by 30 minutes, Australia/Lord_Howe). Each pass keeps the order
+of local times (PEP 495: fold 0, the first pass, of a repeated time; fold 1,
+the second; a time shown once is both), so the first occurrence of a pass
+after an instant is the first matching local time past the latest that pass
+has reached by then, and the next occurrence is the earlier of the passes the
+policy fires (one search, or two for ``both``; a gap's times count in each).
 
 The next occurrence is the first one due after both the occurrence just fired
 and the current time, strictly: occurrences missed while nothing could fire
@@ -41,8 +69,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -58,18 +87,30 @@ _NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 _NOT_ZONE_PREFIXES = ("posix/", "right/")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
-# Matching times in gaps in a row after which an elapsed-time entry counts as
-# matching nothing ("* 2 * 3 0L" in Europe/Berlin: only ever in the gap);
-# bounds a call's work (about a thousand years of yearly transitions).
+# Matching times in gaps in a row after which an entry whose policy skips them
+# counts as matching nothing ("* 2 * 3 0L" in Europe/Berlin: only ever in the
+# gap); bounds a call's work (about a thousand years of yearly transitions).
 _MAX_GAPS = 1000
+
+DstRepeated = Literal["first", "last", "both"]
+DstSkipped = Literal["shift", "skip"]
+_Policy = TypeVar("_Policy", DstRepeated, DstSkipped)
+# The policies' values (the wire's and the record's), each to itself: a str
+# given is looked up, so only these strings come through, as these literals.
+DST_REPEATED: dict[str, DstRepeated] = {"first": "first", "last": "last", "both": "both"}
+DST_SKIPPED: dict[str, DstSkipped] = {"shift": "shift", "skip": "skip"}
+# The passes of a repeated local time a policy fires: PEP 495's folds.
+_FOLDS: dict[DstRepeated, tuple[int, ...]] = {"first": (0,), "last": (1,), "both": (0, 1)}
 
 
 @dataclass(frozen=True, slots=True)
 class Recurrence:
     """A series' schedule (exactly one of ``every_ms`` and ``cron``), its end
     (``until_ms``, inclusive; None: none), the occurrence the row stands for
-    (1: the first), and ``stopped``: a cancel came while an occurrence was
-    being published (too late for it), so the series ends with it."""
+    (1: the first), ``stopped``: a cancel came while an occurrence was being
+    published (too late for it), so the series ends with it; and a cron
+    series' daylight-saving policy (None: the default for its kind of entry,
+    see the module's docstring)."""
 
     every_ms: int | None = None
     cron: str | None = None
@@ -77,6 +118,8 @@ class Recurrence:
     until_ms: int | None = None
     occurrence: int = 1
     stopped: bool = False
+    dst_repeated: DstRepeated | None = None
+    dst_skipped: DstSkipped | None = None
 
     def first_ms(self, now_ms: float) -> int:
         """When the first occurrence is due when no time was given: one
@@ -112,22 +155,34 @@ class Recurrence:
         (MAX_DUE_MS + 1: none before year 10000)."""
         assert self.cron is not None
         zone = ZoneInfo(self.timezone)
-        find = _elapsed_after if _follows_elapsed_time(self.cron) else _fixed_after
+        elapsed = _follows_elapsed_time(self.cron)
+        repeated = self.dst_repeated or ("both" if elapsed else "first")
+        shift = (self.dst_skipped or ("skip" if elapsed else "shift")) == "shift"
         try:
-            due = find(self.cron, zone, after_ms)
+            due = min(
+                _pass_after(self.cron, zone, wall, fold, shift)
+                for fold, wall in _reached(after_ms, zone, _FOLDS[repeated])
+            )
         except (_NoMatch, OverflowError, ValueError):  # none before year 10000 (or in reach)
             return MAX_DUE_MS + 1
         # A guard, not a rule: a due time not after the one asked after would fire again at
-        # once, and again (issue 29); the rules never give one (test_calendar_properties.py).
+        # once, and again (issue 29); the rules never give one (test_calendar_properties.py,
+        # test_recurrence_dst.py).
         return due if due > after_ms else MAX_DUE_MS + 1
 
     def to_record(self) -> dict[str, object]:
+        """What a store keeps (:func:`from_record`): a policy only when given,
+        so a series without one is stored as before there were policies."""
         record: dict[str, object] = {"n": self.occurrence}
         if self.every_ms is not None:
             record["every_ms"] = self.every_ms
         else:
             record["cron"] = self.cron
             record["timezone"] = self.timezone
+            if self.dst_repeated is not None:
+                record["dst_repeated"] = self.dst_repeated
+            if self.dst_skipped is not None:
+                record["dst_skipped"] = self.dst_skipped
         if self.until_ms is not None:
             record["until_ms"] = self.until_ms
         if self.stopped:
@@ -181,46 +236,42 @@ def _change(lo_ms: int, hi_ms: int, zone: ZoneInfo) -> int:
     return hi_ms
 
 
-def _fixed_after(cron: str, zone: ZoneInfo, after_ms: int) -> int:
-    """A fixed-time entry fires each matching wall-clock time once, the first
-    time the clocks reach it: the first pass of a repeated time; for a time in
-    a gap, the instant the gap ends. So: the first matching time past the
-    latest the clocks have shown by ``after_ms``."""
-    wall = _wall(after_ms, zone)
-    first = _instant(wall, zone, 0)
-    if first < after_ms:  # the second pass of a repeated hour: its first pass went further
-        wall = _wall(_change(first, after_ms, zone) - 1, zone)
-    due = _matches_after(cron, wall)
-    first, second = _instant(due, zone, 0), _instant(due, zone, 1)
-    return first if first <= second else _change(second, first, zone)
-
-
-def _elapsed_after(cron: str, zone: ZoneInfo, after_ms: int) -> int:
-    """An elapsed-time entry fires at each instant whose wall-clock time
-    matches: in both passes of a repeated hour, never in a gap."""
+def _reached(after_ms: int, zone: ZoneInfo, folds: tuple[int, ...]) -> list[tuple[int, datetime]]:
+    """For each pass (fold) asked, the latest local time that pass has reached
+    by ``after_ms`` (its instants of the local times up to it are at or before
+    ``after_ms``, of those after it after): its next occurrence is the first
+    matching local time past it. They differ only in a repeated span: in its
+    first pass, the second pass has not reached the span's start; in its
+    second, the first pass has reached the span's end. Elsewhere both are at
+    the local time shown, and one search does (a local time's first pass is
+    never after its second)."""
     wall = _wall(after_ms, zone)
     first, second = _instant(wall, zone, 0), _instant(wall, zone, 1)
-    if first == second:  # a time that happens once: the next match in wall-clock order
-        return _instant(_shown_after(cron, zone, wall), zone, 0)
+    if first == second:  # a time that happens once: both passes are at it
+        return [(folds[0], wall)]
     change = _change(first, second, zone)
-    if after_ms == second:  # in the second pass: its matches, then the first after it
-        due = _shown_after(cron, zone, wall)
-        return _instant(due, zone, 1 if due <= _wall(change - 1, zone) else 0)
-    # In the first pass: its next match, or the second pass's first, whichever comes first.
-    ahead = _instant(_shown_after(cron, zone, wall), zone, 0)
-    again = _instant(_shown_after(cron, zone, _wall(change, zone) - _MS), zone, 1)
-    return min(ahead, again)
+    if after_ms == first:  # the first pass: the second has the whole span ahead
+        reached = {0: wall, 1: _wall(change, zone) - _MS}
+    else:  # the second pass: the first went up to the change
+        reached = {0: _wall(change - 1, zone), 1: wall}
+    return [(fold, reached[fold]) for fold in folds]
 
 
-def _shown_after(cron: str, zone: ZoneInfo, wall: datetime) -> datetime:
-    """The first matching wall-clock time after ``wall`` that the clocks show
-    (a gap's are passed over); _NoMatch after _MAX_GAPS in gaps in a row."""
+def _pass_after(cron: str, zone: ZoneInfo, wall: datetime, fold: int, shift: bool) -> int:
+    """The first occurrence, in one pass (fold), of the matching local times
+    after ``wall``: the fold's instant of one the clocks show; of one in a
+    gap, the instant the gap ends (``shift``) or on from there (skip);
+    _NoMatch after _MAX_GAPS in gaps in a row ("* 2 * 3 0L" in Europe/Berlin
+    with skip: only ever in the gap)."""
     for _ in range(_MAX_GAPS):
         due = _matches_after(cron, wall)
         first, second = _instant(due, zone, 0), _instant(due, zone, 1)
         if first <= second:
-            return due
-        wall = _wall(_change(second, first, zone), zone) - _MS  # on from the gap's end
+            return second if fold else first
+        end = _change(second, first, zone)  # in a gap: fold 1 reads it before, 0 after
+        if shift:
+            return end
+        wall = _wall(end, zone) - _MS  # on from the gap's end
     raise _NoMatch
 
 
@@ -230,21 +281,53 @@ def make_recurrence(
     cron: object = None,
     timezone: object = None,
     until_ms: int | None = None,
+    dst_repeated: object = None,
+    dst_skipped: object = None,
 ) -> Recurrence | None:
-    """A validated schedule (None: not a series); ValidationError names the field."""
+    """A validated schedule (None: not a series); ValidationError names the
+    field. ``dst_repeated`` and ``dst_skipped``: a cron series' policy (None:
+    the default by its kind of entry)."""
+    policy = {"dst_repeated": dst_repeated, "dst_skipped": dst_skipped}
+    given = [field for field, value in policy.items() if value is not None]
     if every is None and cron is None:
         if timezone is not None or until_ms is not None:
             field = "timezone" if timezone is not None else "until"
             raise ValidationError(field, "applies to a series only: give every or cron")
+        if given:
+            raise ValidationError(given[0], "only with cron")
         return None
     if every is not None and cron is not None:
         raise ValidationError("every", "give at most one of every and cron")
     if every is not None:
         if timezone is not None:
             raise ValidationError("timezone", "applies to cron only (every is elapsed time)")
+        if given:
+            raise ValidationError(given[0], "only with cron (every is elapsed time)")
         return Recurrence(every_ms=parse_every(every), until_ms=until_ms)
     zone = parse_zone(timezone)
-    return Recurrence(cron=parse_cron(cron, zone), timezone=zone, until_ms=until_ms)
+    return Recurrence(
+        cron=parse_cron(cron, zone),
+        timezone=zone,
+        until_ms=until_ms,
+        dst_repeated=parse_dst_repeated(dst_repeated),
+        dst_skipped=parse_dst_skipped(dst_skipped),
+    )
+
+
+def parse_dst_repeated(value: object, field: str = "dst_repeated") -> DstRepeated | None:
+    """What a cron series fires of a local time shown twice (None: not given)."""
+    return None if value is None else _one_of(DST_REPEATED, value, field)
+
+
+def parse_dst_skipped(value: object, field: str = "dst_skipped") -> DstSkipped | None:
+    """What a cron series fires for local times a gap skips (None: not given)."""
+    return None if value is None else _one_of(DST_SKIPPED, value, field)
+
+
+def _one_of(allowed: dict[str, _Policy], value: object, field: str) -> _Policy:
+    if isinstance(value, str) and value in allowed:
+        return allowed[value]
+    raise ValidationError(field, "must be one of " + ", ".join(allowed))
 
 
 def parse_every(value: object, field: str = "every") -> int:
@@ -322,6 +405,8 @@ def from_record(record: object) -> Recurrence:
         cron=record.get("cron"),
         timezone=record.get("timezone") if "cron" in record else None,
         until_ms=until,
+        dst_repeated=record.get("dst_repeated"),
+        dst_skipped=record.get("dst_skipped"),
     )
     if made is None:
         raise ValidationError("recur", "has neither every_ms nor cron")
@@ -329,4 +414,4 @@ def from_record(record: object) -> Recurrence:
     if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 1:
         raise ValidationError("recur.n", "is not an occurrence number")
     stopped = record.get("stopped") is True
-    return Recurrence(made.every_ms, made.cron, made.timezone, made.until_ms, occurrence, stopped)
+    return replace(made, occurrence=occurrence, stopped=stopped)

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from triggerhook.domain.meta import HeaderValue, LatePolicy, make_meta
 from triggerhook.domain.recurrence import Recurrence, make_recurrence
-from triggerhook.domain.task import MIN_DUE_MS, Task, make_task, validate_due_ms
+from triggerhook.domain.task import MIN_DUE_MS, OnConflict, Task, make_task, validate_due_ms
 from triggerhook.domain.timeparse import due_from, parse_at
 from triggerhook.errors import ValidationError
 
@@ -40,6 +40,16 @@ class TaskSpec:
     milliseconds; any time before 1970 is the epoch). Its first occurrence is
     the time given (for cron: the first matching minute at or after it), or
     without one: one ``every`` from now, or the first matching minute at or after now.
+    A cron series' daylight-saving policy: ``dst_repeated`` (``first``,
+    ``last`` or ``both`` passes of a local time shown twice) and
+    ``dst_skipped`` (``shift`` to the gap's end, or ``skip``); None: Debian
+    cron's rule for its kind of entry (domain/recurrence.py).
+
+    ``on_conflict`` (an :class:`OnConflict` or its value; None: ``error``):
+    what the create does when the id exists with other content: ``error``
+    (a conflict), ``keep`` (the stored task stays) or ``replace`` (the new
+    content and due time replace it, unless it is being published: too late).
+    It is not part of the task's content.
     """
 
     id: str | None = None
@@ -58,6 +68,9 @@ class TaskSpec:
     timezone: str | None = None
     until: Due | None = None
     until_ms: int | None = None
+    dst_repeated: str | None = None
+    dst_skipped: str | None = None
+    on_conflict: OnConflict | str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +112,37 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
         raise ValidationError(f"{field}.{exc.field}", exc.message) from None
 
 
+def conflict_rule(spec: TaskSpec, field: str = "") -> OnConflict:
+    """The spec's ``on_conflict``; raises :class:`ValidationError` naming it
+    (prefixed with ``field`` when given) for anything but its three values."""
+    value = spec.on_conflict
+    if value is None:
+        return OnConflict.ERROR
+    if isinstance(value, OnConflict):
+        return value
+    if isinstance(value, str):
+        try:
+            return OnConflict(value)
+        except ValueError:
+            pass
+    allowed = ", ".join(rule.value for rule in OnConflict)
+    raise ValidationError(
+        f"{field}.on_conflict" if field else "on_conflict", f"must be one of {allowed}"
+    )
+
+
 def _recurrence(spec: TaskSpec) -> Recurrence | None:
     """The series ``spec`` asks for (None: a one-off task); an error about its
     end names the field the caller gave it in."""
     until_ms = _until_ms(spec)
     try:
         return make_recurrence(
-            every=spec.every, cron=spec.cron, timezone=spec.timezone, until_ms=until_ms
+            every=spec.every,
+            cron=spec.cron,
+            timezone=spec.timezone,
+            until_ms=until_ms,
+            dst_repeated=spec.dst_repeated,
+            dst_skipped=spec.dst_skipped,
         )
     except ValidationError as exc:
         if exc.field == "until" and spec.until_ms is not None:

@@ -53,6 +53,27 @@ class CancelResult(enum.Enum):
     TOO_LATE = "too_late"  # being published, or published and not yet deleted
 
 
+class InsertOutcome(enum.Enum):
+    """The exact outcome of a create, by its ``on_conflict`` (:class:`OnConflict`)
+    when the id exists."""
+
+    CREATED = "created"
+    EXISTS = "exists"  # same id, same content: a safe retry, nothing written
+    CONFLICT = "conflict"  # same id, other content (ERROR): nothing written
+    KEPT = "kept"  # same id, other content (KEEP): the stored task stays
+    REPLACED = "replaced"  # same id, other content (REPLACE): now the new task
+    TOO_LATE = "too_late"  # REPLACE of a task being published: nothing written
+
+
+class OnConflict(enum.Enum):
+    """What a create does when its id exists with other content
+    (docs/design/flow-control.md, section 1)."""
+
+    ERROR = "error"  # CONFLICT
+    KEEP = "keep"  # KEPT: the stored task wins
+    REPLACE = "replace"  # REPLACED, unless it is being published (TOO_LATE)
+
+
 class RescheduleResult(enum.Enum):
     """The exact outcome of a reschedule."""
 

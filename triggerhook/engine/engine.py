@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from triggerhook.domain.ratelimits import RateLimit, Throttle
 from triggerhook.domain.task import Task
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
@@ -35,6 +36,7 @@ from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.shards import KeeperConfig, ShardKeeper, ShardTable
 from triggerhook.engine.writes import WriteLimits, Writes
+from triggerhook.errors import TriggerHookError
 from triggerhook.interfaces import (
     Clock,
     ConfirmSink,
@@ -77,6 +79,9 @@ class EngineConfig:
     switch_interval_us: int = 0  # 0: leave the interpreter's switch interval alone
     confirm_transactions: int = 1  # delete transactions in flight at once (a burst's)
     fires: bool = True  # False: the write path only (an API process)
+    rate_limits: tuple[RateLimit, ...] = ()  # per routing-key pattern (domain/ratelimits.py)
+    catch_up: RateLimit | None = None  # per key, for tasks catch_up_after_ms late
+    catch_up_after_ms: int = 1000
 
 
 class Engine:
@@ -100,8 +105,18 @@ class Engine:
         self.inventory = Inventory(config.max_tasks_in_memory)
         self.shards = ShardTable(clock, config.lease_margin_ms)
         self.buffer = SendBuffer(config.send_buffer_size)
+        self._shard_total: int | None = None  # the store's shard count, once read
+        throttle = Throttle(
+            config.rate_limits, self._share, config.catch_up, config.catch_up_after_ms
+        )
         self.scheduler = Scheduler(
-            clock, self.buffer, self.shards, self.inventory, config.send_buffer_size, self._fail
+            clock,
+            self.buffer,
+            self.shards,
+            self.inventory,
+            config.send_buffer_size,
+            self._fail,
+            throttle,
         )
         self.armer = Armer(
             clock,
@@ -194,6 +209,19 @@ class Engine:
             return []
         # Downstream first, so nothing is handed to a stage that is not running.
         return [self.confirmer, self.publisher, self.scheduler, self.armer, self.keeper]
+
+    def _share(self) -> float:
+        """This instance's share of each rate limit: the fraction of the shards
+        it holds (the scheduler's thread asks, for a limited task). The shard
+        count, read once, is known by then (the keeper read it to hold any);
+        unknown, the share is 0: the limited task waits and asks again."""
+        if self._shard_total is None:
+            try:
+                self._shard_total = self._store.shard_count()
+            except TriggerHookError as exc:
+                log.warning("the shard count is unknown (%s): rate-limited tasks wait", exc)
+                return 0.0
+        return len(self.shards) / max(1, self._shard_total)
 
     def write_refusal(self) -> str | None:
         """How the database refuses this engine's writes now (``read-only``,
@@ -306,6 +334,7 @@ class Engine:
             "inherited": self.armer.inherited,
             "shards_lost": self.shards.lost,
             "fired": self.scheduler.fired,
+            "throttled": self.scheduler.throttled(),
             "deleted": self.confirmer.deleted,
             "publish_retries": self.publish_retries,
             "db_errors": db_errors,

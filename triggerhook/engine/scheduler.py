@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from triggerhook.domain.ratelimits import Throttle
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.shards import ShardTable, Verdict
@@ -27,7 +28,9 @@ class Scheduler(TimedWorker[Task]):
     While the clock is not :meth:`~triggerhook.interfaces.Clock.bounded` (the
     database's time is not known well enough) nothing is fired; nor is a copy
     whose shard lease may have lapsed (it waits), and a copy whose shard was
-    lost is dropped (R4).
+    lost is dropped (R4). A task over its routing key's rate limit
+    (:class:`~triggerhook.domain.ratelimits.Throttle`) goes back into the heap
+    until its token comes: later, never earlier.
     """
 
     lead_ms = 0
@@ -40,11 +43,14 @@ class Scheduler(TimedWorker[Task]):
         inventory: Inventory,
         batch_limit: int,
         on_failure: FailureHandler,
+        throttle: Throttle | None = None,
     ) -> None:
         super().__init__("th-scheduler", clock, batch_limit, on_failure)
         self._sink = sink
         self._shards = shards
         self._inventory = inventory
+        # Owned by the thread that calls handle() (this one, or its driver).
+        self.throttle = throttle if throttle else None
         self.fired = 0
         self.dropped = 0  # copies of lost shards
         self.held_back = 0  # times a copy waited for its lease
@@ -61,22 +67,44 @@ class Scheduler(TimedWorker[Task]):
             self.holding = False
         return super().poll(now_ms)
 
+    def throttled(self) -> int:
+        """Tasks held back by a rate limit, since start (a task once per hold)."""
+        return 0 if self.throttle is None else self.throttle.held
+
     def capacity(self) -> int:
         return self._sink.room()
 
     def handle(self, tasks: list[Task], now_ms: float) -> None:
-        fire = self.screen(tasks, now_ms)
+        fire, drop = self._screen(tasks, now_ms)
+        if self.throttle is not None:
+            if drop:  # never coming back: their tokens are not waited for
+                self.throttle.forget(drop)
+            if fire:
+                fire, held = self.throttle.admit(fire, now_ms)
+                self._hold(held)
         self.fired += len(fire)
         self._sink.put_many(fire)
+
+    def _hold(self, held: list[tuple[Task, int]]) -> None:
+        """Rate-limited tasks back into the heap, each at its token's instant."""
+        by_instant: dict[int, list[Task]] = {}
+        for task, at_ms in held:
+            by_instant.setdefault(at_ms, []).append(task)
+        for at_ms, tasks in by_instant.items():
+            self.push_at(tasks, at_ms)
 
     def screen(self, tasks: list[Task], now_ms: float) -> list[Task]:
         """R4 for copies about to fire or be published (also as they leave
         the send buffer, which a broker outage can make them wait in): those
         whose lease holds; those whose lease may have lapsed wait in the heap,
         those of lost shards are dropped. Thread-safe."""
+        return self._screen(tasks, now_ms)[0]
+
+    def _screen(self, tasks: list[Task], now_ms: float) -> tuple[list[Task], list[Task]]:
+        """:meth:`screen`'s tasks to fire, and those dropped."""
         verdicts = self._shards.verdicts(tasks)
         if all(v is Verdict.FIRE for v in verdicts):
-            return tasks
+            return tasks, []
         pairs = list(zip(tasks, verdicts, strict=True))
         wait = [t for t, v in pairs if v is Verdict.WAIT]
         drop = [t for t, v in pairs if v is Verdict.DROP]
@@ -86,4 +114,4 @@ class Scheduler(TimedWorker[Task]):
         if drop:
             self.dropped += len(drop)
             self._inventory.forget_copies(drop)
-        return [t for t, v in pairs if v is Verdict.FIRE]
+        return [t for t, v in pairs if v is Verdict.FIRE], drop

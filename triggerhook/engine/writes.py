@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from triggerhook.domain.arming import shard_of
-from triggerhook.domain.task import CancelResult, Task
+from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Ticket
 from triggerhook.errors import NotRunningError, StoreReadOnly
 from triggerhook.interfaces import (
     Clock,
-    InsertOutcome,
+    Inserted,
     Move,
     Moved,
     NewRow,
@@ -37,6 +37,7 @@ from triggerhook.runtime.counters import Tally
 from triggerhook.runtime.worker import FailureHandler
 
 Asked = TypeVar("Asked")
+Create = tuple[Task, OnConflict]  # a task to create, and what to do if its id exists
 Planned = TypeVar("Planned")
 Result = TypeVar("Result")
 
@@ -117,6 +118,7 @@ class Writes:
         self.moves = _Path("reschedule", _moves, self._move, running, limits, on_failure)
         self.cancels = _Path("cancel", list, self._cancel, running, limits, on_failure)
         self.created = Tally()
+        self.replaced = Tally()
         self.cancelled = Tally()
         self.rescheduled = Tally()
 
@@ -139,21 +141,24 @@ class Writes:
 
     # -- the writes ---------------------------------------------------------------
 
-    def insert_many(self, tasks: Sequence[Task]) -> list[InsertOutcome]:
+    def insert_many(self, creates: Sequence[Create]) -> list[Inserted]:
         """All in one transaction, on the caller's thread: all of them or none."""
-        rows = _new_rows(tasks)
-        outcomes = self._store.insert(rows, atomic=True)
-        self._written([row.task for row in rows], outcomes)
-        return outcomes
+        inserted = self._store.insert(_new_rows(creates), atomic=True)
+        self._written(inserted)
+        return inserted
 
-    def _insert(self, rows: Sequence[NewRow]) -> list[InsertOutcome]:
-        outcomes = self._store.insert(rows, atomic=False)
-        self._written([row.task for row in rows], outcomes)
-        return outcomes
+    def _insert(self, rows: Sequence[NewRow]) -> list[Inserted]:
+        inserted = self._store.insert(rows, atomic=False)
+        self._written(inserted)
+        return inserted
 
-    def _written(self, tasks: Sequence[Task], outcomes: Sequence[InsertOutcome]) -> None:
-        created = [t for t, o in zip(tasks, outcomes, strict=True) if o is InsertOutcome.CREATED]
+    def _written(self, inserted: Sequence[Inserted]) -> None:
+        created = [i.task for i in inserted if i.outcome is InsertOutcome.CREATED]
+        replaced = [i.task for i in inserted if i.outcome is InsertOutcome.REPLACED]
         self.created.add(len(created))
+        if replaced:
+            self.replaced.add(len(replaced))
+            created += replaced
         self._wake_if_ours([(t.id, t.due_ms) for t in created])
 
     def _move(self, moves: Sequence[Move]) -> list[Moved]:
@@ -182,6 +187,7 @@ class Writes:
         committers = self.committers()
         return {
             "scheduled": self.created.value,
+            "replaced": self.replaced.value,
             "cancelled": self.cancelled.value,
             "rescheduled": self.rescheduled.value,
             "commits_refused": sum(c.refused for c in committers),
@@ -197,8 +203,8 @@ class Writes:
         return next((r for c in self.committers() if (r := c.refusal()) is not None), None)
 
 
-def _new_rows(tasks: Sequence[Task]) -> list[NewRow]:
-    return [NewRow(task) for task in tasks]
+def _new_rows(creates: Sequence[Create]) -> list[NewRow]:
+    return [NewRow(task, on_conflict=rule) for task, rule in creates]
 
 
 def _moves(moves: Sequence[tuple[str, int]]) -> list[Move]:

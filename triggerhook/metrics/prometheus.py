@@ -42,10 +42,12 @@ _MS_PER_S = 1000  # divided by, not multiplied: 2.5 ms is 0.0025 s exactly as wr
 # A total not listed here is still exposed, with a generic HELP.
 COUNTERS: dict[str, str] = {
     "scheduled": "Tasks created through this instance.",
+    "replaced": "Tasks replaced by a create with on_conflict replace through this instance.",
     "armed": "Tasks armed into memory (committed to fire).",
     "inherited": "Tasks armed by a shard's previous owner, taken over to fire again.",
     "shards_lost": "Shard leases found taken by another instance (fenced).",
     "fired": "Tasks handed to the publisher at their due time.",
+    "throttled": "Tasks held back by a rate limit (rate_limits, catch_up_rate) until their token.",
     "published": "Events published to RabbitMQ.",
     "confirmed": "Events confirmed by the broker.",
     "deleted": "Task rows deleted after the broker's confirm.",

@@ -8,6 +8,8 @@ It reads line by line against ``docs/design/ownership.md`` and its model
   locked shared, rows written unarmed in their shard's current generation at
   the caller's revision; a reschedule moves only an unarmed row (else
   TOO_LATE), the last move of an id wins, failed attempts start over;
+* **R6r** an insert with ``on_conflict`` REPLACE of an id that exists: an
+  unarmed row deleted and written again, an armed one TOO_LATE;
 * **R3** arming (:meth:`StoreKernel.arm`): the pass's shard rows locked
   exclusively and fenced by (owner, epoch); first **R3a**'s ids (a pass whose
   answer was lost) that are armed now, then both reads and
@@ -36,15 +38,15 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, shard_of
-from triggerhook.domain.task import CancelResult, RescheduleResult, Task
-from triggerhook.errors import ConflictError, StoreError, TransientError
+from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, Task
+from triggerhook.errors import StoreError, TransientError
 from triggerhook.interfaces import (
     Acquired,
     Armed,
     ArmUnanswered,
     DeferOutcome,
     Deferral,
-    InsertOutcome,
+    Inserted,
     Lease,
     Move,
     Moved,
@@ -57,15 +59,16 @@ from triggerhook.store.rows import (
     TaskRow,
     cancel_result,
     chunks,
+    conflict_outcome,
     content_of,
     defer_outcome,
     first_wins,
+    id_rounds,
     insert_chunks,
     is_armed_row,
     next_step,
-    repeat_outcome,
+    refused,
     row_mark,
-    split_repeats,
     stopped_series,
     task_of,
 )
@@ -111,40 +114,42 @@ class StoreKernel:
 
     # -- R6: insert -----------------------------------------------------------------
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[InsertOutcome]:
+    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
         if not rows:
             return []
-        first, repeats = split_repeats(rows)
-        if not repeats and self._tables.insert_fast(rows):
-            return [InsertOutcome.CREATED] * len(rows)
-        outcomes: list[InsertOutcome | None] = [None] * len(rows)
+        rounds = id_rounds(rows)
+        if len(rounds) == 1 and self._tables.insert_fast(rows):
+            return [Inserted(InsertOutcome.CREATED, row.task) for row in rows]
+        answers: list[Inserted | None] = [None] * len(rows)
         with self._tables.write() as tx:
             count = self.shard_count()
             # A shard without its row: insert_params refuses it (run `db init`).
-            locked = tx.lock_shards({shard_of(rows[i].task.id, count) for i in first}, False)
-            gens = {shard: row.arm_gen for shard, row in locked.items()}
-            for chunk in insert_chunks([rows[i] for i in first], first):
-                self._insert_chunk(tx, rows, chunk, gens, outcomes)
-            for index, earlier in repeats.items():
-                outcomes[index] = repeat_outcome(rows[index], rows[earlier], outcomes[earlier])
+            locked = tx.lock_shards({shard_of(row.task.id, count) for row in rows}, False)
+            # A later row of an id sees what the earlier ones wrote: in order.
+            for indexes in rounds:
+                for chunk in insert_chunks([rows[i] for i in indexes], indexes):
+                    self._insert_chunk(tx, rows, chunk, locked, answers)
+            done = [a for a in answers if a is not None]
+            assert len(done) == len(rows)  # each round answers each of its rows
             if atomic:
-                for index, outcome in enumerate(outcomes):
-                    if outcome is InsertOutcome.CONFLICT:
-                        raise ConflictError(rows[index].task.id)
-        return [o or InsertOutcome.CONFLICT for o in outcomes]
+                refused(done)
+        return done
 
-    @staticmethod
     def _insert_chunk(
+        self,
         tx: Tx,
         rows: Sequence[NewRow],
         chunk: list[int],
-        gens: Mapping[int, int],
-        outcomes: list[InsertOutcome | None],
+        locked: dict[int, ShardRow],
+        answers: list[Inserted | None],
     ) -> None:
-        """Insert first; when an id exists, compare its content as read back
-        (the same: EXISTS, else CONFLICT) and insert the rest. A concurrent
-        insert of the same ids may collide again: retried a few times."""
-        pending = chunk
+        """Insert first; when an id exists, lock its row and answer by the
+        row's ``on_conflict`` (rows.conflict_outcome). R6r: a row replaced is
+        deleted (its tag rows with it) and inserted again, unarmed at the new
+        revision, in this transaction. A concurrent insert of the same ids
+        may collide again: retried a few times."""
+        gens = {shard: row.arm_gen for shard, row in locked.items()}
+        pending, replacing = chunk, set()
         for _ in range(_DUPLICATE_RETRIES):
             try:
                 tx.insert_rows([rows[i] for i in pending], gens)
@@ -152,21 +157,35 @@ class StoreKernel:
                 pass
             else:
                 for i in pending:
-                    outcomes[i] = InsertOutcome.CREATED
+                    made = InsertOutcome.REPLACED if i in replacing else InsertOutcome.CREATED
+                    answers[i] = Inserted(made, rows[i].task)
                 return
-            existing = tx.contents([rows[i].task.id for i in pending])
-            remaining = []
+            existing = tx.lock_rows([rows[i].task.id for i in pending])
+            remaining, gone = [], []
             for i in pending:
-                stored = existing.get(rows[i].task.id)
-                if stored is None:
+                found = existing.get(rows[i].task.id)
+                if found is None:
+                    remaining.append(i)
+                    continue
+                stored = self._content(found)
+                outcome = conflict_outcome(rows[i], stored, is_armed_row(found, locked))
+                if outcome is InsertOutcome.REPLACED:
+                    gone.append(found.id)
+                    replacing.add(i)
                     remaining.append(i)
                 else:
-                    same = stored == rows[i].task
-                    outcomes[i] = InsertOutcome.EXISTS if same else InsertOutcome.CONFLICT
+                    answers[i] = Inserted(outcome, stored)
+            if gone:
+                tx.delete_rows(gone)
             if not remaining:
                 return
             pending = remaining
         raise StoreError("concurrent inserts of the same ids kept colliding; retry")
+
+    def _content(self, row: TaskRow) -> Task:
+        """A row's content, as ``get`` reads it back."""
+        columns = (row.id, row.due_ms, row.routing_key, row.payload, row.meta)
+        return content_of(columns, self._default_routing_key)
 
     # -- R3: arming -----------------------------------------------------------------
 
@@ -394,8 +413,7 @@ class StoreKernel:
                 moved[tid] = Moved(RescheduleResult.TOO_LATE)
                 continue
             move = last[tid]
-            columns = (tid, move.due_ms, row.routing_key, row.payload, row.meta)
-            task = content_of(columns, self._default_routing_key)
+            task = self._content(row._replace(due_ms=move.due_ms))
             gen = locked[row.shard].arm_gen
             writes.append(RowMove(tid, move.due_ms, move.rev, gen, tagged=bool(task.meta.tags)))
             moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)

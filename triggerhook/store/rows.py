@@ -13,9 +13,9 @@ import msgspec
 
 from triggerhook.domain.arming import Mark, ShardMarks, is_armed, is_inherited, shard_of
 from triggerhook.domain.meta import NO_META, Meta, from_record, next_occurrence, stopping
-from triggerhook.domain.task import CancelResult, Task
-from triggerhook.errors import StoreError, ValidationError
-from triggerhook.interfaces import DeferOutcome, Deferral, InsertOutcome, NewRow
+from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
+from triggerhook.errors import ConflictError, StoreError, TooLateError, ValidationError
+from triggerhook.interfaces import DeferOutcome, Deferral, Inserted, NewRow
 
 log = logging.getLogger(__name__)
 
@@ -198,27 +198,41 @@ def first_wins(task_ids: Sequence[str], results: dict[str, CancelResult]) -> lis
     return out
 
 
-def split_repeats(rows: Sequence[NewRow]) -> tuple[list[int], dict[int, int]]:
-    """Indexes of each id's first row, and each repeat's index -> its first row's."""
+def id_rounds(rows: Sequence[NewRow]) -> list[list[int]]:
+    """Row indexes in rounds: each id's first row, then each id's second, and
+    so on, so that a later row of an id comes after what the earlier wrote."""
     seen: dict[str, int] = {}
-    first: list[int] = []
-    repeats: dict[int, int] = {}
+    rounds: list[list[int]] = []
     for index, row in enumerate(rows):
-        earlier = seen.setdefault(row.task.id, index)
-        if earlier == index:
-            first.append(index)
-        else:
-            repeats[index] = earlier
-    return first, repeats
+        nth = seen.get(row.task.id, 0)
+        seen[row.task.id] = nth + 1
+        if nth == len(rounds):
+            rounds.append([])
+        rounds[nth].append(index)
+    return rounds
 
 
-def repeat_outcome(
-    row: NewRow, earlier: NewRow, earlier_outcome: InsertOutcome | None
-) -> InsertOutcome:
-    """A repeated id in one batch: a retry of its first row, or a conflict."""
-    if row.task != earlier.task or earlier_outcome is InsertOutcome.CONFLICT:
-        return InsertOutcome.CONFLICT
-    return InsertOutcome.EXISTS
+def conflict_outcome(row: NewRow, stored: Task, armed: bool) -> InsertOutcome:
+    """A create of an id that exists, by its ``on_conflict`` (R6, R6r): the
+    same content is a safe retry; else a conflict, the stored task kept, or
+    replaced when it is not armed (being published: too late)."""
+    if row.task == stored:
+        return InsertOutcome.EXISTS
+    if row.on_conflict is OnConflict.KEEP:
+        return InsertOutcome.KEPT
+    if row.on_conflict is OnConflict.REPLACE:
+        return InsertOutcome.TOO_LATE if armed else InsertOutcome.REPLACED
+    return InsertOutcome.CONFLICT
+
+
+def refused(answers: Sequence[Inserted]) -> None:
+    """An atomic insert's check: the first CONFLICT or TOO_LATE raises (the
+    transaction rolls back), naming its index."""
+    for index, answer in enumerate(answers):
+        if answer.outcome is InsertOutcome.CONFLICT:
+            raise ConflictError(answer.task.id, index)
+        if answer.outcome is InsertOutcome.TOO_LATE:
+            raise TooLateError(answer.task.id, index)
 
 
 def insert_chunks(rows: Sequence[NewRow], indexes: list[int]) -> Iterator[list[int]]:

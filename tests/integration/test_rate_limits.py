@@ -1,0 +1,64 @@
+"""Rate limits and the throttled catch-up (docs/operations.md, "Rate limits")
+through a started library engine, against real MariaDB and RabbitMQ: a
+backlog on a limited key leaves at its rate and never before its token, the
+other keys keep their pace, the catch-up limits only late tasks."""
+
+from __future__ import annotations
+
+from support.amqp import EventConsumer, Received
+from support.hook import HookFactory, collect_until, header_int
+from support.waiting import now_ms
+
+from triggerhook import TaskSpec
+
+LIMITED, FREE = "orders.limited", "orders.free"
+
+
+def named(event: Received, prefix: str) -> bool:
+    return (event.message_id or "").startswith(prefix)
+
+
+def fired_ms(events: list[Received], key: str) -> list[int]:
+    return sorted(header_int(e, "x-fired-ms") for e in events if e.routing_key == key)
+
+
+def test_a_backlog_on_a_limited_key_leaves_at_its_rate(
+    hooks: HookFactory, event_consumer: EventConsumer
+) -> None:
+    hook = hooks(rate_limits=f"{LIMITED}=20/s burst 5")
+    due = now_ms() + 300
+    specs = [TaskSpec(f"lim-{i:02d}", at_ms=due, routing_key=LIMITED) for i in range(25)]
+    specs += [TaskSpec(f"free-{i}", at_ms=due, routing_key=FREE) for i in range(5)]
+    hook.schedule_many(specs)
+    hook.schedule(TaskSpec("sentinel", at_ms=due + 1500))
+    events = collect_until(event_consumer, "sentinel", 20)
+    events += event_consumer.drain_quiet(0.5)
+    limited, free = fired_ms(events, LIMITED), fired_ms(events, FREE)
+    assert len(limited) == 25 and len(free) == 5
+    assert min(limited) >= due and min(free) >= due  # never early
+    # Five at once (the burst), then one token each 50 ms: the k-th waits for its own.
+    start = limited[0]
+    for k, at in enumerate(limited[5:], start=1):
+        assert at >= start + k * 50 - 1, (k, at - start)
+    assert limited[-1] - start >= 1000 - 1
+    assert hook.figures().totals["throttled"] == 20  # the other key's none: not held
+
+
+def test_the_catch_up_limits_overdue_tasks_only(
+    hooks: HookFactory, event_consumer: EventConsumer
+) -> None:
+    hook = hooks(start=False)
+    now = now_ms()
+    # Ten tasks an hour overdue (a backlog), five due soon (on time).
+    hook.schedule_many([TaskSpec(f"old-{i}", at_ms=now - 3_600_000) for i in range(10)])
+    hook.schedule_many([TaskSpec(f"new-{i}", at_ms=now + 400) for i in range(5)])
+    engine = hooks(catch_up_rate="10/s burst 2", catch_up_after_ms=1000)
+    engine.schedule(TaskSpec("sentinel", at_ms=now + 1500))
+    events = collect_until(event_consumer, "sentinel", 20)
+    events += event_consumer.drain_quiet(0.5)
+    old = sorted(header_int(e, "x-fired-ms") for e in events if named(e, "old-"))
+    new = sorted(header_int(e, "x-fired-ms") for e in events if named(e, "new-"))
+    assert len(old) == 10 and len(new) == 5
+    assert old[-1] - old[0] >= 800 - 1  # two at once, then eight at 10/s
+    assert min(new) >= now + 400  # never early
+    assert engine.figures().totals["throttled"] == 8  # the backlog's, none of the on-time
