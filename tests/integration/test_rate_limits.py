@@ -36,11 +36,11 @@ def test_a_backlog_on_a_limited_key_leaves_at_its_rate(
     limited, free = fired_ms(events, LIMITED), fired_ms(events, FREE)
     assert len(limited) == 25 and len(free) == 5
     assert min(limited) >= due and min(free) >= due  # never early
-    # Five at once (the burst), then one token each 50 ms: the k-th waits for its own.
-    start = limited[0]
+    # Five at once (the burst), then one token every 50 ms from the instant
+    # they came due, which is not before ``due``: the k-th held one fires at or
+    # after due + k * 50 (by the engine's clock, as x-fired-ms).
     for k, at in enumerate(limited[5:], start=1):
-        assert at >= start + k * 50 - 1, (k, at - start)
-    assert limited[-1] - start >= 1000 - 1
+        assert at >= due + k * 50, (k, at - due)
     assert hook.figures().totals["throttled"] == 20  # the other key's none: not held
 
 
@@ -59,6 +59,7 @@ def test_the_catch_up_limits_overdue_tasks_only(
     old = sorted(header_int(e, "x-fired-ms") for e in events if named(e, "old-"))
     new = sorted(header_int(e, "x-fired-ms") for e in events if named(e, "new-"))
     assert len(old) == 10 and len(new) == 5
-    assert old[-1] - old[0] >= 800 - 1  # two at once, then eight at 10/s
     assert min(new) >= now + 400  # never early
-    assert engine.figures().totals["throttled"] == 8  # the backlog's, none of the on-time
+    # Two at once, eight held for their tokens (their instants: the unit tests
+    # of the scheduler's throttle); none of the on-time ones was held.
+    assert engine.figures().totals["throttled"] == 8

@@ -25,7 +25,7 @@ state; negative cases keep what was drawn:
   gets a real one;
 * the coverage phase ignores ``dependentRequired`` and ``dependentSchemas``
   in a batch's tasks: the task is made to keep them (one of ``at``/``at_ms``/...,
-  a timezone only with cron, an end only in a series);
+  a timezone and a daylight-saving policy only with cron, an end only in a series);
 * a series' bounds depend on the current time and on its schedule (the
   document describes them): ``until`` (``until_ms``) must not come before the
   first occurrence, so it becomes the latest time; and a cron series' first
@@ -56,7 +56,7 @@ from schemathesis.cli import schemathesis as st_command
 from schemathesis.generation.case import Case
 from schemathesis.hooks import HookContext
 
-from triggerhook.api.fields_task import EXCLUSIVE
+from triggerhook.api.fields_task import CRON_ONLY, EXCLUSIVE
 from triggerhook.api.listing import DUE_RANGE_PAIRS, TIMELINE_PAIRS
 from triggerhook.domain.listing import MAX_TIMELINE_SPAN_MS, encode_cursor
 from triggerhook.domain.task import MAX_DUE_MS
@@ -147,8 +147,8 @@ def dependencies_kept(body: object) -> None:
     the coverage phase ignores in an array's items (``dependentRequired``,
     ``dependentSchemas``), so a "positive" task of a batch may break them —
     and the server rightly refuses it: one field of each exclusive group
-    (``at``/``at_ms``/..., cron before every), a timezone only with cron, an
-    end only in a series."""
+    (``at``/``at_ms``/..., cron before every), a timezone and a DST policy
+    only with cron, an end only in a series."""
     if not isinstance(body, dict):
         return
     for group in EXCLUSIVE:
@@ -156,7 +156,8 @@ def dependencies_kept(body: object) -> None:
         for name in present[1:]:
             del body[name]
     if "cron" not in body:
-        body.pop("timezone", None)
+        for name in CRON_ONLY:
+            body.pop(name, None)
     if "every" not in body and "cron" not in body:
         body.pop("until", None)
         body.pop("until_ms", None)

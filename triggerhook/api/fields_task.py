@@ -257,6 +257,8 @@ def create_body(max_payload_bytes: int) -> Fields:
 
 # The names of a create body's fields (parsed by triggerhook.api.bodies).
 CREATE_FIELDS = names(create_body(0))
+# The fields of a create body that only a cron series takes.
+CRON_ONLY = ("timezone", "dst_repeated", "dst_skipped")
 # The fields of a create body of which at most one may be given, by group.
 EXCLUSIVE = (WHEN, ("until", "until_ms"), ("payload", "payload_b64"), ("every", "cron"))
 
@@ -266,11 +268,7 @@ def create_schema(max_payload_bytes: int) -> Schema:
     return object_schema(
         properties(create_body(max_payload_bytes)),
         anyOf=[*ONE_WHEN, *SERIES["anyOf"]],
-        dependentRequired={
-            "timezone": ["cron"],
-            "dst_repeated": ["cron"],
-            "dst_skipped": ["cron"],
-        },
+        dependentRequired={name: ["cron"] for name in CRON_ONLY},
         dependentSchemas=exclusive(EXCLUSIVE, {"until": SERIES, "until_ms": SERIES}),
         description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
         "series: every or cron) none; at most one of payload and payload_b64, of every and "

@@ -131,8 +131,9 @@ def tag_rows(tasks: Sequence[Task]) -> list[tuple[str, int, str]]:
 
 def content_of(row: Row, default_key: str) -> Task:
     """A task as ``get`` and the duplicate check compare it (no attempts,
-    revision), from the columns (id, due_ms, routing_key, payload, meta)
-    (CONTENT_COLUMNS): a NULL routing key read back as ``default_key``."""
+    revision), from the columns (id, due_ms, routing_key, payload, meta), the
+    first five of each backend's TASK_STATE_COLUMNS: a NULL routing key read
+    back as ``default_key``."""
     task_id, due_ms, routing_key, payload, meta = row[:5]
     key = routing_key or default_key
     return Task(task_id, due_ms, key, bytes(payload or b""), meta=meta_of(meta, task_id))

@@ -22,7 +22,6 @@ from typing import Protocol
 
 from triggerhook.domain.arming import Mark, ShardMarks
 from triggerhook.domain.meta import Meta
-from triggerhook.domain.task import Task
 from triggerhook.interfaces import NewRow
 from triggerhook.store.arm_pass import PassReads
 from triggerhook.store.rows import ShardRow, TaskRow
@@ -60,11 +59,6 @@ class Tx(Protocol):
 
     def lock_rows(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
         """The task rows of these ids that exist, locked (any number of ids)."""
-        ...
-
-    def contents(self, task_ids: Sequence[str]) -> dict[str, Task]:
-        """What exists of these ids, as ``get`` reads a task back (the
-        duplicate check of an insert compares it)."""
         ...
 
     def insert_rows(self, rows: Sequence[NewRow], gens: Mapping[int, int]) -> None:

@@ -49,10 +49,6 @@ SHARD_COLUMNS = (
     "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
 )
 
-# The content columns (store/mysql/store.py's _content reads them, in this order).
-CONTENT_COLUMNS = "id, due_ms, routing_key, payload, meta"
-
-SELECT_CONTENT_BY_IDS = f"SELECT {CONTENT_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
 
 # A task's content and state: the row and its shard's marks (mysql.py's _info).
 TASK_STATE_COLUMNS = (

@@ -18,7 +18,6 @@ from typing import Any
 
 from triggerhook.domain.arming import BOTTOM, TOP_ID, Mark, ShardMarks, arm_horizon, shard_of
 from triggerhook.domain.meta import Meta
-from triggerhook.domain.task import Task
 from triggerhook.errors import StoreError
 from triggerhook.interfaces import NewRow
 from triggerhook.store.arm_pass import PassReads, split_read
@@ -30,7 +29,6 @@ from triggerhook.store.rows import (
     ShardRow,
     TaskRow,
     chunks,
-    content_of,
     insert_params,
     meta_blob,
     row_mark,
@@ -131,15 +129,6 @@ class MySQLTx:
             self.cur.execute(sql.LOCK_TASKS.format(ids=sql.placeholders(len(part))), part)
             for r in self.cur.fetchall():
                 found[r[0]] = TaskRow(*r)
-        return found
-
-    def contents(self, task_ids: Sequence[str]) -> dict[str, Task]:
-        found: dict[str, Task] = {}
-        for part in chunks(task_ids, IN_LIST_CHUNK):
-            statement = sql.SELECT_CONTENT_BY_IDS.format(ids=sql.placeholders(len(part)))
-            self.cur.execute(statement, part)
-            for row in self.cur.fetchall():
-                found[row[0]] = content_of(row, self._default_key)
         return found
 
     def insert_rows(self, rows: Sequence[NewRow], gens: Mapping[int, int]) -> None:

@@ -107,7 +107,6 @@ TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms,
 SHARD_COLUMNS = (
     "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
 )
-CONTENT_COLUMNS = "id, due_ms, routing_key, payload, meta"
 # A task's content and state: the row and its shard's marks.
 TASK_STATE_COLUMNS = (
     "t.id, t.due_ms, t.routing_key, t.payload, t.meta, t.fire_ms, t.gen,"
@@ -118,7 +117,6 @@ SELECT_TASK_STATE = (
     f"SELECT {TASK_STATE_COLUMNS} FROM th_tasks t JOIN th_shards s ON s.shard = t.shard"
     " WHERE t.id = ?"
 )
-SELECT_CONTENT_BY_IDS = f"SELECT {CONTENT_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
 SELECT_TASKS_BY_IDS = f"SELECT {TASK_COLUMNS} FROM th_tasks WHERE id IN ({{ids}})"
 SELECT_IDS = "SELECT id FROM th_tasks WHERE id IN ({ids})"
 # Every shard row (a few dozen): what a write transaction decides by.

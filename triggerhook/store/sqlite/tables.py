@@ -16,7 +16,6 @@ from typing import Any
 
 from triggerhook.domain.arming import Mark, ShardMarks, arm_horizon
 from triggerhook.domain.meta import Meta
-from triggerhook.domain.task import Task
 from triggerhook.interfaces import NewRow
 from triggerhook.store.arm_pass import PassReads, split_read
 from triggerhook.store.rows import (
@@ -24,7 +23,6 @@ from triggerhook.store.rows import (
     ShardRow,
     TaskRow,
     chunks,
-    content_of,
     insert_params,
     meta_blob,
     row_mark,
@@ -61,10 +59,6 @@ class SQLiteTx:
 
     def lock_rows(self, task_ids: Sequence[str]) -> dict[str, TaskRow]:
         return {r[0]: TaskRow(*r) for r in self._by_ids(q.SELECT_TASKS_BY_IDS, task_ids)}
-
-    def contents(self, task_ids: Sequence[str]) -> dict[str, Task]:
-        rows = self._by_ids(q.SELECT_CONTENT_BY_IDS, task_ids)
-        return {r[0]: content_of(r, self._default_key) for r in rows}
 
     def insert_rows(self, rows: Sequence[NewRow], gens: Mapping[int, int]) -> None:
         if self._by_ids(q.SELECT_IDS, [row.task.id for row in rows]):
