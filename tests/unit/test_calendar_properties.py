@@ -25,24 +25,30 @@ from __future__ import annotations
 import functools
 import math
 import zoneinfo
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from cronsim import CronSim
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support.zones import (
+    EPOCH,
+    MS,
+    elapsed,
+    instant,
+    is_zone,
+    matcher,
+    minutes_between,
+    offset,
+    shown,
+)
 
 from triggerhook.domain.bounds import MAX_DUE_MS
 from triggerhook.domain.meta import next_occurrence
-from triggerhook.domain.recurrence import Recurrence, make_recurrence, parse_zone
+from triggerhook.domain.recurrence import Recurrence, make_recurrence
 from triggerhook.domain.spec import TaskRules, TaskSpec, resolve
-from triggerhook.errors import ValidationError
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MS = timedelta(milliseconds=1)
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
 YEARS = (1990, 2041)  # the changes drawn from: past rules (midnight ones) and the POSIX rule's
 # The offset is sampled this often to find the changes: a pair closer together
@@ -82,21 +88,6 @@ class Change:
         return abs(self.after - self.before) // MS
 
 
-def offset(ms: int, zone: ZoneInfo) -> timedelta:
-    found = (EPOCH + ms * MS).astimezone(zone).utcoffset()
-    assert found is not None
-    return found
-
-
-def shown(ms: int, zone: ZoneInfo) -> datetime:
-    """The local time (naive) the zone's clocks show at epoch ms ``ms``."""
-    return (EPOCH + ms * MS).astimezone(zone).replace(tzinfo=None)
-
-
-def instant(local: datetime, zone: ZoneInfo, fold: int = 0) -> int:
-    return (local.replace(tzinfo=zone, fold=fold) - EPOCH) // MS
-
-
 def changes_of(name: str) -> list[Change]:
     """The zone's changes in YEARS: sampled, then bisected to the millisecond."""
     zone = ZoneInfo(name)
@@ -117,14 +108,6 @@ def changes_of(name: str) -> list[Change]:
         ):
             found.append(Change(name, hi, before, after))  # whole minutes: the reference's grid
     return found
-
-
-def is_zone(name: str) -> bool:
-    try:
-        parse_zone(name)
-    except ValidationError:
-        return False
-    return True
 
 
 @functools.cache
@@ -195,35 +178,6 @@ def everies() -> st.SearchStrategy[int]:
 
 
 # --- the reference ------------------------------------------------------------------
-
-
-def elapsed(cron: str) -> bool:
-    """Debian's cron's wildcard entries: the minute or hour field starts with ``*``."""
-    minute, hour = cron.split()[:2]
-    return minute.startswith("*") or hour.startswith("*")
-
-
-def matcher(cron: str) -> Callable[[datetime], bool]:
-    """Whether a local time (a whole minute) matches: cronsim's parse, no search."""
-    parsed = CronSim(cron, datetime(2000, 1, 1))
-
-    def matches(local: datetime) -> bool:
-        return (
-            local.minute in parsed.minutes
-            and local.hour in parsed.hours
-            and local.month in parsed.months
-            and parsed.match_day(local.date())
-        )
-
-    return matches
-
-
-def minutes_between(low: datetime, high: datetime) -> Iterator[datetime]:
-    """The whole minutes in (low, high]."""
-    local = low.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    while local <= high:
-        yield local
-        local += timedelta(minutes=1)
 
 
 def reference(cron: str, name: str, after: int, until: int) -> list[int]:

@@ -25,25 +25,33 @@ import json
 import math
 import time
 import zoneinfo
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from cronsim import CronSim
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from support.zones import (
+    EPOCH,
+    MS,
+    elapsed,
+    instant,
+    is_zone,
+    matcher,
+    minutes_between,
+    offset,
+    shown,
+)
 
 from triggerhook.domain import recurrence
 from triggerhook.domain.bounds import MAX_DUE_MS
 from triggerhook.domain.meta import from_record as meta_from_record
 from triggerhook.domain.meta import make_meta
-from triggerhook.domain.recurrence import Recurrence, make_recurrence, parse_zone
+from triggerhook.domain.recurrence import Recurrence, make_recurrence
 from triggerhook.errors import ValidationError
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MS = timedelta(milliseconds=1)
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
 REPEATED = ("first", "last", "both")
 SKIPPED = ("shift", "skip")
@@ -374,21 +382,6 @@ class Change:
         return local if self.repeats else local - self.span_ms * MS
 
 
-def offset(ms_: int, zone: ZoneInfo) -> timedelta:
-    found = (EPOCH + ms_ * MS).astimezone(zone).utcoffset()
-    assert found is not None
-    return found
-
-
-def shown(ms_: int, zone: ZoneInfo) -> datetime:
-    """The local time (naive) the zone's clocks show at epoch ms ``ms_``."""
-    return (EPOCH + ms_ * MS).astimezone(zone).replace(tzinfo=None)
-
-
-def instant(local: datetime, zone: ZoneInfo, fold: int) -> int:
-    return (local.replace(tzinfo=zone, fold=fold) - EPOCH) // MS
-
-
 def year_ms(year: int) -> int:
     return (datetime(year, 1, 1, tzinfo=UTC) - EPOCH) // MS
 
@@ -404,14 +397,6 @@ def sampled_changes(zone: ZoneInfo, step: int) -> Iterator[tuple[int, timedelta,
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if offset(mid, zone) == after else (mid, hi)
         yield hi, offset(lo, zone), after
-
-
-def is_zone(name: str) -> bool:
-    try:
-        parse_zone(name)
-    except ValidationError:
-        return False
-    return True
 
 
 @functools.cache
@@ -452,39 +437,11 @@ def changes(repeats: bool | None = None) -> st.SearchStrategy[Change]:
 # --- the reference ------------------------------------------------------------------
 
 
-def elapsed(cron: str) -> bool:
-    minute, hour = cron.split()[:2]
-    return minute.startswith("*") or hour.startswith("*")
-
-
 def effective(cron: str, repeated: str | None, skipped: str | None) -> tuple[str, str]:
     """The policy a series follows: the one given, else the default by kind."""
     if elapsed(cron):
         return repeated or "both", skipped or "skip"
     return repeated or "first", skipped or "shift"
-
-
-def matcher(cron: str) -> Callable[[datetime], bool]:
-    """Whether a local time (a whole minute) matches: cronsim's parse, no search."""
-    parsed = CronSim(cron, datetime(2000, 1, 1))
-
-    def matches(local: datetime) -> bool:
-        return (
-            local.minute in parsed.minutes
-            and local.hour in parsed.hours
-            and local.month in parsed.months
-            and parsed.match_day(local.date())
-        )
-
-    return matches
-
-
-def minutes_between(low: datetime, high: datetime) -> Iterator[datetime]:
-    """The whole minutes in (low, high]."""
-    local = low.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    while local <= high:
-        yield local
-        local += timedelta(minutes=1)
 
 
 def reference(
