@@ -145,10 +145,17 @@ def test_an_instance_keeps_to_its_share_of_the_rate() -> None:
     assert held[-1][1] == 40_000  # 10,000 more at a quarter of 1,000/s
 
 
-def test_with_no_share_nothing_limited_goes() -> None:
-    throttle = Throttle(parse_rate_limits({"k": "1000/s"}), lambda: 0.0)
-    go, held = throttle.admit(tasks("k", 3), 5.0)
-    assert go == [] and [at for _, at in held] == [1005] * 3
+def test_with_no_share_nothing_limited_goes_and_no_token_is_kept() -> None:
+    share = [0.0]
+    throttle = Throttle(parse_rate_limits({"k": "1/s burst 1"}), lambda: share[0])
+    waiting = tasks("k", 2)
+    go, held = throttle.admit([*waiting, *tasks("free", 1)], 5.0)
+    assert [t.routing_key for t in go] == ["free"]
+    assert [at for _, at in held] == [1005] * 2
+    assert len(throttle) == 0  # nothing reserved: they ask again
+    share[0] = 1.0
+    go, held = throttle.admit(waiting, 1005.0)  # back: now they take tokens
+    assert go == waiting[:1] and [at for _, at in held] == [2005]
 
 
 @given(

@@ -1,13 +1,15 @@
 """Rate limits per routing-key pattern (docs/design/flow-control.md, section 3):
 pure, no I/O, no clock of its own.
 
-``rate_limits = {"billing.*" = "200/s", "*" = "20000/s"}``: a token bucket per
-pattern, refilled at its rate, holding at most its burst (one second's tokens
-unless given: ``"200/s burst 50"``). The patterns are AMQP topic patterns
-(``*`` one word, ``#`` zero or more); a routing key takes the first pattern
-that matches it, in the order written, and a key no pattern matches is not
-limited. A task whose bucket is empty is held back until its token comes:
-late, never early (the scheduler pushes it back into its heap for then).
+The setting ``rate_limits = "billing.*=200/s, #=20000/s"`` (:func:`parse_rate_list`):
+a token bucket per pattern, refilled at its rate, holding at most its burst
+(one second's tokens unless given: ``"200/s burst 50"``). The patterns are
+AMQP topic patterns (``*`` one word, ``#`` zero or more); a routing key takes
+the first pattern that matches it, in the order written, and a key no pattern
+matches is not limited. ``catch_up_rate`` (:func:`parse_rate`): a bucket per
+routing key for the tasks found late by more than ``catch_up_after_ms``. A
+task whose bucket is empty is held back until its token comes: late, never
+early (the scheduler pushes it back into its heap for then).
 
 Each instance limits its own share, the rate times the fraction of the shards
 it holds (a key's tasks spread over every shard by the hash of their ids), so
@@ -40,8 +42,8 @@ _MAX_CACHED_KEYS = 10_000
 # forgotten (their task was dropped on a way that did not call forget()).
 _MAX_RESERVED = 1_000_000
 _FORGET_AFTER_MS = 600_000
-# With no share of a rate (no shard held: a moment between leases), a task
-# of a limited pattern looks again this much later.
+# With no share of the rates (the shard count not yet known), a limited task
+# looks again this much later.
 _NO_SHARE_RECHECK_MS = 1000
 
 
@@ -186,6 +188,11 @@ class Throttle:
             if reserved is not None and reserved <= now_ms:
                 go.append(task)  # back at its token's instant
                 continue
+            if reserved is None and share <= 0 and self._limited(task, now_ms):
+                # No share of any rate (the shard count not known yet): asks
+                # again later, holding no token.
+                held.append((task, math.ceil(now_ms) + _NO_SHARE_RECHECK_MS))
+                continue
             at_ms = reserved if reserved is not None else self._instant(task, share, now_ms)
             if at_ms is None:
                 go.append(task)
@@ -207,6 +214,13 @@ class Throttle:
         by a path that did not say so. Its token is spent: the rate errs low."""
         self._reserved = {key: at for key, at in self._reserved.items() if at >= instant_ms}
 
+    def _limited(self, task: Task, now_ms: float) -> bool:
+        """Whether any bucket limits ``task`` now."""
+        late = now_ms - task.due_ms > self._catch_up_after_ms
+        return self.pattern_of(task.routing_key) is not None or (
+            self._catch_up is not None and late
+        )
+
     def _instant(self, task: Task, share: float, now_ms: float) -> int | None:
         """When ``task`` may go: None, now; else the instant its last token comes."""
         at_ms: int | None = None
@@ -224,9 +238,7 @@ class Throttle:
     def _take(self, name: int | str, limit: RateLimit, share: float, now_ms: float) -> int | None:
         """A token of bucket ``name``: None, there is one now; else the
         instant (ms) the token taken comes."""
-        per_ms = limit.per_s * share / 1000
-        if per_ms <= 0:  # no share of the rate (no shard held): look again later
-            return math.ceil(now_ms) + _NO_SHARE_RECHECK_MS
+        per_ms = limit.per_s * share / 1000  # > 0: admit() holds tasks back without a share
         burst = max(1.0, limit.burst * share)
         bucket = self._buckets.get(name)
         if bucket is None:
