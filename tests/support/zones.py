@@ -5,6 +5,7 @@ minute: the reference the calendar tests compare domain/recurrence.py with
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,6 +16,31 @@ from triggerhook.errors import ValidationError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MS = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change of a zone's UTC offset: from ``at_ms`` on, ``after`` instead of ``before``."""
+
+    zone: str
+    at_ms: int
+    before: timedelta
+    after: timedelta
+
+    @property
+    def repeats(self) -> bool:
+        """Clocks back: the local times of the last ``span_ms`` before it happen again."""
+        return self.after < self.before
+
+    @property
+    def span_ms(self) -> int:
+        return abs(self.after - self.before) // MS
+
+    @property
+    def span_start(self) -> datetime:
+        """The first local time the change repeats, or the gap skips."""
+        local = shown(self.at_ms, ZoneInfo(self.zone))
+        return local if self.repeats else local - self.span_ms * MS
 
 
 def offset(ms: int, zone: ZoneInfo) -> timedelta:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import math
 import zoneinfo
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -35,6 +34,7 @@ from hypothesis import strategies as st
 from support.zones import (
     EPOCH,
     MS,
+    Change,
     elapsed,
     instant,
     is_zone,
@@ -67,25 +67,6 @@ CALENDAR = settings.get_profile("calendar")
 
 
 # --- the zones' changes, found once --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Change:
-    """A change of a zone's UTC offset: from ``at_ms`` on, ``after`` instead of ``before``."""
-
-    zone: str
-    at_ms: int
-    before: timedelta
-    after: timedelta
-
-    @property
-    def repeats(self) -> bool:
-        """Clocks back: the local times of the last ``span_ms`` before it happen again."""
-        return self.after < self.before
-
-    @property
-    def span_ms(self) -> int:
-        return abs(self.after - self.before) // MS
 
 
 def changes_of(name: str) -> list[Change]:

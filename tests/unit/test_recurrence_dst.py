@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from support.zones import (
     EPOCH,
     MS,
+    Change,
     elapsed,
     instant,
     is_zone,
@@ -356,30 +357,6 @@ YEARS = (2000, 2041)
 COARSE = 182 * DAY  # which zones change at all: a zone whose offset differs half a year on
 FINE = 7 * DAY  # a drawn zone's changes: a pair closer than this is missed
 ISOLATED = 4 * DAY  # a change drawn has no other this near (the walks stay within 2 days)
-
-
-@dataclass(frozen=True)
-class Change:
-    """A change of a zone's UTC offset: from ``at_ms`` on, ``after`` instead of ``before``."""
-
-    zone: str
-    at_ms: int
-    before: timedelta
-    after: timedelta
-
-    @property
-    def repeats(self) -> bool:
-        return self.after < self.before
-
-    @property
-    def span_ms(self) -> int:
-        return abs(self.after - self.before) // MS
-
-    @property
-    def span_start(self) -> datetime:
-        """The first local time the change repeats, or the gap skips."""
-        local = shown(self.at_ms, ZoneInfo(self.zone))
-        return local if self.repeats else local - self.span_ms * MS
 
 
 def year_ms(year: int) -> int:
