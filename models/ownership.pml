@@ -20,6 +20,13 @@
  * -DFORGET_UNANSWERED (an arming pass whose answer was lost after it
  * committed is forgotten: its rows stay armed in no one's memory).
  *
+ * R8p (docs/design/flow-control.md, section 3a; -DMAX_POSTPONE=1): a copy
+ * the rate limit holds back past the arming horizon leaves memory and its
+ * row is postponed by R8's transaction, without a failed attempt. Its mutations:
+ * -DPOSTPONE_INHERITED (a row armed in an earlier epoch is postponed too:
+ * unarmed) and -DPOSTPONE_KEEPS_COPY (the copy goes back into memory
+ * whatever the store answered, not only on INHERITED).
+ *
  * With -DSERIES the task is a recurring series (docs/design/ownership.md,
  * R5s): the confirm of an occurrence rewrites the row to the next one
  * (unarmed, a new revision, in the same step that removes the confirmed
@@ -49,6 +56,10 @@
 #endif
 #ifndef MAX_REPLACE
 #define MAX_REPLACE 1    /* replaces (R6r): see the client */
+#endif
+#ifndef MAX_POSTPONE
+#define MAX_POSTPONE 0   /* copies held back by a rate limit and postponed (R8p):
+                            its checks give 1 (and MAX_RETURNS=1: see the step) */
 #endif
 #ifndef MAX_OCC
 #define MAX_OCC 3        /* occurrences of a series */
@@ -92,6 +103,7 @@ byte returns = 0;
 byte releases = 0;
 byte lost = 0;
 byte replaces = 0;
+byte postpones = 0;
 
 inline new_rev(incarnation) {
     nrev++;
@@ -105,6 +117,7 @@ proctype Instance(byte me) {
     byte held = 0;      /* the armed copy in memory (its revision) */
     byte checked = 0;   /* held, and the lease checked: about to publish */
     byte sent = 0;      /* published, waiting for the broker's answer */
+    byte postponing = 0;  /* out of memory, its postponement being written (R8p) */
     bool unanswered = false;  /* a pass whose commit's answer was lost */
 end:
     do
@@ -130,7 +143,7 @@ end:
        epoch is inherited. */
     :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch && exists &&
                 held == 0 && !unanswered &&
-                (!armed || (armed_epoch != my_epoch && sent != rev)) ->
+                (!armed || (armed_epoch != my_epoch && sent != rev && postponing != rev)) ->
          if
          :: !armed -> armed = true; armed_epoch = my_epoch
          :: else -> skip  /* inherited, or its retry: fired (again) */
@@ -235,9 +248,54 @@ end:
          fi;
          sent = 0 }
 
+    /* R8p: the rate limit holds the copy back past the arming horizon (its
+       lease checked first, as R4's screen does). The copy leaves memory
+       first (it cannot fire meanwhile), and the confirmer writes the
+       postponement: R8's transaction, fenced by the epoch, without a failed
+       attempt (the model counts none). Armed in this epoch: rewritten
+       unarmed at a new revision (R3 arms it again at its token's instant);
+       inherited: stays armed, and the copy goes back into memory; the row
+       or the lease gone: nothing. An answer lost after the commit is a
+       retry that finds another revision (GONE): as DEFERRED, nothing in
+       memory, so it is not a step of its own. Off by default (MAX_POSTPONE
+       0): its checks give it 1 and R8's returns 1 instead of 2 (110 million
+       states); with both whole the search passed 220 million, unfinished. */
+    :: atomic { held != 0 && checked == 0 && postponing == 0 && postpones < MAX_POSTPONE &&
+                my_epoch != 0 && owner == me && epoch == my_epoch && lease_valid ->
+         postpones++; postponing = held; held = 0 }
+    :: atomic { postponing != 0 ->
+         if
+         :: my_epoch != 0 && owner == me && epoch == my_epoch &&
+            exists && rev == postponing && armed ->
+              if
+#ifdef POSTPONE_INHERITED
+              :: nrev < MAXREV - 1 ->
+#else
+              :: armed_epoch == my_epoch && nrev < MAXREV - 1 ->
+#endif
+                   new_rev(inc_of[rev]); armed = false;  /* DEFERRED */
+#ifdef POSTPONE_KEEPS_COPY
+                   if
+                   :: held == 0 -> held = postponing
+                   :: else -> skip
+                   fi
+#else
+                   skip
+#endif
+              :: else ->  /* INHERITED: back into memory, as R8's */
+                   if
+                   :: held == 0 -> held = postponing
+                   :: else -> skip
+                   fi
+              fi
+         :: else -> skip  /* GONE */
+         fi;
+         postponing = 0 }
+
     /* R2: graceful release, after draining */
     :: atomic { my_epoch != 0 && owner == me && epoch == my_epoch &&
-                held == 0 && checked == 0 && sent == 0 && releases < MAX_RELEASE ->
+                held == 0 && checked == 0 && sent == 0 && postponing == 0 &&
+                releases < MAX_RELEASE ->
          releases++; owner = NONE; lease_valid = false; my_epoch = 0 }
 
     /* one instance may crash, for good */

@@ -82,20 +82,23 @@ def is_serial(item: pytest.Item) -> bool:
 
 # Modules whose tests share fixtures beyond one test's: with scripts/test's
 # ``-n N --dist loadgroup`` they run on one xdist worker, so that what they
-# share is built once, not once per worker (the scheduler below). Both
-# fresh-venv modules share the session's wheelhouse (tests/integration/conftest.py).
+# share is built once, not once per worker (the scheduler below). Named
+# groups: both fresh-venv modules share the session's wheelhouse
+# (tests/integration/conftest.py); the R8p model's searches take up to 9 GB
+# each, so they run one after the other, never side by side.
 SHARED_SCOPES = re.compile(r"""scope=["'](module|class|package)["']|\bdatabase_url_module\b""")
-FRESH_VENV_MODULES = {
+GROUPED_MODULES = {
     "tests/integration/test_client_install.py": "fresh-venv",
     "tests/integration/test_dev_mode.py": "fresh-venv",
+    "tests/model/test_postponement_model.py": "spin-large",
 }
 
 
 @functools.cache
 def _module_scope(module: str) -> str | None:
     """The work unit of a module's tests when they must stay on one worker."""
-    if module in FRESH_VENV_MODULES:
-        return FRESH_VENV_MODULES[module]
+    if module in GROUPED_MODULES:
+        return GROUPED_MODULES[module]
     path = TESTS.parent / module
     try:
         text = path.read_text()
@@ -129,6 +132,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # collected first, so that the scheduler hands them out first and no worker
 # starts one while the others are finishing.
 LONG_FIRST = (
+    "tests/model/test_postponement_model.py",
     "tests/model/test_ownership_model.py",
     "tests/integration/test_benchmarks_quick.py",
 )

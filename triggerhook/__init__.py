@@ -1,6 +1,6 @@
 """triggerhook: a high-precision trigger engine (MySQL in, RabbitMQ out)."""
 
-from triggerhook.app import Figures, Health, Scheduled, TaskSpec, TriggerHook
+from triggerhook.app import Copied, Figures, Health, Scheduled, TaskSpec, TriggerHook
 from triggerhook.domain.listing import BulkCancelled, Page, TaskFilter, Timeline, make_filter
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta
 from triggerhook.domain.task import (
@@ -8,6 +8,7 @@ from triggerhook.domain.task import (
     InsertOutcome,
     OnConflict,
     RescheduleResult,
+    SeriesResult,
     Task,
     TaskInfo,
     TaskState,
@@ -30,6 +31,7 @@ __all__ = [
     "CancelResult",
     "ConfigError",
     "ConflictError",
+    "Copied",
     "Figures",
     "Health",
     "InsertOutcome",
@@ -42,6 +44,7 @@ __all__ = [
     "Page",
     "RescheduleResult",
     "Scheduled",
+    "SeriesResult",
     "Settings",
     "StoreUnavailable",
     "Task",

@@ -10,6 +10,7 @@ It builds nothing: :mod:`triggerhook.wiring` assembles it.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,10 +28,13 @@ from triggerhook.domain.listing import (
     page_limit,
     timeline_span,
 )
+from triggerhook.domain.series import backfill_dues, check_copyable, copy_of
 from triggerhook.domain.spec import Due, TaskRules, TaskSpec, conflict_rule, resolve
 from triggerhook.domain.task import (
     CancelResult,
     InsertOutcome,
+    OnConflict,
+    SeriesResult,
     Task,
     TaskInfo,
     validate_due_ms,
@@ -41,7 +45,13 @@ from triggerhook.engine.bulk import cancel_where
 from triggerhook.engine.engine import Engine
 from triggerhook.engine.groupcommit import Done, Ticket
 from triggerhook.engine.writes import Create
-from triggerhook.errors import ConflictError, TooLateError, TransientError, TriggerHookError
+from triggerhook.errors import (
+    ConflictError,
+    TooLateError,
+    TransientError,
+    TriggerHookError,
+    ValidationError,
+)
 from triggerhook.interfaces import Clock, Inserted, Moved, TaskStore
 from triggerhook.metrics.reporter import MetricsReporter
 from triggerhook.runtime.counters import HistogramSnapshot, RequestStats
@@ -52,7 +62,17 @@ log = logging.getLogger(__name__)
 
 ANY = TaskFilter()  # every task
 
-__all__ = ["Done", "Due", "Figures", "Health", "Scheduled", "TaskSpec", "Ticket", "TriggerHook"]
+__all__ = [
+    "Copied",
+    "Done",
+    "Due",
+    "Figures",
+    "Health",
+    "Scheduled",
+    "TaskSpec",
+    "Ticket",
+    "TriggerHook",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +125,16 @@ def _scheduled(inserted: Inserted) -> Scheduled:
     if outcome is InsertOutcome.TOO_LATE:
         raise TooLateError(inserted.task.id)
     return Scheduled(inserted.task, outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """A trigger's or a backfill's answer: TRIGGERED or BACKFILLED with
+    ``copies``, each copy of an occurrence written (CREATED) or there already
+    (EXISTS: a retry); or NOT_FOUND, NOT_A_SERIES: nothing written."""
+
+    result: SeriesResult
+    copies: tuple[Scheduled, ...] = ()
 
 
 class TriggerHook:
@@ -205,6 +235,67 @@ class TriggerHook:
 
     def get(self, task_id: str) -> TaskInfo | None:
         return self._store.get(validate_id(task_id))
+
+    # -- a series' life (domain/series.py) -------------------------------------------
+
+    def pause(self, task_id: str) -> SeriesResult:
+        """Pause a series: no occurrence fires until :meth:`resume`. PAUSED
+        (also when it was paused), PAUSED_AFTER_THIS (its occurrence being
+        published still fires; none after it), NOT_FOUND, NOT_A_SERIES."""
+        return self._writes.pause([validate_id(task_id)])[0]
+
+    def resume(self, task_id: str) -> SeriesResult:
+        """Resume a paused series at the occurrence it would have fired next;
+        one missed while it was paused goes by its ``catch_up`` policy.
+        RESUMED (also when it was not paused), ENDED (no occurrence was left:
+        it is deleted), NOT_FOUND, NOT_A_SERIES."""
+        return self._writes.resume([validate_id(task_id)])[0]
+
+    def trigger(self, task_id: str, timeout_s: float = 30.0) -> Copied:
+        """Fire one extra occurrence of a series now, its schedule unchanged:
+        a one-off copy ``<id>:<now ms>`` (cancel it by that id). TRIGGERED,
+        NOT_FOUND, NOT_A_SERIES. The series read and the copy's write are two
+        steps: a series cancelled between them still fires this copy."""
+        series = self._series(task_id)
+        if isinstance(series, SeriesResult):
+            return Copied(series)
+        copy = copy_of(series, math.ceil(self._clock.now_ms()))
+        scheduled = _scheduled(self._writes.inserts.call((copy, OnConflict.ERROR), timeout_s))
+        return Copied(SeriesResult.TRIGGERED, (scheduled,))
+
+    def backfill(self, task_id: str, *, from_ms: int, to_ms: int) -> Copied:
+        """Fire now the occurrences a series' schedule has in ``[from_ms,
+        to_ms)`` (epoch ms; ``to_ms`` not after now), at most MAX_BACKFILL
+        (else ValidationError, nothing written), as one-off copies
+        ``<id>:<due ms>`` in one transaction: a repeated backfill finds those
+        still pending (EXISTS), but writes again, to fire again, those that
+        fired already. BACKFILLED, NOT_FOUND, NOT_A_SERIES."""
+        from_ms = int(validate_due_ms(from_ms, "from_ms"))
+        to_ms = int(validate_due_ms(to_ms, "to_ms"))
+        if to_ms > self._clock.now_ms():
+            raise ValidationError("to_ms", "is after now: a backfill fires past occurrences")
+        series = self._series(task_id)
+        if isinstance(series, SeriesResult):
+            return Copied(series)
+        recur = series.meta.recur
+        assert recur is not None
+        anchor_ms = recur.resume_ms if recur.resume_ms is not None else series.due_ms
+        copies = [copy_of(series, due) for due in backfill_dues(recur, anchor_ms, from_ms, to_ms)]
+        if not copies:
+            return Copied(SeriesResult.BACKFILLED)
+        inserted = self._writes.insert_many([(copy, OnConflict.ERROR) for copy in copies])
+        return Copied(SeriesResult.BACKFILLED, tuple(_scheduled(i) for i in inserted))
+
+    def _series(self, task_id: str) -> Task | SeriesResult:
+        """The stored series ``task_id``; NOT_FOUND or NOT_A_SERIES. A series
+        whose copies' ids would break the id rule raises ValidationError."""
+        info = self._store.get(validate_id(task_id))
+        if info is None:
+            return SeriesResult.NOT_FOUND
+        if info.task.meta.recur is None:
+            return SeriesResult.NOT_A_SERIES
+        check_copyable(task_id)
+        return info.task
 
     # -- finding tasks ------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from triggerhook.domain.task import (
     InsertOutcome,
     OnConflict,
     RescheduleResult,
+    SeriesResult,
     Task,
     TaskInfo,
 )
@@ -138,11 +139,14 @@ class ArmUnanswered(StoreUnavailable):
 class Deferral:
     """Put back the armed row ``task.id`` at ``task.rev`` (armed under lease
     ``task.shard``/``task.epoch``) whose event the broker did not take: to
-    fire again from ``not_before_ms``, at ``new_rev``."""
+    fire again from ``not_before_ms``, at ``new_rev``. ``postponed``: not a
+    failed delivery but a copy a rate limit holds back past the arming
+    horizon (R8p): the same move, with no failed attempt counted."""
 
     task: Task
     not_before_ms: int
     new_rev: int = field(default_factory=new_rev)
+    postponed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +253,9 @@ class TaskStore(Protocol):
         ...
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
-        """R8: rows whose events were not delivered, one outcome each."""
+        """R8: rows whose events were not delivered, one outcome each; and
+        R8p: rows whose copies a rate limit postponed (``Deferral.postponed``:
+        the same outcomes, ``attempts`` kept)."""
         ...
 
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
@@ -263,6 +269,17 @@ class TaskStore(Protocol):
         """Move unarmed tasks to new due times in one transaction (R6: a new
         revision, the shard's current generation); one outcome per move. An
         armed task is TOO_LATE; an id moved twice in one call takes the last move."""
+        ...
+
+    def pause(self, task_ids: Sequence[str]) -> list[SeriesResult]:
+        """Pause series in one transaction (domain/series.py): an unarmed row
+        is parked (R6's move), an armed one marked, so that its occurrence
+        still fires and none after it (PAUSED_AFTER_THIS); one result per id."""
+        ...
+
+    def resume(self, task_ids: Sequence[str], now_ms: float) -> list[SeriesResult]:
+        """Resume paused series in one transaction: each at its next occurrence
+        by its catch-up policy (copies of missed occurrences under "all")."""
         ...
 
     # -- shard leases (R2) and members (R1) --------------------------------------

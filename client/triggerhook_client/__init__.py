@@ -26,6 +26,10 @@ service that schedules tasks installs neither the daemon nor its drivers.
         hook.cancel_where(tag="tenant:7")  # BulkCancelled(cancelled=..., too_late=...)
         hook.schedule("digest-7", cron="0 9 * * 1-5", timezone="Europe/Berlin")  # a series
         hook.get("digest-7")  # TaskStatus(..., cron="0 9 * * 1-5", occurrence=1, ...)
+        hook.pause("digest-7")  # SeriesChange("digest-7", "paused"); get shows paused=True
+        hook.resume("digest-7")  # SeriesChange("digest-7", "resumed")
+        hook.trigger("digest-7")  # Copies(..., "triggered", (Scheduled("digest-7:<now ms>", ...),))
+        hook.backfill("digest-7", from_ms=..., to_ms=...)  # one copy per past occurrence
 
 Units: an instant is epoch milliseconds in an argument or field named
 ``*_ms`` (``at_ms``, ``until_ms``, ``due_ms``, ``{"deadline_ms": N}``) or a
@@ -55,9 +59,12 @@ or the answer's ``Retry-After`` (capped at 5 s) when that is longer. Any other
 answer, and every 4xx, is final. After a retry, the answer may reflect an
 earlier attempt that did reach the daemon: ``schedule`` then says
 ``created=False``, ``cancel`` may raise :class:`NotFound` for a task that
-the lost attempt cancelled, and ``cancel_where`` counts only what the last
-attempt cancelled. Reads (``get``, ``list``, ``count``, ``timeline``) change
-nothing and are retried the same way.
+the lost attempt cancelled, ``cancel_where`` counts only what the last
+attempt cancelled, and ``backfill`` says ``exists`` for copies the lost
+attempt wrote. ``trigger`` is the one write never retried: the daemon names
+its copy by its own clock, so a retry would fire a second one. Reads
+(``get``, ``list``, ``count``, ``timeline``) change nothing and are retried
+the same way.
 
 A series (``every`` or ``cron``) given no due time is sent with an
 ``at_ms`` as well: the instant the daemon would choose for it on
@@ -90,6 +97,7 @@ from triggerhook_client.errors import (
     ApiError,
     Conflict,
     InvalidRequest,
+    NotASeries,
     NotFound,
     TooLate,
     TriggerHookError,
@@ -99,10 +107,12 @@ from triggerhook_client.errors import (
 from triggerhook_client.results import (
     At,
     BulkCancelled,
+    Copies,
     HeaderValue,
     Health,
     Late,
     Scheduled,
+    SeriesChange,
     TaskPage,
     TaskRequest,
     TaskStatus,
@@ -119,12 +129,15 @@ __all__ = [
     "BulkCancelled",
     "Client",
     "Conflict",
+    "Copies",
     "HeaderValue",
     "Health",
     "InvalidRequest",
     "Late",
+    "NotASeries",
     "NotFound",
     "Scheduled",
+    "SeriesChange",
     "TaskPage",
     "TaskRequest",
     "TaskState",

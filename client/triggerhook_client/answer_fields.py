@@ -127,6 +127,17 @@ SCHEDULE: AnswerFields = (
     AnswerField("timezone", Kind.TEXT),
     AnswerField("dst_repeated", Kind.TEXT),
     AnswerField("dst_skipped", Kind.TEXT),
+    AnswerField(
+        "catch_up",
+        Kind.TEXT,
+        description="Occurrences missed while nothing could fire them: skip, one or all "
+        "(absent: one).",
+    ),
+    AnswerField(
+        "catch_up_max",
+        Kind.COUNT,
+        description="With catch_up all: at most this many missed occurrences fire.",
+    ),
 )
 # ... and where it stands: only in a series.
 SERIES_STATE: AnswerFields = (
@@ -143,6 +154,18 @@ SERIES_STATE: AnswerFields = (
         Kind.TRUE,
         description="A cancel came while this occurrence was being published: the "
         "series ends with it.",
+    ),
+    AnswerField(
+        "paused",
+        Kind.TRUE,
+        description="Paused: no occurrence fires until it is resumed (due_ms is then the "
+        "latest due time there is, not an occurrence).",
+    ),
+    AnswerField(
+        "resume_ms",
+        Kind.MS,
+        description="A paused series: the occurrence it resumes at, epoch milliseconds "
+        "(absent while the occurrence being published when it was paused still fires).",
     ),
 )
 SERIES: AnswerFields = (*SCHEDULE, *SERIES_STATE)
@@ -163,6 +186,32 @@ IDS: AnswerFields = (
         description="Each task's outcome, in order: created, exists, replaced or kept (as "
         "one create's outcome).",
     ),
+)
+
+# -- a series' life -------------------------------------------------------------------------------
+
+# A pause's or a resume's answer: the series' id and what became of it (paused,
+# paused_after_this, resumed, ended: the document gives them, as an enum).
+SERIES_DONE: AnswerFields = (
+    AnswerField("id", Kind.TEXT, True),
+    AnswerField("outcome", Kind.TEXT, True),
+)
+# A trigger's or a backfill's copy: a one-off task of the series' content.
+COPY: AnswerFields = (
+    AnswerField("id", Kind.TEXT, True, "The copy's id: <series id>:<due ms>."),
+    AnswerField("due_ms", Kind.MS, True, "The copy's due time, epoch milliseconds."),
+    AnswerField(
+        "outcome",
+        Kind.TEXT,
+        True,
+        "created, or exists: it was written before and is still pending.",
+    ),
+)
+# A trigger's or a backfill's answer: the series' id, the outcome (triggered,
+# backfilled) and the copies (each a COPY).
+COPIED: AnswerFields = (
+    *SERIES_DONE,
+    AnswerField("copies", Kind.OBJECTS, True, "The one-off tasks written, in due order."),
 )
 
 # -- many tasks -----------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ import httpx
 
 from triggerhook_client.answer_fields import (
     BULK_CANCELLED,
+    COPIED,
+    COPY,
     COUNTED,
     CREATE,
     CREATED,
@@ -26,6 +28,7 @@ from triggerhook_client.answer_fields import (
     LISTED,
     PAGE,
     PAYLOAD,
+    SERIES_DONE,
     TIMELINE,
     AnswerField,
     Kind,
@@ -34,9 +37,11 @@ from triggerhook_client.checks import is_int
 from triggerhook_client.errors import ApiError, error_from
 from triggerhook_client.results import (
     BulkCancelled,
+    Copies,
     Health,
     Late,
     Scheduled,
+    SeriesChange,
     TaskPage,
     TaskStatus,
     TaskSummary,
@@ -226,6 +231,23 @@ def scheduled(response: httpx.Response) -> Scheduled:
 def moved(response: httpx.Response) -> Scheduled:
     data = decoded(response, json_object(response), CREATED)
     return Scheduled(data["id"], data["due_ms"], False, "rescheduled")
+
+
+def series_change(response: httpx.Response) -> SeriesChange:
+    data = decoded(response, json_object(response), SERIES_DONE)
+    return SeriesChange(data["id"], data["outcome"])
+
+
+def copies(response: httpx.Response) -> Copies:
+    data = decoded(response, json_object(response), COPIED)
+    made = tuple(_copy(response, copy) for copy in data["copies"])
+    return Copies(data["id"], data["outcome"], made)
+
+
+def _copy(response: httpx.Response, data: Mapping[str, Any]) -> Scheduled:
+    copy = decoded(response, data, COPY)
+    outcome = copy["outcome"]
+    return Scheduled(copy["id"], copy["due_ms"], outcome == "created", outcome)
 
 
 def ids(response: httpx.Response) -> list[str]:

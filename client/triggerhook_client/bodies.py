@@ -121,12 +121,16 @@ def task_body(task: TaskRequest, prefix: str = "") -> tuple[Body, Renames]:
 
 def _series_body(task: TaskRequest, prefix: str) -> tuple[Body, Renames]:
     """A series' fields as given (``every`` already parsed; the daemon checks the
-    cron expression and the time zone)."""
+    cron expression, the time zone and the policies' values)."""
     body: Body = {}
-    for name in ("every", "cron", "timezone", "dst_repeated", "dst_skipped"):
+    for name in ("every", "cron", "timezone", "dst_repeated", "dst_skipped", "catch_up"):
         value = getattr(task, name)
         if value is not None:
             body[name] = utf8(value, f"{prefix}{name}")
+    if task.catch_up_max is not None:  # its bounds, and that it needs catch_up all: the daemon's
+        if not is_int(task.catch_up_max):
+            raise invalid(f"{prefix}catch_up_max", "must be a whole number")
+        body["catch_up_max"] = task.catch_up_max
     if task.until is not None and task.until_ms is not None:
         raise invalid(f"{prefix}until", "give at most one of until and until_ms")
     if task.until_ms is not None:
@@ -213,6 +217,16 @@ def task_path(task_id: str) -> str:
         raise invalid("id", f"{task_id!r} is reserved (a path of the API), never a task id")
     # Dots encoded: httpx would resolve an id of "." or ".." as a path segment.
     return "/v1/tasks/" + task_id.replace(".", "%2E")
+
+
+def series_path(task_id: str, action: str) -> str:
+    """``/v1/tasks/<id>/<action>``: a series' pause, resume, trigger, backfill."""
+    return f"{task_path(task_id)}/{action}"
+
+
+def backfill_body(from_ms: object, to_ms: object) -> Body:
+    """A backfill's range, epoch ms (that it is one, and past: the daemon's)."""
+    return {"from_ms": epoch_ms(from_ms, "from_ms"), "to_ms": epoch_ms(to_ms, "to_ms")}
 
 
 def positive(value: object, name: str) -> str:

@@ -19,8 +19,10 @@ from triggerhook_client import answers
 from triggerhook_client.bodies import (
     Filter,
     Span,
+    backfill_body,
     encode,
     positive,
+    series_path,
     task_body,
     task_path,
     when_body,
@@ -29,10 +31,12 @@ from triggerhook_client.checks import deprecated, invalid, is_number, utf8
 from triggerhook_client.results import (
     At,
     BulkCancelled,
+    Copies,
     HeaderValue,
     Health,
     Late,
     Scheduled,
+    SeriesChange,
     State,
     TaskPage,
     TaskRequest,
@@ -55,12 +59,14 @@ __all__ = [
     "BaseClient",
     "BulkCancelled",
     "Call",
+    "Copies",
     "Filter",
     "HeaderValue",
     "Health",
     "Late",
     "Retry",
     "Scheduled",
+    "SeriesChange",
     "Span",
     "State",
     "T",
@@ -147,6 +153,30 @@ class BaseClient:
     @staticmethod
     def _cancel_call(task_id: str) -> Call[None]:
         return Call("DELETE", task_path(task_id), _OK_CANCELLED, lambda _answer: None)
+
+    @staticmethod
+    def _series_change_call(task_id: str, action: str) -> Call[SeriesChange]:
+        """A pause or a resume (``action``): idempotent (a paused series is
+        paused again, a running one resumed again, each with no change), so
+        retried like any call."""
+        path = series_path(task_id, action)
+        return Call("POST", path, _OK_STATUS, answers.series_change)
+
+    @staticmethod
+    def _trigger_call(task_id: str) -> Call[Copies]:
+        # The daemon names the copy by its own clock (<id>:<now ms>): a retry
+        # after an answer was lost would fire a second one. Never retried.
+        path = series_path(task_id, "trigger")
+        return Call("POST", path, _OK_STATUS, answers.copies, retry=False)
+
+    @staticmethod
+    def _backfill_call(task_id: str, from_ms: int, to_ms: int) -> Call[Copies]:
+        # The copies are named by their due times, so a retry finds those still
+        # pending (exists); but past ones fire at once and are deleted, and a
+        # retry after a lost answer would write and fire them again. Never retried.
+        content = encode(backfill_body(from_ms, to_ms))
+        path = series_path(task_id, "backfill")
+        return Call("POST", path, _OK_STATUS, answers.copies, content, retry=False)
 
     @staticmethod
     def _get_call(task_id: str) -> Call[TaskStatus | None]:

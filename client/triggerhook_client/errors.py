@@ -25,9 +25,10 @@ class ApiError(TriggerHookError):
 
     ``status``: the HTTP status, None when there was no answer (or the client
     refused the input itself); ``code``: the API's error code (``invalid``,
-    ``conflict``, ``too_late``, ``not_found``, ``unauthorized``, ``unavailable``,
-    ...); ``field``: the offending field, when the API named one. Other
-    unexpected answers (500, 405, a proxy's HTML page) raise this base class.
+    ``conflict``, ``too_late``, ``not_found``, ``not_a_series``,
+    ``unauthorized``, ``unavailable``, ...); ``field``: the offending field,
+    when the API named one. Other unexpected answers (500, 405, a proxy's
+    HTML page) raise this base class.
     """
 
     def __init__(self, status: int | None, code: str, message: str, field: str | None = None):
@@ -64,6 +65,12 @@ class TooLate(ApiError):
     longer be cancelled or moved."""
 
 
+class NotASeries(ApiError):
+    """409 ``not_a_series``: the task is a one-off task (no ``every`` or
+    ``cron``): a series' pause, resume, trigger or backfill does not apply.
+    Nothing was written."""
+
+
 class Unavailable(ApiError):
     """The daemon could not do it now — 503 (database unavailable, daemon
     stopping), 502/504 from a proxy, or no answer at all (``status`` None) —
@@ -85,11 +92,15 @@ def error_from(response: httpx.Response, rename: Mapping[str, str]) -> ApiError:
     return _error_class(status, code)(status, code, message, name and rename.get(name, name))
 
 
+# 409's codes other than conflict.
+_CONFLICTS: dict[str, type[ApiError]] = {"too_late": TooLate, "not_a_series": NotASeries}
+
+
 def _error_class(status: int, code: str) -> type[ApiError]:
     if status in (400, 408, 413, 415, 422):
         return InvalidRequest
     if status == 409:
-        return TooLate if code == "too_late" else Conflict
+        return _CONFLICTS.get(code, Conflict)
     return {401: Unauthorized, 404: NotFound}.get(
         status, Unavailable if status in RETRIED_STATUSES else ApiError
     )

@@ -17,10 +17,12 @@ from triggerhook_client.bodies import SELECTION_KEYS, WHERE_KEYS, Filter, Select
 from triggerhook_client.calls import BaseClient
 from triggerhook_client.results import (
     At,
+    Copies,
     HeaderValue,
     Health,
     Late,
     Scheduled,
+    SeriesChange,
     TaskPage,
     TaskRequest,
     TaskStatus,
@@ -86,6 +88,8 @@ def schedule(
     dst_skipped: str | None = None,
     until: At | None = None,
     until_ms: int | None = None,
+    catch_up: str | None = None,
+    catch_up_max: int | None = None,
     delay_s: float | None = None,
     on_conflict: str | None = None,
 ) -> Call[Scheduled]:
@@ -119,7 +123,10 @@ def schedule(
     policy: ``dst_repeated`` (``"first"``, ``"last"`` or ``"both"`` passes
     of a local time the clocks show twice) and ``dst_skipped`` (``"shift"``
     to the end of the gap, or ``"skip"``); None: cron's rule for the kind of
-    entry (docs/api.md).
+    entry (docs/api.md). Occurrences a series misses while nothing can fire
+    them (an outage, a pause): ``catch_up`` ``"one"`` (None: the first fires
+    once, late), ``"skip"`` (none fires) or ``"all"`` (each fires, at most
+    ``catch_up_max``, 1-1000, default 100, as one-off tasks ``<id>:<due ms>``).
 
     Scheduling an existing id with the same content (metadata and
     schedule included) returns ``outcome="exists"``; with other content,
@@ -151,6 +158,8 @@ def schedule(
         dst_skipped=dst_skipped,
         until=until,
         until_ms=until_ms,
+        catch_up=catch_up,
+        catch_up_max=catch_up_max,
         on_conflict=on_conflict,
     )
     return BaseClient._schedule_call(request)
@@ -175,6 +184,45 @@ def cancel(id: str) -> Call[None]:
     """Cancel a task: when this returns, it will never fire. Raises
     :class:`NotFound` (unknown or fired) or :class:`TooLate` (being published)."""
     return BaseClient._cancel_call(id)
+
+
+def pause(id: str) -> Call[SeriesChange]:
+    """Pause a series: no occurrence fires until :meth:`resume`. Outcome
+    ``paused`` (also when it was paused already) or ``paused_after_this``
+    (its occurrence being published still fires; none after it). Raises
+    :class:`NotFound` (unknown, or ended) or :class:`NotASeries` (a one-off task)."""
+    return BaseClient._series_change_call(id, "pause")
+
+
+def resume(id: str) -> Call[SeriesChange]:
+    """Resume a paused series at the occurrence it would have fired next; one
+    missed while it was paused goes by its ``catch_up``. Outcome ``resumed``
+    (also when it was not paused) or ``ended`` (no occurrence was left: it
+    is deleted). Raises :class:`NotFound`, :class:`NotASeries`."""
+    return BaseClient._series_change_call(id, "resume")
+
+
+def trigger(id: str) -> Call[Copies]:
+    """Fire one extra occurrence of a series now, its schedule unchanged: a
+    one-off task ``<id>:<the daemon's now, epoch ms>`` (in ``copies``; cancel
+    it by that id), outcome ``triggered``. Not retried: a retry after a lost
+    answer would fire a second copy (a transient failure raises
+    :class:`Unavailable`; ``list(prefix=id + ":")`` shows whether the copy
+    was made). Raises :class:`NotFound`, :class:`NotASeries`."""
+    return BaseClient._trigger_call(id)
+
+
+def backfill(id: str, *, from_ms: int, to_ms: int) -> Call[Copies]:
+    """Fire now the occurrences a series' schedule has in ``[from_ms,
+    to_ms)`` (epoch ms, ``to_ms`` not after now; at most 1000), as one-off
+    tasks ``<id>:<due ms>`` written in one transaction: ``copies``, in due
+    order, each ``created`` or ``exists`` (a repeated backfill, for the copies
+    still pending: those that fired are written, and fire, again); outcome
+    ``backfilled``. Not retried, for that reason (a transient failure raises
+    :class:`Unavailable`). Raises :class:`InvalidRequest` (``from_ms``, ``to_ms``:
+    a bad range, one in the future or with more than 1000 occurrences),
+    :class:`NotFound`, :class:`NotASeries`."""
+    return BaseClient._backfill_call(id, from_ms, to_ms)
 
 
 def get(id: str) -> Call[TaskStatus | None]:

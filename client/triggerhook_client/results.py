@@ -48,6 +48,8 @@ class TaskRequest:
     dst_skipped: str | None = None  # cron: local times a gap skips shift to its end, or skip
     until: At | None = None  # a series' end (inclusive)
     until_ms: int | None = None  # the same in epoch milliseconds
+    catch_up: str | None = None  # a series' missed occurrences: skip, one (None) or all
+    catch_up_max: int | None = None  # with catch_up "all": at most this many fire (1-1000)
     on_conflict: str | None = None  # error (None), keep or replace
 
 
@@ -87,6 +89,11 @@ class TaskSummary:
     series). ``stopping``: a cancel came while this occurrence was being
     published, so it is the series' last. Once an occurrence has fired, the
     row stands for the next one: scheduling it again as shown is a conflict.
+    ``catch_up`` and ``catch_up_max``: its policy for missed occurrences, when
+    given. ``paused``: no occurrence fires until it is resumed (``due_ms`` is
+    then the latest due time there is, not an occurrence); ``resume_ms``: the
+    occurrence it resumes at (None while the occurrence being published when
+    it was paused still fires).
     """
 
     id: str
@@ -105,9 +112,13 @@ class TaskSummary:
     timezone: str | None = None
     dst_repeated: str | None = None
     dst_skipped: str | None = None
+    catch_up: str | None = None
+    catch_up_max: int | None = None
     until_ms: int | None = None
     occurrence: int | None = None
     stopping: bool = False
+    paused: bool = False
+    resume_ms: int | None = None
 
     @property
     def at_ms(self) -> int:
@@ -122,6 +133,29 @@ class TaskStatus(TaskSummary):
     :class:`TaskSummary` and its payload."""
 
     payload: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesChange:
+    """A series' pause or resume: its ``id`` and ``outcome``: ``paused``,
+    ``paused_after_this`` (its occurrence being published still fires; none
+    after it), ``resumed`` (also when it was not paused) or ``ended``
+    (resumed with no occurrence left: it is deleted)."""
+
+    id: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class Copies:
+    """A series' trigger or backfill: the series' ``id``, ``outcome``
+    (``triggered``, ``backfilled``) and ``copies``, the one-off tasks that
+    fire its occurrences (ids ``<series id>:<due ms>``), each ``created`` or,
+    written by an earlier attempt, ``exists`` (:class:`Scheduled`)."""
+
+    id: str
+    outcome: str
+    copies: tuple[Scheduled, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

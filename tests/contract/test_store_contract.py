@@ -594,6 +594,46 @@ def test_defer_of_an_inherited_row_leaves_it_armed(store: TaskStore, now: int) -
     assert store.inherited(theirs, None, 10)[0] == [inherited]  # unchanged
 
 
+# -- R8p: a copy a rate limit holds back waits in the database ------------------------------
+
+
+def test_a_postponed_defer_keeps_the_attempts(store: TaskStore, now: int) -> None:
+    copy, leases = _armed_copy(store, "a", now + 100)
+    assert store.defer(ME, [Deferral(copy, now + 5000)]) == [DEFERRED]  # a failed delivery
+    [failed] = arm(store, leases.values(), now + 5000).tasks
+    assert failed.attempts == 1
+    postponed = Deferral(failed, now + 9000, postponed=True)
+    assert store.defer(ME, [postponed]) == [DEFERRED]
+    assert state(store, "a") is TaskState.SCHEDULED  # unarmed: it can be cancelled meanwhile
+    assert arm(store, leases.values(), now + 8999).tasks == []
+    [again] = arm(store, leases.values(), now + 9000).tasks
+    assert (again.rev, again.due_ms) == (postponed.new_rev, now + 100)
+    assert again.attempts == 1  # nothing failed: none counted
+
+
+def test_postponed_and_failed_defers_in_one_call(store: TaskStore, now: int) -> None:
+    insert(store, task("p", now), task("f", now))
+    leases = take_all(store)
+    copies = {t.id: t for t in arm(store, leases.values(), now + 1000).tasks}
+    asked = [Deferral(copies["p"], now + 5000, postponed=True), Deferral(copies["f"], now + 5000)]
+    assert store.defer(ME, asked) == [DEFERRED, DEFERRED]
+    again = {t.id: t for t in arm(store, leases.values(), now + 5000).tasks}
+    assert (again["p"].attempts, again["f"].attempts) == (0, 1)
+    assert (again["p"].rev, again["f"].rev) == (asked[0].new_rev, asked[1].new_rev)
+
+
+def test_a_postponed_defer_of_an_inherited_row_leaves_it_armed(store: TaskStore, now: int) -> None:
+    [name] = in_shard(3, 1)
+    insert(store, task(name, now))
+    mine = expiring(store, 3)
+    assert len(arm(store, [mine[3]], now + 1000).tasks) == 1
+    theirs = taken_over(store, 3)
+    [inherited], _ = store.inherited(theirs, None, 10)
+    assert store.defer(OTHER, [Deferral(inherited, now + 5000, postponed=True)]) == [INHERITED]
+    assert store.cancel([name]) == [TOO_LATE]
+    assert store.inherited(theirs, None, 10)[0] == [inherited]  # unchanged
+
+
 def test_defer_of_nothing(store: TaskStore) -> None:
     assert store.defer(ME, []) == []
 

@@ -197,6 +197,53 @@ def test_cancel_prevents_firing(
     assert "doomed" not in {event.message_id for event in received}
 
 
+def test_series_commands_reply_as_the_http_api_answers_and_fire_copies(
+    hooks: HookFactory,
+    consumers: Consumers,
+    client: CommandClient,
+    rows: RowReader,
+    event_consumer: EventConsumer,
+    command_queue: str,
+) -> None:
+    hook = hooks()
+    consumers.start(hook, command_queue)
+    end_ms = now_ms() - 1000  # a backfill's range is in the past
+    first_ms = end_ms + 3_600_000
+    series = {"id": "cmd-s", "at_ms": first_ms, "every": "PT1M", "routing_key": "orders.s"}
+    assert client.call("create", series)["outcome"] == "created"
+    hook.schedule(TaskSpec("cmd-once", delay_ms=60_000))
+
+    assert client.call("pause", {"id": "cmd-s"}) == {"ok": True, "id": "cmd-s", "outcome": "paused"}
+    assert client.call("resume", {"id": "cmd-s"}) == {
+        "ok": True,
+        "id": "cmd-s",
+        "outcome": "resumed",
+    }
+    row = rows.row("cmd-s")
+    assert row is not None and row.due_ms == first_ms  # back where it was
+    triggered = client.call("trigger", {"id": "cmd-s"})
+    assert (triggered["ok"], triggered["outcome"]) == (True, "triggered")
+    [copy] = triggered["copies"]
+    assert (
+        header_int(collect_until(event_consumer, copy["id"], 15)[-1], "x-due-ms")
+        == (copy["due_ms"])
+    )
+    span = {"id": "cmd-s", "from_ms": end_ms - 60_000, "to_ms": end_ms}
+    backfilled = client.call("backfill", span)
+    assert backfilled == {
+        "ok": True,
+        "id": "cmd-s",
+        "outcome": "backfilled",
+        "copies": [
+            {"id": f"cmd-s:{end_ms - 60_000}", "due_ms": end_ms - 60_000, "outcome": "created"}
+        ],
+    }
+    collect_until(event_consumer, f"cmd-s:{end_ms - 60_000}", 15)
+    # The task's state says no: answered (and acked), never dead-lettered.
+    assert error_of(client.call("pause", {"id": "cmd-once"}))["code"] == "not_a_series"
+    assert error_of(client.call("trigger", {"id": "cmd-gone"}))["code"] == "not_found"
+
+
 def test_reschedule_moves_the_fire_time(
     hooks: HookFactory,
     consumers: Consumers,

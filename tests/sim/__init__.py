@@ -8,7 +8,8 @@ series advance, the database clock) stepped by one thread under simulated
 time, over a real store (memory, SQLite or MariaDB) behind a fault layer,
 with a publisher whose broker nacks, returns, drops the connection and
 confirms late or out of order, and clients that create, cancel, reschedule,
-bulk-cancel and create series.
+bulk-cancel, create series (with each catch-up policy), and pause and resume
+them.
 
 * ``world``: the loop, its choices, simulated time; ``run(seed, config)``.
 * ``instance``: one daemon's engine with its threads as steps.

@@ -59,7 +59,17 @@ def _view(rev: int, due_ms: int, fire_ms: int, meta: Meta) -> RowView:
     if recur is None:
         return RowView(rev, due_ms, fire_ms, None)
     return RowView(
-        rev, due_ms, fire_ms, recur.occurrence, recur.stopped, recur.every_ms, recur.until_ms
+        rev,
+        due_ms,
+        fire_ms,
+        recur.occurrence,
+        recur.stopped,
+        recur.every_ms,
+        recur.until_ms,
+        paused=recur.paused,
+        resume_ms=recur.resume_ms,
+        catch_up=recur.catch_up or "one",
+        catch_up_max=recur.catch_up_max,
     )
 
 

@@ -1,10 +1,10 @@
-"""The clients of the simulated daemon: they create tasks and series,
-replace or keep them (``on_conflict``), cancel, reschedule and bulk-cancel,
-through a live instance's write path (``Engine.writes``, as the library,
-HTTP and AMQP commands do), and so
-through that instance's fault layer. A call that fails is simply left (a
-client may try again later, and a retry of a create is answered EXISTS);
-what took effect is what the oracle judges.
+"""The clients of the simulated daemon: they create tasks and series (some
+with catch-up ``all`` or ``skip``), replace or keep them (``on_conflict``),
+cancel, reschedule, bulk-cancel, and pause and resume series, through a live
+instance's write path (``Engine.writes``, as the library, HTTP and AMQP
+commands do), and so through that instance's fault layer. A call that fails
+is simply left (a client may try again later, and a retry of a create is
+answered EXISTS); what took effect is what the oracle judges.
 
 Ids are grouped by prefix (``g0.`` … ``g3.``) for bulk cancels; once an id's
 row is gone, a client may create it again (a new incarnation, as an HTTP
@@ -13,6 +13,7 @@ client may: a fired id can be created again at once).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from triggerhook.domain.listing import TaskFilter
@@ -49,6 +50,9 @@ class Clients:
         self._rng = world.rng
         self.created = 0
         self._ids: list[str] = []  # every id a create was tried for
+        # SimConfig.backlog: planned at the first act, then tried until a create took.
+        self._backlog: list[Task] | None = None
+        self._backlog_created = False
 
     def act(self) -> None:
         live = [i for i in self._world.live() if i.registered]
@@ -59,10 +63,12 @@ class Clients:
         via = self._rng.choice(live)
         draw = self._rng.random()
         try:
-            if draw < 0.40 or not self._ids:
+            if self._backlog_to_create(via, now_ms):
+                return
+            if draw < 0.37 or not self._ids:
                 self._create(via, now_ms)
-            elif draw < 0.50:
-                self._create_series(via, now_ms)
+            elif draw < 0.53:
+                self._series(via, now_ms, draw)
             elif draw < 0.67:
                 self._cancel(via)
             elif draw < 0.82:
@@ -101,6 +107,30 @@ class Clients:
         spec = TaskSpec(id=self._new_id("t"), at_ms=int(now_ms) + delay_ms, payload=b"x")
         self._insert(via, resolve(spec, now_ms, _RULES))
 
+    def _backlog_to_create(self, via: SimInstance, now_ms: float) -> bool:
+        """SimConfig.backlog: tasks on the limited key, all due at one instant
+        a second after the first act, created in one call (tried again at
+        each act, a retry answered EXISTS, until a call took); False once it
+        took, or with none asked for."""
+        count = self._world.config.backlog
+        if not count or self._backlog_created:
+            return False
+        if self._backlog is None:
+            due_ms = int(now_ms) + 1000
+            specs = [
+                TaskSpec(id=self._new_id("b"), at_ms=due_ms, payload=b"b", routing_key=LIMITED_KEY)
+                for _ in range(count)
+            ]
+            self._backlog = [resolve(spec, now_ms, _RULES) for spec in specs]
+        for task in self._backlog:
+            self._world.oracle.asked(task, None)
+        inserted = via.engine.writes.inserts.direct([(t, OnConflict.ERROR) for t in self._backlog])
+        self._backlog_created = True
+        self.created += count
+        outcomes = sorted({i.outcome.value for i in inserted})
+        self._world.log(f"client via {via.name}: create a backlog of {count}: {outcomes}")
+        return True
+
     def _create_series(self, via: SimInstance, now_ms: float) -> None:
         rng = self._rng
         start_ms = int(now_ms) + rng.randint(0, 3000)
@@ -116,6 +146,13 @@ class Clients:
                 timezone=rng.choice(_ZONES),
                 at_ms=start_ms,
             )
+        # Catch-up policies: "all" with a few copies at most (a pause or an
+        # outage misses several occurrences), "skip", else the default "one".
+        draw = rng.random()
+        if draw < 0.25:
+            spec = dataclasses.replace(spec, catch_up="all", catch_up_max=rng.choice((1, 3, None)))
+        elif draw < 0.4:
+            spec = dataclasses.replace(spec, catch_up="skip")
         self._insert(via, resolve(spec, now_ms, _RULES), start_ms)
 
     def _recreate(self, via: SimInstance, now_ms: float) -> None:
@@ -156,6 +193,37 @@ class Clients:
         self._world.log(
             f"client via {via.name}: reschedule {task_id} to {due_ms}: {moved.result.value}"
         )
+
+    def _series(self, via: SimInstance, now_ms: float, draw: float) -> None:
+        """``draw`` in [0.37, 0.53): create a series (0.10), pause (0.03) or resume (0.03)."""
+        if draw < 0.47:
+            self._create_series(via, now_ms)
+        elif draw < 0.50:
+            self._pause(via)
+        else:
+            self._resume(via)
+
+    def _series_id(self, paused: bool) -> str:
+        """A series to pause or resume: mostly one stored (for a resume, one
+        paused if any is), else any id tried (a one-off, one gone:
+        NOT_A_SERIES, NOT_FOUND)."""
+        table = self._world.table
+        stored = [t for t, row in table.items() if row.occurrence is not None]
+        if paused:
+            stored = [t for t in stored if table[t].paused] or stored
+        if stored and self._rng.random() < 0.8:
+            return self._rng.choice(sorted(stored))
+        return self._rng.choice(self._ids)
+
+    def _pause(self, via: SimInstance) -> None:
+        task_id = self._series_id(paused=False)
+        result = via.engine.writes.pause([task_id])[0]
+        self._world.log(f"client via {via.name}: pause {task_id}: {result.value}")
+
+    def _resume(self, via: SimInstance) -> None:
+        task_id = self._series_id(paused=True)
+        result = via.engine.writes.resume([task_id])[0]
+        self._world.log(f"client via {via.name}: resume {task_id}: {result.value}")
 
     def _bulk_cancel(self, via: SimInstance) -> None:
         """By prefix. Its calls go without faults: its own retries wait in real

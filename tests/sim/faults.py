@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from triggerhook.domain.arming import Mark
 from triggerhook.domain.listing import Key, Timeline
-from triggerhook.domain.task import CancelResult, Task, TaskInfo
+from triggerhook.domain.task import CancelResult, SeriesResult, Task, TaskInfo
 from triggerhook.errors import StoreReadOnly, StoreUnavailable
 from triggerhook.interfaces import (
     Acquired,
@@ -109,6 +109,8 @@ WRITES = frozenset(
         "defer",
         "cancel",
         "reschedule",
+        "pause",
+        "resume",
         "acquire",
         "renew",
         "release",
@@ -245,6 +247,14 @@ class FaultyStore:
 
     def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
         return self._call("reschedule", (moves,), lambda: self._inner.reschedule(moves))
+
+    def pause(self, task_ids: Sequence[str]) -> list[SeriesResult]:
+        return self._call("pause", (task_ids,), lambda: self._inner.pause(task_ids))
+
+    def resume(self, task_ids: Sequence[str], now_ms: float) -> list[SeriesResult]:
+        return self._call(
+            "resume", (task_ids, now_ms), lambda: self._inner.resume(task_ids, now_ms)
+        )
 
     def acquire(self, instance: str, count: int, lease_ms: int) -> list[Acquired]:
         return self._call(

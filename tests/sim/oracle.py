@@ -12,23 +12,33 @@ invariants of ``docs/design/ownership.md``:
   the database's clock, and its ``x-fired-ms`` is not after it either;
 * **every change explained** (I2, and I1's premise): a row appears only by a
   CREATED insert, changes revision only by a RESCHEDULED move, a REPLACED
-  insert (R6r), a DEFERRED write-back or a series' advance, and leaves only
-  by a CANCELLED cancel or a delete/advance of a revision whose event the
-  broker confirmed; an insert answered otherwise (EXISTS, KEPT, CONFLICT,
-  TOO_LATE) changes nothing;
+  insert (R6r), a DEFERRED write-back, a series' advance, pause or resume,
+  and leaves only by a CANCELLED cancel, a delete/advance of a revision
+  whose event the broker confirmed or a resume answered ENDED; an insert
+  answered otherwise (EXISTS, KEPT, CONFLICT, TOO_LATE) changes nothing; a
+  one-off copy of a series' occurrence (``<series id>:<due ms>``) appears
+  only at that series' advance or resume under catch-up ``all``, for an
+  occurrence it missed;
 * **a cancelled task never fires** (I1): a one-shot incarnation whose cancel
   took effect has no event at all; a series' only its occurrences published
   before the cancel, and after it only duplicates of those (I1s); no event of
-  a revision after a reschedule, a replace or a write-back replaced it;
+  a revision after a reschedule, a replace, a write-back or a pause replaced it;
+* **a paused series fires nothing** (flow-control.md section 4): a revision
+  written while its series is paused with a resume point (parked) has no
+  event; a pause of an armed occurrence (PAUSED_AFTER_THIS) lets that one
+  fire, and its advance parks the series at the occurrence after it;
 * **the content written** is the content published: an event carries the
   payload its revision was created or replaced with (R6r);
 * **a series** steps forward: each occurrence due after the one before it and
   after the time it was asked to start; the store's advance writes a later
-  time, one occurrence up;
+  time, one occurrence up; a resume, the occurrence it paused at, or by its
+  catch-up policy the first after the resume (``skip``, ``all``);
 * **one owner per shard per epoch** (I3);
 * **nothing lost** (I4, at the end): after the faults stop, every task fires
   within ``bound_ms`` of its due time (or of the faults' end), and no row is
-  left in the store whose time is more than ``bound_ms`` past.
+  left in the store whose time is more than ``bound_ms`` past. A revision
+  due in the past by design (a resumed occurrence under catch-up ``one``, a
+  catch-up copy) is measured from its write instead of its due time.
 
 A violation is a string; the world stops at the first and prints its trace.
 """
@@ -36,45 +46,28 @@ A violation is a string; the world stops at the first and prints its trace.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 from sim.broker import Published
-from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, Task
+from sim.oracle_series import (
+    check_caught_up,
+    copies_made,
+    explain_pause,
+    explain_resume,
+    parked_at_advance,
+    track_copies,
+)
+from sim.views import Diff, Life, RowView, Table, Violation, nothing_else
+from triggerhook.domain.series import PARKED_MS
+from triggerhook.domain.task import (
+    CancelResult,
+    InsertOutcome,
+    RescheduleResult,
+    Task,
+)
 from triggerhook.interfaces import Acquired, DeferOutcome, Deferral, Inserted, Move, NewRow
 
-
-@dataclass(frozen=True, slots=True)
-class RowView:
-    """What the oracle reads of a stored row."""
-
-    rev: int
-    due_ms: int
-    fire_ms: int
-    occurrence: int | None  # a series' occurrence number; None: one-shot
-    stopped: bool = False
-    every_ms: int | None = None  # a series' schedule, as far as the oracle checks it
-    until_ms: int | None = None
-
-
-Table = Mapping[str, RowView]
-
-
-@dataclass(slots=True)
-class Life:
-    """One revision of a task, from the write that made it to the one that ended it."""
-
-    due_ms: int
-    series: bool
-    born_ms: float
-    payload: bytes | None  # as created or replaced (kept by moves); None: not known
-    died_ms: float | None = None
-    died_by: str | None = None  # cancel, reschedule, defer, delete, advance
-    published_ms: list[float] = field(default_factory=list)
-
-
-class Violation(AssertionError):
-    """A promise broken: the message says which and how."""
+__all__ = ["Life", "Oracle", "RowView", "Table", "Violation"]
 
 
 class Oracle:
@@ -123,22 +116,38 @@ class Oracle:
             return
         explain(self, args, result, before, after, (appeared, vanished, changed))
 
-    def _born(self, task_id: str, row: RowView, payload: bytes | None = None) -> None:
+    def _born(
+        self, task_id: str, row: RowView, payload: bytes | None = None, late: bool = False
+    ) -> None:
+        """``late``: due in the past by design, measured from now."""
+        now_ms = self._now_ms()
         self.lives[(task_id, row.rev)] = Life(
-            row.due_ms, row.occurrence is not None, self._now_ms(), payload
+            row.due_ms,
+            row.occurrence is not None,
+            now_ms,
+            payload,
+            parked=row.parked,
+            since_ms=now_ms if late else None,
         )
 
-    def _moved(self, task_id: str, old: RowView, new: RowView, how: str) -> None:
+    def _moved(
+        self, task_id: str, old: RowView, new: RowView, how: str, late: bool = False
+    ) -> None:
         """A revision replaced by the next of the same content (a move, a
-        write-back, a series' advance)."""
+        write-back, a series' advance, pause or resume)."""
         life = self.lives.get((task_id, old.rev))
         self._died(task_id, old, how)
-        self._born(task_id, new, None if life is None else life.payload)
+        self._born(task_id, new, None if life is None else life.payload, late)
+        if how == "defer" and life is not None and life.since_ms is not None:
+            # A write-back retries the same occurrence: late from the same write.
+            self.lives[(task_id, new.rev)].since_ms = life.since_ms
 
-    def _created(self, task_id: str, new: RowView, payload: bytes) -> None:
-        """A new incarnation of the id (R6; R6r in another's place): a series
-        starts over, from the start its create asked for."""
-        self._born(task_id, new, payload)
+    def _created(
+        self, task_id: str, new: RowView, payload: bytes | None, late: bool = False
+    ) -> None:
+        """A new incarnation of the id (R6; R6r in another's place; a
+        series' copy): a series starts over, from the start its create asked for."""
+        self._born(task_id, new, payload, late)
         self.occurrences.pop(task_id, None)
         self.moved = {key for key in self.moved if key[0] != task_id}
         start_ms = self._asking.pop(task_id, None)
@@ -166,6 +175,12 @@ class Oracle:
         task = event.task
         key = (task.id, task.rev)
         self.delivered_count += 1
+        life = self.lives.get(key)
+        if life is not None and life.parked:  # before "early": a parked due is never reached
+            raise Violation(
+                f"{task.id} rev {task.rev} published at {event.db_ms:.3f} by {event.instance}:"
+                f" a revision written (at {life.born_ms:.3f}) while its series was paused"
+            )
         if event.db_ms < task.due_ms:
             raise Violation(
                 f"{task.id} published {task.due_ms - event.db_ms:.3f} ms early by the"
@@ -177,7 +192,6 @@ class Oracle:
                 f"{task.id}: x-fired-ms {event.fired_ms} outside [due {task.due_ms},"
                 f" true time {event.db_ms:.3f}]"
             )
-        life = self.lives.get(key)
         if life is None:
             raise Violation(f"{task.id} rev {task.rev} published: a revision never written")
         if life.due_ms != task.due_ms:
@@ -193,13 +207,15 @@ class Oracle:
         if task.meta.recur is not None:
             self._occurrence(task)
         if not life.published_ms and self.faults_end_ms is not None:
-            self.first_lateness_ms.append(event.db_ms - max(task.due_ms, self.faults_end_ms))
+            since_ms = max(task.due_ms, self.faults_end_ms, life.since_ms or -math.inf)
+            self.first_lateness_ms.append(event.db_ms - since_ms)
         life.published_ms.append(event.db_ms)
 
     def _after_death(self, task: Task, life: Life, event: Published) -> None:
         """I1/I1s: an event of a revision whose life ended by a cancel, a move
         or a write-back."""
-        if life.died_by not in ("cancel", "reschedule", "replace", "defer") or life.died_ms is None:
+        ended = ("cancel", "reschedule", "replace", "defer", "pause", "resume")
+        if life.died_by not in ended or life.died_ms is None:
             return
         earlier = [p for p in life.published_ms if p <= life.died_ms]
         if life.died_by == "cancel" and not life.series:
@@ -247,8 +263,9 @@ class Oracle:
         """Nothing lost: no row left whose time is more than the bound past,
         and every first event after the faults within the bound."""
         for task_id, row in sorted(table.items()):
-            if min(row.fire_ms, row.due_ms) <= end_ms - self.bound_ms:
-                life = self.lives.get((task_id, row.rev))
+            life = self.lives.get((task_id, row.rev))
+            since_ms = -math.inf if life is None or life.since_ms is None else life.since_ms
+            if max(min(row.fire_ms, row.due_ms), since_ms) <= end_ms - self.bound_ms:
                 published = life.published_ms if life else []
                 raise Violation(
                     f"{task_id} rev {row.rev} still stored {end_ms - row.fire_ms:.0f} ms after"
@@ -265,15 +282,6 @@ class Oracle:
 
 # -- explaining each write's changes --------------------------------------------------------
 
-Diff = tuple[list[str], list[str], list[str]]
-
-
-def _nothing_else(name: str, diff: Diff, allowed: tuple[set[str], set[str], set[str]]) -> None:
-    for kind, ids, ok in zip(("appeared", "vanished", "changed"), diff, allowed, strict=True):
-        wrong = [t for t in ids if t not in ok]
-        if wrong:
-            raise Violation(f"{name}: rows {kind} without cause: {wrong}")
-
 
 def _insert(
     o: Oracle, args: tuple[object, ...], result: object, b: Table, a: Table, d: Diff
@@ -286,7 +294,7 @@ def _insert(
             last[row.task.id] = (row, answer.outcome)
     # A row the batch created and then replaced appears once, as the last one.
     appeared = {t for t in last if t not in b}
-    _nothing_else("insert", d, (appeared, set(), set(last) - appeared))
+    nothing_else("insert", d, (appeared, set(), set(last) - appeared))
     for task_id, (row, outcome) in sorted(last.items()):
         new = a.get(task_id)
         if new is None or new.rev != row.rev or new.due_ms != row.task.due_ms:
@@ -309,7 +317,7 @@ def _cancel(
     results: Sequence[CancelResult] = result  # type: ignore[assignment]
     cancelled = {t for t, r in zip(ids, results, strict=True) if r is CancelResult.CANCELLED}
     too_late = {t for t, r in zip(ids, results, strict=True) if r is CancelResult.TOO_LATE}
-    _nothing_else("cancel", d, (set(), cancelled, too_late))
+    nothing_else("cancel", d, (set(), cancelled, too_late))
     for task_id in sorted(cancelled):
         if task_id not in d[1]:
             raise Violation(f"cancel answered CANCELLED for {task_id}, which is still stored")
@@ -335,12 +343,22 @@ def _reschedule(
         for m, out in zip(moves, outcomes, strict=True)
         if out.result is RescheduleResult.RESCHEDULED
     }
-    _nothing_else("reschedule", d, (set(), set(), moved))
+    nothing_else("reschedule", d, (set(), set(), moved))
     for task_id in sorted(moved):
-        move, new = last[task_id], a.get(task_id)
-        if new is None or new.rev != move.rev or new.due_ms != move.due_ms:
+        move, old, new = last[task_id], b[task_id], a.get(task_id)
+        resume_ms: int | None
+        if old.parked:  # a paused series stays parked: the move is where it resumes
+            due, resume_ms = PARKED_MS, move.due_ms
+        else:
+            due, resume_ms = move.due_ms, old.resume_ms
+        if (
+            new is None
+            or new.rev != move.rev
+            or new.due_ms != due
+            or (new.paused, new.resume_ms) != (old.paused, resume_ms)
+        ):
             raise Violation(f"reschedule answered RESCHEDULED for {task_id} but it is {new}")
-        o._moved(task_id, b[task_id], new, "reschedule")
+        o._moved(task_id, old, new, "reschedule")
         if new.occurrence is not None:
             o.moved.add((task_id, new.occurrence))
 
@@ -355,7 +373,7 @@ def _defer(
         for x, out in zip(deferrals, outcomes, strict=True)
         if out is DeferOutcome.DEFERRED
     }
-    _nothing_else("defer", d, (set(), set(), set(deferred)))
+    nothing_else("defer", d, (set(), set(), set(deferred)))
     for task_id, x in sorted(deferred.items()):
         old, new = b.get(task_id), a.get(task_id)
         if old is None or new is None or old.rev != x.task.rev or new.rev != x.new_rev:
@@ -370,7 +388,7 @@ def _delete(
 ) -> None:
     fired: Sequence[tuple[str, int]] = args[0]  # type: ignore[assignment]
     asked = {(t, r) for t, r in fired}
-    _nothing_else("delete_fired", d, (set(), {t for t, _ in asked}, set()))
+    nothing_else("delete_fired", d, (set(), {t for t, _ in asked}, set()))
     for task_id in d[1]:
         key = (task_id, b[task_id].rev)
         if key not in asked:
@@ -384,24 +402,34 @@ def _advance(
     o: Oracle, args: tuple[object, ...], result: object, b: Table, a: Table, d: Diff
 ) -> None:
     fired: Sequence[Task] = args[0]  # type: ignore[assignment]
+    now_ms: float = args[1]  # type: ignore[assignment]
     asked = {(t.id, t.rev) for t in fired}
     ids = {t for t, _ in asked}
-    _nothing_else("advance", d, (set(), ids, ids))
+    copies = copies_made(d[0], ids & {*d[1], *d[2]})
+    nothing_else("advance", d, ({c for made in copies.values() for c, _ in made}, ids, ids))
     for task_id in d[1] + d[2]:
         old, new = b[task_id], a.get(task_id)
         key = (task_id, old.rev)
         if key not in asked or key not in o.confirmed:
             raise Violation(f"series {task_id} rev {old.rev} advanced without a confirmed event")
+        if old.paused:  # paused while this occurrence was armed (PAUSED_AFTER_THIS)
+            parked_at_advance(task_id, old, new, copies.get(task_id, []))
+        else:
+            # Catch-up "all": the occurrences after the one fired that now passed.
+            check_caught_up("advance", task_id, old, old.due_ms + 1, now_ms, copies, a)
         if new is None:
             o._died(task_id, old, "advance")
-            _ended(task_id, old, args[1])  # type: ignore[arg-type]
-            continue
-        if new.occurrence != (old.occurrence or 0) + 1 or new.due_ms <= old.due_ms:
-            raise Violation(
-                f"series {task_id} advanced from occurrence {old.occurrence} due {old.due_ms}"
-                f" to occurrence {new.occurrence} due {new.due_ms}"
-            )
-        o._moved(task_id, old, new, "advance")
+            _ended(task_id, old, now_ms)
+        else:
+            if new.occurrence != (old.occurrence or 0) + 1 or new.due_ms <= old.due_ms:
+                raise Violation(
+                    f"series {task_id} advanced from occurrence {old.occurrence} due"
+                    f" {old.due_ms} to occurrence {new.occurrence} due {new.due_ms}"
+                )
+            if new.paused and not old.paused:
+                raise Violation(f"series {task_id} (not paused) advanced to a paused row {new}")
+            o._moved(task_id, old, new, "advance")
+    track_copies(o, copies, b, a)
 
 
 def _ended(task_id: str, old: RowView, now_ms: float) -> None:
@@ -429,4 +457,6 @@ _EXPLAIN: dict[str, Callable[[Oracle, tuple[object, ...], object, Table, Table, 
     "defer": _defer,
     "delete_fired": _delete,
     "advance": _advance,
+    "pause": explain_pause,
+    "resume": explain_resume,
 }

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -24,13 +25,18 @@ from pathlib import Path
 import pytest
 
 from sim.world import Outcome, SimConfig, run
-from triggerhook.domain.task import CancelResult, InsertOutcome, Task
+from triggerhook.domain import series
+from triggerhook.domain.meta import Meta
+from triggerhook.domain.recurrence import DEFAULT_CATCH_UP_MAX, Recurrence
+from triggerhook.domain.task import CancelResult, InsertOutcome, SeriesResult, Task
 from triggerhook.engine.armer import Armer
+from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.scheduler import Scheduler
-from triggerhook.interfaces import Lease, NewRow
-from triggerhook.store import kernel
-from triggerhook.store.rows import conflict_outcome
+from triggerhook.interfaces import Lease, NewRow, new_rev
+from triggerhook.store import kernel, rows, series_rows
+from triggerhook.store.rows import ShardRow, TaskRow, conflict_outcome
 from triggerhook.store.sqlite.tables import SQLiteTables
+from triggerhook.store.tables import RowMove
 
 _REV = "SELECT rev FROM th_tasks WHERE id = ?"
 
@@ -58,6 +64,20 @@ def test_every_promise_holds_over_sqlite(seed: int) -> None:
 @pytest.mark.parametrize("seed", MYSQL_SEEDS)
 def test_every_promise_holds_over_mariadb(seed: int) -> None:
     _held(run(seed, SimConfig(store="mysql", fault_ms=15_000)))
+
+
+# R8p: a queue behind a tight limit, larger than memory (max_tasks_in_memory
+# 24): tasks held past the arming horizon wait in the database.
+BACKLOG = SimConfig(limit="10/s burst 2", backlog=80)
+BACKLOG_SEEDS = range(1, 41)
+
+
+@pytest.mark.parametrize("seed", BACKLOG_SEEDS)
+def test_a_backlog_past_memory_waits_in_the_database(seed: int) -> None:
+    assert BACKLOG.backlog > BACKLOG.settings().max_tasks_in_memory
+    outcome = run(seed, BACKLOG)
+    _held(outcome)  # none early, none stranded, none lost, none after a cancel
+    assert outcome.stats["postponed"] > 0, outcome.stats  # R8p was taken
 
 
 def _digest(outcome: Outcome) -> str:
@@ -189,6 +209,93 @@ def test_it_finds_a_delete_by_id_alone(mutate: Callable[..., None]) -> None:
     mutate(SQLiteTables, "delete_fired", by_id)
     # It needs an id created again while its old incarnation's confirm is pending.
     _finds("delete_fired removed", range(1, 81), SimConfig(fault_ms=20_000))
+
+
+def test_it_finds_a_postponed_copy_kept_in_memory(mutate: Callable[..., None]) -> None:
+    """R8p undone (the model's POSTPONE_KEEPS_COPY): a copy postponed to the
+    database also goes back into the heap, and fires at the old revision."""
+    defer = Confirmer._defer
+
+    def keeping(self: Confirmer, deferred: list[tuple[Task, int, bool]]) -> None:
+        defer(self, deferred)
+        for task, at_ms, postponed in deferred:
+            if postponed:
+                self._scheduler.push_at([task], at_ms)
+
+    mutate(Confirmer, "_defer", keeping)
+    _finds("after its defer", range(1, 11), BACKLOG)
+
+
+def test_it_finds_a_pause_that_parks_an_armed_occurrence(mutate: Callable[..., None]) -> None:
+    """A pause blind to the armed state: an armed row parked at a new revision
+    (PAUSED) while its event is on its way, which then goes out after the
+    pause's commit (a paused series fires)."""
+
+    def blind(
+        change: series_rows.SeriesChange, row: TaskRow, meta: Meta, locked: dict[int, ShardRow]
+    ) -> SeriesResult:
+        assert meta.recur is not None
+        if meta.recur.paused:
+            return SeriesResult.PAUSED
+        parked = series.paused_meta(meta, row.due_ms)
+        gen = locked[row.shard].arm_gen
+        change.moves.append(RowMove(row.id, series.PARKED_MS, new_rev(), gen, parked))
+        return SeriesResult.PAUSED
+
+    mutate(series_rows, "_pause", blind)
+    _finds("after its pause", range(1, 21))
+
+
+def test_it_finds_an_advance_that_ignores_a_pause(mutate: Callable[..., None]) -> None:
+    """R5s blind to PAUSED_AFTER_THIS: the occurrence after the armed one is
+    scheduled, not parked."""
+    after_fire = series.after_fire
+
+    def unpaused(meta: Meta, due_ms: int, now_ms: float) -> series.Advance | None:
+        if meta.recur is not None and meta.recur.paused:
+            meta = dataclasses.replace(meta, recur=dataclasses.replace(meta.recur, paused=False))
+        return after_fire(meta, due_ms, now_ms)
+
+    mutate(rows, "after_fire", unpaused)
+    _finds("not parked", range(1, 21))
+
+
+def test_it_finds_a_catch_up_that_copies_the_occurrence_fired(
+    mutate: Callable[..., None],
+) -> None:
+    """Catch-up "all" off by one at R5s: the copies start at the occurrence
+    that fired instead of the one after it, which so fires twice."""
+    catch_up = series.catch_up
+
+    def from_the_fired(
+        recur: Recurrence, due_ms: int, now_ms: float, *, fired: bool
+    ) -> series.Catching:
+        caught = catch_up(recur, due_ms, now_ms, fired=fired)
+        if not fired or recur.catch_up != "all" or recur.stopped:
+            return caught
+        most = recur.catch_up_max or DEFAULT_CATCH_UP_MAX
+        missed = series.occurrences(recur, due_ms, now_ms, most - 1)[:most]
+        return series.Catching(caught.due_ms, tuple(missed))
+
+    mutate(series, "catch_up", from_the_fired)
+    _finds("not the occurrences missed", range(1, 21))
+
+
+def test_it_finds_a_resume_that_skips_the_occurrence_missed(mutate: Callable[..., None]) -> None:
+    """A resume that applies the catch-up as R5s does (as if the occurrence it
+    paused at had fired): catch-up "one" loses it, "all" its copy."""
+
+    def as_fired(meta: Meta, now_ms: float) -> series.Advance:
+        recur = meta.recur
+        assert recur is not None and recur.resume_ms is not None
+        resumed = series.resumed_meta(meta)
+        if recur.resume_ms >= now_ms:
+            return series.Advance(recur.resume_ms, resumed)
+        caught = series.catch_up(recur, recur.resume_ms, now_ms, fired=True)
+        return series.Advance(caught.due_ms, resumed, caught.missed_ms)
+
+    mutate(series_rows, "after_resume", as_fired)
+    _finds(("resumed at", "copies"), range(1, 21))
 
 
 @pytest.mark.xfail(

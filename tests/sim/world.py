@@ -8,8 +8,8 @@ picks, from the seed, what happens next:
 * some threads of some instances go round their loop (``SimInstance.step``);
 * the broker answers publishes (acks in order or not, nacks, returns, a
   dropped connection with publishes outstanding);
-* a client creates a task or a series, cancels, reschedules, bulk-cancels
-  (``sim.clients``);
+* a client creates a task or a series, cancels, reschedules, bulk-cancels,
+  pauses or resumes a series (``sim.clients``);
 * a fault begins: an instance pauses (past its lease, often), crashes (kill
   -9) and is started again, the database turns read-only for a while; and,
   inside every store call, the fault layer's errors, lost answers and stalls
@@ -33,6 +33,7 @@ there replays in practice, which is not a proof.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,7 @@ from sim.clients import LIMITED_KEY, Clients
 from sim.faults import FaultRates, FaultyStore
 from sim.instance import STEPS, SimInstance
 from sim.oracle import Oracle, Table, Violation
+from triggerhook.domain.ratelimits import parse_rate
 from triggerhook.interfaces import Acquired
 from triggerhook.settings import Settings
 
@@ -75,6 +77,11 @@ class SimConfig:
     clock_steps_back: bool = False  # backward too (known to fire early: see docs)
     client_chance: float = 0.25
     max_delay_ms: int = 6000  # tasks are due up to this far ahead
+    limit: str = "5/s burst 2"  # the rate limit of LIMITED_KEY, over all instances
+    # Tasks on LIMITED_KEY a client creates at once, all due at one instant,
+    # early in the run: a queue behind the limit that may outgrow the memory
+    # bound (max_tasks_in_memory), so held tasks wait in the database (R8p).
+    backlog: int = 0
 
     def settings(self) -> Settings:
         """Small numbers, so that every path is taken: little memory (passes
@@ -101,7 +108,7 @@ class SimConfig:
             database_idle_transaction_timeout_s=1,
             # The clients' upserts go to this key: a queue forms behind its
             # tokens, so held tasks meet every fault (none early, none lost).
-            rate_limits=f"{LIMITED_KEY}=5/s burst 2",
+            rate_limits=f"{LIMITED_KEY}={self.limit}",
         )
 
     @property
@@ -111,7 +118,15 @@ class SimConfig:
         inherits its rows (two leases at most), a write-back's retry waits
         out its back-off, and arming looks ahead."""
         settings = self.settings()
-        return 2 * self.lease_ms + settings.publish_retry_max_ms + settings.arm_ahead_ms + 1000
+        bound_ms = 2 * self.lease_ms + settings.publish_retry_max_ms + settings.arm_ahead_ms + 1000
+        return bound_ms + self.backlog_ms
+
+    @property
+    def backlog_ms(self) -> int:
+        """How long the backlog takes to leave at the limit: its last task is
+        that much later, by design (the faults add the bound's own terms)."""
+        limit = parse_rate(self.limit, "limit")
+        return 0 if limit is None else math.ceil(self.backlog / limit.per_s * 1000)
 
     @property
     def quiet_ms(self) -> int:
@@ -408,5 +423,6 @@ def run(seed: int, config: SimConfig | None = None, trace_lines: int | None = 40
         world.close()
     stats = dict(world.stats)
     stats["delivered"] = world.oracle.delivered_count
+    stats["postponed"] = sum(i.engine.confirmer.postponed for i in world.instances)
     stats["tasks"] = world.clients.created
     return Outcome(seed, config, violation, list(world.trace), stats)

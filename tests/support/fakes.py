@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, is_armed, shard_of
-from triggerhook.domain.task import CancelResult, Task, TaskInfo
+from triggerhook.domain.task import CancelResult, SeriesResult, Task, TaskInfo
 from triggerhook.errors import SchemaError
 from triggerhook.interfaces import (
     Acquired,
@@ -324,6 +324,16 @@ class FakeStore(SQLiteStore):
         with self._lock:
             self._maybe_fail("reschedule")
             return super().reschedule(moves)
+
+    def pause(self, task_ids: Sequence[str]) -> list[SeriesResult]:
+        with self._lock:
+            self._maybe_fail("pause")
+            return super().pause(task_ids)
+
+    def resume(self, task_ids: Sequence[str], now_ms: float) -> list[SeriesResult]:
+        with self._lock:
+            self._maybe_fail("resume")
+            return super().resume(task_ids, now_ms)
 
     def acquire(self, instance: str, count: int, lease_ms: int) -> list[Acquired]:
         with self._lock:

@@ -25,7 +25,13 @@ state; negative cases keep what was drawn:
   gets a real one;
 * the coverage phase ignores ``dependentRequired`` and ``dependentSchemas``
   in a batch's tasks: the task is made to keep them (one of ``at``/``at_ms``/...,
-  a timezone and a daylight-saving policy only with cron, an end only in a series);
+  a timezone and a daylight-saving policy only with cron, an end and a
+  catch-up policy only in a series, ``catch_up_max`` only with ``catch_up`` all,
+  whose series' id has at most 48 characters);
+* a backfill's range must be in the past (``to_ms`` not after now, which no
+  schema can say), after ``from_ms``, and hold at most 1,000 occurrences: a
+  positive case's range becomes at most 10 s ending at ``to_ms`` or now,
+  whichever is earlier (an ``every`` is at least 1 s: at most 10 copies);
 * a series' bounds depend on the current time and on its schedule (the
   document describes them): ``until`` (``until_ms``) must not come before the
   first occurrence, so it becomes the latest time; and a cron series' first
@@ -43,6 +49,7 @@ filtered by that pattern; and only ones that match a date within 50 years
 from __future__ import annotations
 
 import sys
+import time
 import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -56,9 +63,11 @@ from schemathesis.cli import schemathesis as st_command
 from schemathesis.generation.case import Case
 from schemathesis.hooks import HookContext
 
-from triggerhook.api.fields_task import CRON_ONLY, EXCLUSIVE
+from triggerhook.api.fields import DEFAULT_BUCKETS
+from triggerhook.api.fields_task import CRON_ONLY, EXCLUSIVE, SERIES_DEPENDENT
 from triggerhook.api.listing import DUE_RANGE_PAIRS, TIMELINE_PAIRS
 from triggerhook.domain.listing import MAX_TIMELINE_SPAN_MS, encode_cursor
+from triggerhook.domain.series import MAX_SERIES_ID_FOR_COPIES
 from triggerhook.domain.task import MAX_DUE_MS
 
 LATEST_S = MAX_DUE_MS / 1000  # 9999-12-31T23:59:59.999Z
@@ -93,15 +102,21 @@ def _whole(value: object) -> int | None:
 
 
 def span_within_bound(query: object) -> None:
-    """A timeline's ``buckets`` cut to what fits in its longest span."""
+    """A timeline's ``buckets`` cut to what fits in its longest span (given
+    where the default number would not fit)."""
     if not isinstance(query, dict):
         return
     buckets, bucket_ms = _whole(query.get("buckets")), _whole(query.get("bucket_ms"))
     bucket_s = _whole(query.get("bucket"))
     if bucket_ms is None and bucket_s is not None:
         bucket_ms = bucket_s * 1000
-    if buckets is not None and bucket_ms:
-        query["buckets"] = max(1, min(buckets, MAX_TIMELINE_SPAN_MS // bucket_ms))
+    if not bucket_ms:
+        return
+    fitting = max(
+        1, min(DEFAULT_BUCKETS if buckets is None else buckets, MAX_TIMELINE_SPAN_MS // bucket_ms)
+    )
+    if buckets is not None or fitting < DEFAULT_BUCKETS:
+        query["buckets"] = fitting
 
 
 def one_of_each_pair(query: object) -> None:
@@ -148,7 +163,8 @@ def dependencies_kept(body: object) -> None:
     ``dependentSchemas``), so a "positive" task of a batch may break them —
     and the server rightly refuses it: one field of each exclusive group
     (``at``/``at_ms``/..., cron before every), a timezone and a DST policy
-    only with cron, an end only in a series."""
+    only with cron, an end and a catch-up policy only in a series (a
+    ``catch_up_max`` only with ``catch_up`` all)."""
     if not isinstance(body, dict):
         return
     for group in EXCLUSIVE:
@@ -159,8 +175,28 @@ def dependencies_kept(body: object) -> None:
         for name in CRON_ONLY:
             body.pop(name, None)
     if "every" not in body and "cron" not in body:
-        body.pop("until", None)
-        body.pop("until_ms", None)
+        for name in SERIES_DEPENDENT:
+            body.pop(name, None)
+    if body.get("catch_up") != "all":
+        body.pop("catch_up_max", None)
+    elif isinstance(body.get("id"), str):  # copies' ids "<id>:<due ms>" must be ids too
+        body["id"] = body["id"][:MAX_SERIES_ID_FOR_COPIES]
+
+
+BACKFILL_SPAN_MS = 10_000
+
+
+def backfill_in_the_past(body: object, now_ms: int) -> None:
+    """A backfill's range made to hold (see the module's docstring)."""
+    if not isinstance(body, dict):
+        return
+    to_ms, from_ms = body.get("to_ms"), body.get("from_ms")
+    # JSON Schema's integers: 5.0 is one too.
+    if not isinstance(to_ms, int | float) or not isinstance(from_ms, int | float):
+        return
+    to_ms = max(1, min(int(to_ms), now_ms))
+    body["to_ms"] = to_ms
+    body["from_ms"] = min(max(int(from_ms), to_ms - BACKFILL_SPAN_MS), to_ms - 1)
 
 
 def create_bodies(case: Case[Any], path: str) -> list[object]:
@@ -189,6 +225,9 @@ def positive_case(context: HookContext, case: Case[Any]) -> Case[Any]:
         for body in create_bodies(case, path):
             dependencies_kept(body)
             series_in_time(body)
+    elif method == "POST" and path == "/v1/tasks/{id}/backfill":
+        # The daemon's clock, give or take: the machine's own, a little earlier.
+        backfill_in_the_past(case.body, int(time.time() * 1000) - 1000)
     return case
 
 

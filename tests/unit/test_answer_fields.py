@@ -18,11 +18,11 @@ from triggerhook_client.errors import ApiError
 
 from triggerhook.api import http, openapi
 from triggerhook.api.http import _created
-from triggerhook.api.render import due_json, task_json, timeline_json
+from triggerhook.api.render import due_json, series_json, task_json, timeline_json
 from triggerhook.app import Scheduled
 from triggerhook.domain.listing import Timeline
 from triggerhook.domain.meta import LateKind, LatePolicy, Meta, make_meta, meta_json
-from triggerhook.domain.outcomes import INSERT_OUTCOMES
+from triggerhook.domain.outcomes import INSERT_OUTCOMES, Outcome
 from triggerhook.domain.recurrence import Recurrence
 from triggerhook.domain.task import InsertOutcome, Task, TaskInfo, TaskState
 
@@ -37,6 +37,14 @@ SCHEDULES = [
     Recurrence(cron="0 9 * * *", timezone="Europe/Berlin", until_ms=1_900_000_000_000),
     Recurrence(
         cron="30 2 * * *", timezone="Europe/Berlin", dst_repeated="last", dst_skipped="skip"
+    ),
+    # Its missed-occurrences policy, paused (resuming at an occurrence).
+    Recurrence(
+        every_ms=60_000,
+        catch_up="all",
+        catch_up_max=5,
+        paused=True,
+        resume_ms=1_900_000_000_000,
     ),
 ]
 
@@ -89,6 +97,13 @@ def test_every_key_the_rendering_can_emit_is_a_field_of_its_table() -> None:
         if INSERT_OUTCOMES[outcome].ok:
             assert set(_created(Scheduled(Task("t", 1, "k"), outcome))[1]) == names(af.CREATE)
     assert set(timeline_json(Timeline(0, 1000, 2, {"k": [1, 0]}))) == names(af.TIMELINE)
+    for changed in (Outcome.PAUSED, Outcome.PAUSED_AFTER_THIS, Outcome.RESUMED, Outcome.ENDED):
+        assert set(series_json("s", changed)) == names(af.SERIES_DONE)
+    copy = Scheduled(Task("s:1", 1, "k"), InsertOutcome.EXISTS)
+    for copying in (Outcome.TRIGGERED, Outcome.BACKFILLED):
+        copied = series_json("s", copying, [copy])
+        assert set(copied) == names(af.COPIED)
+        assert [set(c) for c in copied["copies"]] == [names(af.COPY)]
 
 
 def test_every_key_meta_json_can_emit_is_a_field_of_the_tables() -> None:
@@ -102,13 +117,13 @@ def test_every_key_meta_json_can_emit_is_a_field_of_the_tables() -> None:
 
 def _literal_answers(path: Path) -> Iterator[tuple[int, set[str]]]:
     """(line, keys) of each dict literal of string keys a handler answers with
-    (``_response(status, {...})``, ``web.json_response({...})``)."""
+    (``_response(status, {...})``, ``json_answer(...)``, ``web.json_response({...})``)."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name not in ("_response", "json_response"):
+        if name not in ("_response", "json_response", "json_answer"):
             continue
         for arg in node.args:
             if isinstance(arg, ast.Dict) and all(
@@ -120,7 +135,7 @@ def _literal_answers(path: Path) -> Iterator[tuple[int, set[str]]]:
 def test_the_handlers_literal_answers_are_the_fields_of_a_table() -> None:
     api = Path(http.__file__).parent
     found = 0
-    for module in ("http.py", "listing.py", "hosts.py"):
+    for module in ("http.py", "http_answers.py", "listing.py", "hosts.py"):
         for line, keys in _literal_answers(api / module):
             found += 1
             assert any(
@@ -144,6 +159,10 @@ ANSWERS = {
     ("/readyz", "get", "200"): af.HEALTHY,
     ("/readyz", "get", "503"): af.UNREADY,
     ("/v1/status", "get", "200"): af.FIGURES,
+    ("/v1/tasks/{id}/pause", "post", "200"): af.SERIES_DONE,
+    ("/v1/tasks/{id}/resume", "post", "200"): af.SERIES_DONE,
+    ("/v1/tasks/{id}/trigger", "post", "200"): af.COPIED,
+    ("/v1/tasks/{id}/backfill", "post", "200"): af.COPIED,
 }
 
 
@@ -173,6 +192,10 @@ def test_the_document_shows_a_listed_task_and_an_error_as_their_tables() -> None
     _check_shown(
         page["content"]["application/json"]["schema"]["properties"]["tasks"]["items"], af.LISTED
     )
+    for action in ("trigger", "backfill"):
+        copied = DOC["paths"][f"/v1/tasks/{{id}}/{action}"]["post"]["responses"]["200"]
+        schema = copied["content"]["application/json"]["schema"]
+        _check_shown(schema["properties"]["copies"]["items"], af.COPY)
     error = DOC["components"]["schemas"]["Error"]
     _check_shown(error, af.ERROR)
     _check_shown(error["properties"]["error"], af.ERROR_DETAIL)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import pytest
 
 from triggerhook.api.bodies import (
+    Backfill,
     MalformedJson,
     When,
     decode_json,
+    parse_backfill,
     parse_batch,
+    parse_cancel,
     parse_create,
     parse_id,
+    parse_no_fields,
     parse_reschedule,
 )
 from triggerhook.api.fields_task import MAX_DELAY_MS, MAX_DELAY_S
@@ -369,3 +373,49 @@ def test_metadata_fields_are_create_fields_only() -> None:
         with pytest.raises(ValidationError) as info:
             parse_reschedule({"delay": 1, name: None})
         assert info.value.field == name
+
+
+# -- a series' backfill, and the bodies that name nothing -----------------------------------------
+
+
+def test_a_backfill_body_is_a_range_of_epoch_ms() -> None:
+    assert parse_backfill({"from_ms": 5, "to_ms": 7}) == Backfill(5, 7)
+    assert parse_backfill({"from_ms": 0, "to_ms": MAX_DUE_MS}) == Backfill(0, MAX_DUE_MS)
+    assert parse_backfill({"from_ms": 5.0, "to_ms": 7.0}) == Backfill(5, 7)  # JSON's 5.0
+    # The command's id is read by parse_cancel, each parser allowing the other's fields.
+    command = {"id": "s", "from_ms": 5, "to_ms": 7}
+    assert parse_backfill(command, extra=frozenset({"id"})) == Backfill(5, 7)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"to_ms": 7}, "from_ms"),
+        ({"from_ms": 5}, "to_ms"),
+        ({"from_ms": None, "to_ms": 7}, "from_ms"),
+        ({"from_ms": "5", "to_ms": 7}, "from_ms"),
+        ({"from_ms": True, "to_ms": 7}, "from_ms"),
+        ({"from_ms": 5.5, "to_ms": 7}, "from_ms"),
+        ({"from_ms": -1, "to_ms": 7}, "from_ms"),  # strict: no "past means now" here
+        ({"from_ms": 5, "to_ms": MAX_DUE_MS + 1}, "to_ms"),
+        ({"from_ms": 5, "to_ms": 10**400}, "to_ms"),
+        ({"from_ms": 5, "to_ms": 7, "id": "s"}, "id"),  # over HTTP the id is the path's
+        ({"from_ms": 5, "to_ms": 7, "until_ms": 9}, "until_ms"),
+        ([5, 7], "body"),
+    ],
+    ids=str,
+)
+def test_a_bad_backfill_body_names_the_field(body: object, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_backfill(body)
+    assert info.value.field == field
+
+
+def test_a_body_that_names_nothing_refuses_any_field() -> None:
+    parse_no_fields({})
+    for body, field in (({"id": "s"}, "id"), ([], "body"), ("x", "body")):
+        with pytest.raises(ValidationError) as info:
+            parse_no_fields(body)
+        assert info.value.field == field
+    # A pause, resume or trigger command: the id alone.
+    assert parse_cancel({"id": "s"}) == "s"

@@ -27,14 +27,13 @@ from triggerhook.cli import (
 from triggerhook.cli.backends import (
     BackendError,
     Found,
-    LateArg,
     LibraryBackend,
     Listed,
-    Metadata,
     Moved,
     Stored,
     Where,
 )
+from triggerhook.cli.task_args import LateArg, Metadata
 from triggerhook.client import TaskSummary
 from triggerhook.domain.listing import BulkCancelled
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta

@@ -45,10 +45,13 @@ from triggerhook_client import (
     AsyncClient,
     BulkCancelled,
     Conflict,
+    Copies,
     InvalidRequest,
     Late,
+    NotASeries,
     NotFound,
     Scheduled,
+    SeriesChange,
     TaskRequest,
     TaskStatus,
     TaskSummary,
@@ -65,13 +68,14 @@ from triggerhook_client.retry import Attempts
 from triggerhook.api import bodies as daemon_bodies
 from triggerhook.api.http import HTTP_RENDERING, HttpApi, HttpRendering
 from triggerhook.api.http import ApiError as DaemonError
-from triggerhook.api.render import due_json
+from triggerhook.api.render import due_json, series_json
 from triggerhook.api.render import task_json as _info
+from triggerhook.app import Scheduled as Copy
 from triggerhook.app import TriggerHook
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.domain.recurrence import Recurrence, parse_every
-from triggerhook.domain.task import Task, TaskInfo, TaskState
+from triggerhook.domain.task import InsertOutcome, Task, TaskInfo, TaskState
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
@@ -99,6 +103,7 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
     Outcome.CONFLICT: (Conflict, False),
     Outcome.NOT_FOUND: (NotFound, False),
     Outcome.TOO_LATE: (TooLate, False),
+    Outcome.NOT_A_SERIES: (NotASeries, False),
     Outcome.INVALID: (InvalidRequest, False),
     Outcome.MALFORMED_JSON: (InvalidRequest, False),
     Outcome.UNSUPPORTED_MEDIA_TYPE: (InvalidRequest, False),
@@ -216,7 +221,12 @@ def test_a_lookup_of_an_unknown_task_is_no_task_rather_than_an_error() -> None:
     assert response.status_code in call.ok
     assert call.parse(response) is None
     # Every other call reads 404 as NotFound.
-    for other in (BaseClient._cancel_call("t-1"), BaseClient._reschedule_call("t-1", None, AT_MS)):
+    others: list[Call[Any]] = [
+        BaseClient._cancel_call("t-1"),
+        BaseClient._reschedule_call("t-1", None, AT_MS),
+    ]
+    others += [*SERIES_CALLS, BaseClient._backfill_call("t-1", AT_MS, AT_MS + 1)]
+    for other in others:
         assert response.status_code not in other.ok
         assert type(error_from(response, other.rename)) is NotFound
 
@@ -251,6 +261,27 @@ def _found(payload: bytes) -> Callable[[int], httpx.Response]:
 
     return make
 
+
+def _series(outcome: Outcome, *copies: Copy) -> Callable[[int], httpx.Response]:
+    def make(status: int) -> httpx.Response:  # as the daemon's series handlers build it
+        return _json(status, series_json("t-1", outcome, copies if copies else None))
+
+    return make
+
+
+SERIES_CALLS: list[Call[Any]] = [
+    BaseClient._series_change_call("t-1", "pause"),
+    BaseClient._series_change_call("t-1", "resume"),
+    BaseClient._trigger_call("t-1"),
+]
+COPIES = (
+    Copy(Task(f"t-1:{AT_MS}", AT_MS, "k"), InsertOutcome.CREATED),
+    Copy(Task(f"t-1:{AT_MS + 60_000}", AT_MS + 60_000, "k"), InsertOutcome.EXISTS),
+)
+READ_COPIES = (
+    Scheduled(f"t-1:{AT_MS}", AT_MS, True, "created"),
+    Scheduled(f"t-1:{AT_MS + 60_000}", AT_MS + 60_000, False, "exists"),  # an earlier attempt's
+)
 
 # Per success outcome: the client calls that get it, the daemon's answer body
 # (given the status) and the result the client must read from it.
@@ -313,6 +344,40 @@ SUCCESS_CALLS: dict[Outcome, list[tuple[Call[Any], Callable[[int], httpx.Respons
             BaseClient._get_call("t-1"),
             _found(b"\xff\x00"),  # not UTF-8: sent as payload_b64
             TaskStatus("t-1", AT_MS, "billing.charge", TaskState.FIRING, b"\xff\x00"),
+        ),
+    ],
+    **{
+        outcome: [
+            (
+                BaseClient._series_change_call("t-1", action),
+                _series(outcome),
+                SeriesChange("t-1", outcome.code),
+            )
+        ]
+        for action, outcome in (
+            ("pause", Outcome.PAUSED),
+            ("pause", Outcome.PAUSED_AFTER_THIS),
+            ("resume", Outcome.RESUMED),
+            ("resume", Outcome.ENDED),
+        )
+    },
+    Outcome.TRIGGERED: [
+        (
+            BaseClient._trigger_call("t-1"),
+            _series(Outcome.TRIGGERED, COPIES[0]),
+            Copies("t-1", "triggered", READ_COPIES[:1]),
+        ),
+    ],
+    Outcome.BACKFILLED: [
+        (
+            BaseClient._backfill_call("t-1", AT_MS, AT_MS + 60_001),
+            _series(Outcome.BACKFILLED, *COPIES),
+            Copies("t-1", "backfilled", READ_COPIES),
+        ),
+        (  # none in the range: nothing written
+            BaseClient._backfill_call("t-1", AT_MS, AT_MS + 1),
+            lambda status: _json(status, {"id": "t-1", "outcome": "backfilled", "copies": []}),
+            Copies("t-1", "backfilled", ()),
         ),
     ],
 }

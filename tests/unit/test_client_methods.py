@@ -14,7 +14,19 @@ from triggerhook_client import AsyncClient, Client, methods
 from triggerhook_client.bodies import DUE_RANGE_KEYS, WHERE_KEYS, DueRange, Filter, Selection, Where
 from triggerhook_client.rules import DUE_RANGE_FIELDS, FILTER_FIELDS, SELECTION_FIELDS, in_ms
 
-ONE_CALL = ("schedule", "reschedule", "cancel", "get", "list_page", "count", "timeline")
+ONE_CALL = (
+    "schedule",
+    "reschedule",
+    "cancel",
+    "pause",
+    "resume",
+    "trigger",
+    "backfill",
+    "get",
+    "list_page",
+    "count",
+    "timeline",
+)
 
 
 def test_the_filters_keyword_arguments_are_the_rules_names() -> None:

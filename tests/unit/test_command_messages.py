@@ -261,3 +261,107 @@ def test_transient_errors_pass_through(hook: TriggerHook, store: FakeStore) -> N
     with pytest.raises(StoreUnavailable):
         run(hook, "create", {"id": "t", "delay": 1})
     assert run(hook, "create", {"id": "t", "delay": 1})["created"] is True
+
+
+# -- a series' life: pause, resume, trigger, backfill -------------------------------------------
+
+SERIES_FIRST_MS = NOW_MS + 600_000
+
+
+def _series(hook: TriggerHook, task_id: str = "s") -> None:
+    reply = run(hook, "create", {"id": task_id, "at_ms": SERIES_FIRST_MS, "every": "PT1M"})
+    assert reply["outcome"] == "created"
+
+
+def test_pause_and_resume_reply_as_the_http_api_answers(
+    hook: TriggerHook, store: FakeStore
+) -> None:
+    _series(hook)
+    assert run(hook, "pause", {"id": "s"}) == {"ok": True, "id": "s", "outcome": "paused"}
+    info = hook.get("s")
+    assert info is not None and info.task.meta.recur is not None
+    assert (info.task.meta.recur.paused, info.task.meta.recur.resume_ms) == (True, SERIES_FIRST_MS)
+    assert run(hook, "resume", {"id": "s"}) == {"ok": True, "id": "s", "outcome": "resumed"}
+    row = store.row("s")
+    assert row is not None and row.task.due_ms == SERIES_FIRST_MS
+
+
+def test_trigger_and_backfill_reply_with_their_copies(hook: TriggerHook, store: FakeStore) -> None:
+    _series(hook)
+    assert run(hook, "trigger", {"id": "s"}) == {
+        "ok": True,
+        "id": "s",
+        "outcome": "triggered",
+        "copies": [{"id": f"s:{NOW_MS}", "due_ms": NOW_MS, "outcome": "created"}],
+    }
+    span = {"id": "s", "from_ms": NOW_MS - 120_000, "to_ms": NOW_MS}
+    dues = [NOW_MS - 120_000, NOW_MS - 60_000]  # the series' phase: whole minutes from it
+    for outcome in ("created", "exists"):  # copies still pending answer exists
+        assert run(hook, "backfill", span) == {
+            "ok": True,
+            "id": "s",
+            "outcome": "backfilled",
+            "copies": [{"id": f"s:{due}", "due_ms": due, "outcome": outcome} for due in dues],
+        }
+    assert store.ids() == {"s", f"s:{NOW_MS}", *(f"s:{due}" for due in dues)}
+
+
+@pytest.mark.parametrize("type_", ["pause", "resume", "trigger", "backfill"])
+def test_a_series_command_on_a_one_off_or_an_unknown_id_is_answered(
+    hook: TriggerHook, store: FakeStore, type_: str
+) -> None:
+    store.put(Task("once", NOW_MS + 60_000, "k"))
+    span = {"from_ms": NOW_MS - 1, "to_ms": NOW_MS} if type_ == "backfill" else {}
+    assert run(hook, type_, {"id": "once", **span}) == {
+        "ok": False,
+        "error": {
+            "code": "not_a_series",
+            "message": "task 'once' is not a series (no every or cron)",
+        },
+    }
+    assert _code(run(hook, type_, {"id": "gone", **span})) == "not_found"
+    assert store.ids() == {"once"}
+
+
+def test_a_trigger_whose_copy_id_holds_other_content_is_a_conflict(
+    hook: TriggerHook, store: FakeStore
+) -> None:
+    _series(hook)
+    store.put(Task(f"s:{NOW_MS}", NOW_MS + 60_000, "other"))
+    assert _code(run(hook, "trigger", {"id": "s"})) == "conflict"
+
+
+@pytest.mark.parametrize(
+    ("type_", "body", "field"),
+    [
+        ("pause", {}, "id"),
+        ("resume", {"id": 5}, "id"),
+        ("trigger", {"id": "s", "at_ms": 1}, "at_ms"),
+        ("backfill", {"id": "s", "to_ms": NOW_MS}, "from_ms"),
+        ("backfill", {"from_ms": 0, "to_ms": NOW_MS}, "id"),
+        ("backfill", {"id": "s", "from_ms": 0.5, "to_ms": NOW_MS}, "from_ms"),
+        ("backfill", {"id": "s", "from_ms": 0, "to_ms": NOW_MS, "every": "PT1M"}, "every"),
+        ("backfill", {"id": "s", "from_ms": NOW_MS - 1, "to_ms": NOW_MS + 1}, "to_ms"),
+    ],
+    ids=str,
+)
+def test_a_malformed_series_command_is_rejected_naming_the_field(
+    hook: TriggerHook, store: FakeStore, type_: str, body: dict[str, object], field: str
+) -> None:
+    _series(hook)
+    error = rejected(hook, type_, body)
+    assert (error.code, error.field) == ("invalid", field)
+    assert store.ids() == {"s"}
+    info = hook.get("s")
+    assert info is not None and info.task.meta.recur is not None
+    assert not info.task.meta.recur.paused
+
+
+def test_a_series_command_passes_a_database_down_through_to_be_retried(
+    hook: TriggerHook, store: FakeStore
+) -> None:
+    _series(hook)
+    store.fail_next("pause", StoreUnavailable("database down"))
+    with pytest.raises(StoreUnavailable):
+        run(hook, "pause", {"id": "s"})
+    assert run(hook, "pause", {"id": "s"})["outcome"] == "paused"

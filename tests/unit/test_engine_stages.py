@@ -27,7 +27,7 @@ from triggerhook.engine.shards import (
     Verdict,
 )
 from triggerhook.errors import InstanceNameInUse, StoreError, StoreUnavailable
-from triggerhook.interfaces import Acquired, Lease, NewRow
+from triggerhook.interfaces import Acquired, DeferOutcome, Deferral, Lease, NewRow
 from triggerhook.runtime.worker import Worker
 
 NOW = 1_700_000_000_000
@@ -955,3 +955,137 @@ def test_an_instance_fires_its_share_of_the_rate() -> None:
     left = run_until(stages, NOW + 1000)
     assert ids([task(name, 0) for name, _ in left]) == [f"t{i}" for i in range(10)]
     assert [at - NOW for _, at in left] == [0] * 5 + [200, 400, 600, 800, 1000]
+
+
+# -- R8p: a task held past the arming horizon waits in the database -------------------------
+# (docs/design/flow-control.md, section 3a): out of the heap, its row rewritten
+# unarmed at its token's instant with its attempts kept, armed again as the
+# instant comes near, and then it goes without another token.
+
+
+def postponing(rates: str) -> tuple[Stages, Confirmer]:
+    """Stages owning every shard, rate-limited, whose scheduler postpones held
+    copies past ``arm_ahead_ms`` (200) through a confirmer (stepped by hand)."""
+    stages = limited(rates)
+    _own_all(stages)
+    confirmer = _confirmer(stages, batch_size=100, max_delay_ms=0)
+    stages.scheduler.postpone_to(confirmer.postpone, 200)
+    return stages, confirmer
+
+
+def step_until(stages: Stages, from_ms: int, until_ms: int) -> list[tuple[str, int, int]]:
+    """Each ms: arm, then fire. Each task as it leaves, with its revision and instant."""
+    left: list[tuple[str, int, int]] = []
+    for now in range(from_ms, until_ms + 1):
+        stages.clock.set(now)
+        stages.armer.step(now)
+        batch, _ = stages.scheduler.poll(now)
+        if batch:
+            stages.scheduler.handle(batch, now)
+            left += [(t.id, t.rev, now) for t in stages.buffer.take(100)]
+    return left
+
+
+def test_a_task_held_past_the_arming_horizon_waits_in_the_database() -> None:
+    stages, confirmer = postponing("rk=4/s burst 1")  # a token every 250 ms
+    _insert(stages, plain("a", NOW - 2), plain("b", NOW - 1), plain("c", NOW))  # in this order
+    first = {row.task.id: row.rev for row in stages.store.rows.values()}
+    assert [name for name, _, _ in step_until(stages, NOW, NOW)] == ["a"]
+    assert len(stages.scheduler) == 0  # b (250 ms) and c (500 ms): out of the heap
+    assert confirmer.step()
+    assert confirmer.postponed == 2 and confirmer.deferred == 0
+    assert stages.inventory.snapshot() == ["a"]  # their room is free
+    for name, at_ms in (("b", NOW + 250), ("c", NOW + 500)):
+        row = stages.store.row(name)
+        assert row is not None and row.fire_ms == at_ms
+        assert row.rev != first[name] and row.task.attempts == 0  # no failed attempt
+        assert not stages.store.is_armed(name)
+    # Armed again as the instant comes near; each goes at its token's instant,
+    # not before, without waiting for another token, and is not held again.
+    left = step_until(stages, NOW + 1, NOW + 800)
+    assert [(name, at) for name, _, at in left] == [("b", NOW + 250), ("c", NOW + 500)]
+    assert all(rev != first[name] for name, rev, _ in left)  # the rewritten rows
+    assert stages.scheduler.throttled() == 2
+    assert not confirmer.step()  # nothing postponed twice
+    assert stages.failures.seen == []
+
+
+def test_a_task_held_within_the_arming_horizon_stays_in_memory() -> None:
+    stages, confirmer = postponing("rk=10/s burst 1")  # a token every 100 ms
+    _insert(stages, plain("a", NOW - 1), plain("b", NOW))
+    rev = stages.store.rows["b"].rev
+    assert [name for name, _, _ in step_until(stages, NOW, NOW)] == ["a"]
+    assert not confirmer.step()  # nothing to write: it would be armed again at once
+    assert ids(stages.scheduler.take_remaining()) == ["b"]
+    row = stages.store.row("b")
+    assert row is not None and row.rev == rev and stages.store.is_armed("b")
+
+
+def test_a_postponed_inherited_row_stays_armed_and_waits_in_memory() -> None:
+    stages, _ = postponing("rk=1/s burst 1")
+    _insert(stages, plain("a", NOW - 10))
+    stages.armer.step(NOW)
+    stages.scheduler.take_remaining()
+    stages.clock.set(NOW + 2 * LEASE_MS)  # this owner is gone; another takes over
+    taken = stages.store.acquire(OTHER, SHARDS, LEASE_MS)
+    lease = next(a for a in taken if a.lease.shard == shard_of("a", SHARDS))
+    [inherited] = stages.store.inherited(lease, None, 10)[0]
+    stages.inventory.admit([inherited], 0)
+    other = Confirmer(
+        stages.store,
+        stages.inventory,
+        stages.scheduler,
+        OTHER,
+        10,
+        0,
+        stages.failures,
+        clock=stages.clock,
+    )
+    at_ms = NOW + 2 * LEASE_MS + 5000
+    other.postpone([(inherited, at_ms)])
+    assert other.step()
+    assert other.postponed == 0  # not rewritten: a stale owner may hold a copy
+    assert stages.scheduler.poll(at_ms - 1) == ([], 0.001)  # back in the heap, for then
+    [back] = stages.scheduler.take_remaining()
+    assert (back.rev, back.attempts) == (inherited.rev, inherited.attempts)
+    assert stages.inventory.snapshot() == ["a"]
+    assert stages.store.cancel(["a"]) == [CancelResult.TOO_LATE]  # still armed
+
+
+def test_a_postponement_of_a_lost_lease_leaves_nothing_in_memory() -> None:
+    stages, confirmer = postponing("rk=1/s burst 1")
+    _insert(stages, plain("a", NOW - 1), plain("b", NOW))
+    rev = stages.store.rows["b"].rev
+    step_until(stages, NOW, NOW)  # a goes, b is postponed
+    stages.clock.set(NOW + 2 * LEASE_MS)
+    stages.store.acquire(OTHER, SHARDS, LEASE_MS)  # before the write: fenced (GONE)
+    assert confirmer.step()
+    assert confirmer.postponed == 0
+    assert "b" not in stages.inventory.snapshot() and len(stages.scheduler) == 0
+    row = stages.store.row("b")
+    assert row is not None and row.rev == rev  # armed still, the new owner's to inherit
+    assert stages.store.is_armed("b")
+
+
+def test_a_postponement_whose_answer_was_lost_is_armed_again_later() -> None:
+    stages, confirmer = postponing("rk=1/s burst 1")  # b's token at NOW + 1000
+    _insert(stages, plain("a", NOW - 1), plain("b", NOW))
+    defer = stages.store.defer
+
+    def committed_then_cut(instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
+        defer(instance, deferrals)
+        raise StoreUnavailable("the connection broke after the COMMIT")
+
+    stages.store.defer = committed_then_cut  # type: ignore[method-assign]
+    step_until(stages, NOW, NOW)
+    with pytest.raises(StoreUnavailable):
+        confirmer.step()
+    stages.store.defer = defer  # type: ignore[method-assign]
+    lost = stages.store.row("b")
+    assert lost is not None and lost.fire_ms == NOW + 1000 and not stages.store.is_armed("b")
+    assert confirmer.step()  # the retry: another revision, so GONE
+    assert confirmer.postponed == 0
+    assert "b" not in stages.inventory.snapshot() and len(stages.scheduler) == 0
+    # R3 arms the row the lost try wrote; it goes at its token's instant.
+    left = step_until(stages, NOW + 1, NOW + 1200)
+    assert left == [("b", lost.rev, NOW + 1000)]

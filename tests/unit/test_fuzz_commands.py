@@ -42,7 +42,10 @@ BUDGET = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 
-_FIELDS = ("id", "at", "delay", "routing_key", "payload", "payload_b64", "colour")
+_FIELDS = (
+    *("id", "at", "delay", "routing_key", "payload", "payload_b64", "colour"),
+    *("from_ms", "to_ms"),  # a backfill's
+)
 _scalars = (
     st.none()
     | st.booleans()

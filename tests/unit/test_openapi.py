@@ -156,6 +156,10 @@ def test_every_operation_is_documented() -> None:
         "/v1/tasks/timeline": {"get"},
         "/v1/tasks/cancel": {"post"},
         "/v1/tasks/{id}": {"get", "patch", "delete"},
+        "/v1/tasks/{id}/pause": {"post"},
+        "/v1/tasks/{id}/resume": {"post"},
+        "/v1/tasks/{id}/trigger": {"post"},
+        "/v1/tasks/{id}/backfill": {"post"},
         "/healthz": {"get"},
         "/readyz": {"get"},
         "/v1/status": {"get"},
@@ -210,7 +214,7 @@ def test_the_document_loads_in_schemathesis() -> None:
     for result in schemathesis.openapi.from_dict(DOC).get_all_operations():
         assert isinstance(result, Ok), result
         labels.add(result.ok().label)
-    assert len(labels) == 14
+    assert len(labels) == 18
     assert {"GET /v1/tasks", "GET /v1/tasks/timeline", "POST /v1/tasks/cancel"} <= labels
 
 

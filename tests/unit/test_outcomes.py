@@ -24,6 +24,7 @@ from triggerhook.domain.outcomes import (
     INSERT_OUTCOMES,
     MESSAGES,
     RESCHEDULE_OUTCOMES,
+    SERIES_OUTCOMES,
     SUCCESSES,
     Outcome,
     error_outcome,
@@ -78,6 +79,12 @@ def test_every_outcome_has_a_message_template() -> None:
         Outcome.RESCHEDULED,
         Outcome.CANCELLED,
         Outcome.FOUND,
+        Outcome.PAUSED,
+        Outcome.PAUSED_AFTER_THIS,
+        Outcome.RESUMED,
+        Outcome.ENDED,
+        Outcome.TRIGGERED,
+        Outcome.BACKFILLED,
     } == SUCCESSES
 
 
@@ -114,9 +121,16 @@ def test_http_rendering() -> None:
         Outcome.RESCHEDULED: 200,
         Outcome.CANCELLED: 204,
         Outcome.FOUND: 200,
+        Outcome.PAUSED: 200,
+        Outcome.PAUSED_AFTER_THIS: 200,
+        Outcome.RESUMED: 200,
+        Outcome.ENDED: 200,
+        Outcome.TRIGGERED: 200,
+        Outcome.BACKFILLED: 200,
         Outcome.CONFLICT: 409,
         Outcome.NOT_FOUND: 404,
         Outcome.TOO_LATE: 409,
+        Outcome.NOT_A_SERIES: 409,
         Outcome.INVALID: 422,
         Outcome.TOO_COSTLY: 422,
         Outcome.MALFORMED_JSON: 400,
@@ -174,6 +188,7 @@ def test_amqp_rendering() -> None:
         Outcome.CONFLICT,
         Outcome.NOT_FOUND,
         Outcome.TOO_LATE,
+        Outcome.NOT_A_SERIES,
     }
     assert {o for o, d in fates.items() if d is Disposition.RETRIED} == {
         Outcome.UNAVAILABLE,
@@ -202,6 +217,10 @@ def test_amqp_replies_as_answered() -> None:
         "code": "conflict",
         "message": str(ConflictError("t-1")),
     }
+    assert answer(Outcome.NOT_A_SERIES, id="t-1")["error"] == {
+        "code": "not_a_series",
+        "message": "task 't-1' is not a series (no every or cron)",
+    }
 
 
 def test_cli_rendering() -> None:
@@ -210,7 +229,8 @@ def test_cli_rendering() -> None:
     exits = {o: CLI_RENDERING[o].exit for o in Outcome}
     assert exits[Outcome.NOT_FOUND] == EXIT_NOT_FOUND
     assert exits[Outcome.TOO_LATE] == EXIT_TOO_LATE
-    for outcome in (Outcome.CONFLICT, Outcome.INVALID, Outcome.UNAUTHORIZED):
+    # A series' operation on a one-off task is refused like a conflict.
+    for outcome in (Outcome.CONFLICT, Outcome.NOT_A_SERIES, Outcome.INVALID, Outcome.UNAUTHORIZED):
         assert exits[outcome] == EXIT_USAGE, outcome
     for outcome in (Outcome.UNAVAILABLE, Outcome.OVERLOADED, Outcome.STOPPING, Outcome.INTERNAL):
         assert exits[outcome] == EXIT_FAILURE, outcome
@@ -220,6 +240,7 @@ def test_cli_rendering() -> None:
         Outcome.CANCELLED,
         Outcome.NOT_FOUND,
         Outcome.TOO_LATE,
+        *SERIES_OUTCOMES.values(),  # pause, resume, trigger, backfill
     }
     assert "api_token" in CLI_RENDERING[Outcome.UNAUTHORIZED].hint
 

@@ -137,6 +137,34 @@ def test_a_backlog_drains_at_the_rate_each_task_held_once() -> None:
     assert len(throttle) == len(held) - 1
 
 
+def test_a_reservation_follows_the_id_to_a_new_revision() -> None:
+    # R8p: a held task postponed to the database comes back re-armed at a
+    # new revision, at its token's instant: it goes without another token.
+    throttle = Throttle(parse_rate_limits({"k": "1/s burst 1"}), lambda: 1.0)
+    first, postponed = tasks("k", 2)
+    assert throttle.admit([first, postponed], 0.0)[1] == [(postponed, 1000)]
+    rearmed = postponed.replace(rev=2)
+    assert throttle.admit([rearmed], 999.0) == ([], [(rearmed, 1000)])  # not before
+    assert throttle.admit([rearmed], 1000.0) == ([rearmed], [])
+    assert len(throttle) == 0
+    # Its token was the one it used: the next task waits a full period more.
+    [late] = tasks("k", 1)
+    assert throttle.admit([late], 1000.0)[1] == [(late, 2000)]
+
+
+def test_a_reservation_whose_task_never_came_back_is_forgotten() -> None:
+    # Postponed, then cancelled in the database: the reservation would stay.
+    throttle = Throttle(parse_rate_limits({"k": "1/s burst 1"}), lambda: 1.0)
+    throttle.admit(tasks("k", 3), 0.0)  # held until 1,000 and 2,000
+    assert len(throttle) == 2
+    throttle.admit(tasks("other", 1), 601_500.0)
+    assert len(throttle) == 1  # 600 s past 1,000, not yet past 2,000
+    throttle.admit(tasks("other", 1), 700_000.0)
+    assert len(throttle) == 1  # looked for once every 600 s, not at every call
+    throttle.admit(tasks("other", 1), 1_201_500.0)
+    assert len(throttle) == 0
+
+
 def test_an_instance_keeps_to_its_share_of_the_rate() -> None:
     share = 0.25  # it holds a quarter of the shards
     throttle = Throttle(parse_rate_limits({"k": "1000/s"}), lambda: share)

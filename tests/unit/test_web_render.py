@@ -34,6 +34,8 @@ from triggerhook.api.web.timeline import COLOURS, OTHER, series_of, timeline_svg
 from triggerhook.app import Figures
 from triggerhook.domain.listing import TaskFilter, Timeline
 from triggerhook.domain.meta import Meta
+from triggerhook.domain.recurrence import Recurrence
+from triggerhook.domain.series import PARKED_MS
 from triggerhook.domain.task import Task, TaskInfo, TaskState
 from triggerhook.errors import ValidationError
 from triggerhook.runtime import points
@@ -144,6 +146,27 @@ def test_the_rows_show_id_due_time_routing_key_state_and_tags() -> None:
     text = re.sub(r"<[^>]+>", " ", row.group(0)).split()
     assert text == ["a-1", "2030-01-01T00:00:00.250Z", "billing.due", "scheduled", "vip"]
     assert '<span id="count" class="count">2 matching</span>' in document
+
+
+def test_a_paused_series_shows_paused_and_the_occurrence_it_resumes_at() -> None:
+    recur = Recurrence(every_ms=60_000, paused=True, resume_ms=AT_MS)
+    parked = Task("s-1", PARKED_MS, "billing.due", meta=Meta(recur=recur))
+    # Paused while its occurrence was being published: that one's time, until confirmed.
+    publishing = Recurrence(every_ms=60_000, paused=True)
+    busy = Task("s-2", AT_MS, "billing.due", meta=Meta(recur=publishing))
+    running = Task("s-3", AT_MS, "billing.due", meta=Meta(recur=Recurrence(every_ms=60_000)))
+    tasks = [TaskInfo(parked, TaskState.SCHEDULED), TaskInfo(busy, TaskState.FIRING)]
+    document = listing_page(listing(tasks=[*tasks, TaskInfo(running, TaskState.SCHEDULED)]))
+    rows = {
+        task_id: re.sub(r"<[^>]+>", " ", row).split()
+        for task_id, row in re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', document)
+    }
+    when = "2030-01-01T00:00:00.250Z"
+    assert rows["s-1"] == ["s-1", when, "on", "resume", "billing.due", "scheduled", "paused"]
+    assert rows["s-2"] == ["s-2", when, "billing.due", "firing", "paused"]
+    assert rows["s-3"] == ["s-3", when, "billing.due", "scheduled"]
+    assert iso_utc(PARKED_MS) not in document  # the placeholder is never shown
+    assert '<span class="paused">paused</span>' in document  # styled (web.css)
 
 
 def test_the_next_page_link_keeps_the_filter_and_carries_the_cursor() -> None:

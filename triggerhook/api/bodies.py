@@ -28,10 +28,17 @@ import msgspec
 from triggerhook_client.rules import RESERVED_IDS
 
 from triggerhook.api.fields import names
-from triggerhook.api.fields_task import CREATE_FIELDS, MAX_DELAY_MS, MAX_DELAY_S, WHEN, WHEN_BODY
+from triggerhook.api.fields_task import (
+    BACKFILL_BODY,
+    CREATE_FIELDS,
+    MAX_DELAY_MS,
+    MAX_DELAY_S,
+    WHEN,
+    WHEN_BODY,
+)
 from triggerhook.domain.meta import LateKind, LatePolicy, parse_late
 from triggerhook.domain.spec import TaskSpec
-from triggerhook.domain.task import MIN_DUE_MS, validate_due_ms
+from triggerhook.domain.task import MAX_DUE_MS, MIN_DUE_MS, validate_due_ms
 from triggerhook.domain.timeparse import parse_at, seconds_to_ms
 from triggerhook.errors import ValidationError
 
@@ -39,6 +46,7 @@ from triggerhook.errors import ValidationError
 # their schemas (triggerhook.api.fields_task, which the OpenAPI document states).
 WHEN_FIELDS = WHEN  # the ways to say when a task is due: exactly one (a series may give none)
 RESCHEDULE_FIELDS = names(WHEN_BODY)
+BACKFILL_FIELDS = names(BACKFILL_BODY)
 
 # msgspec decodes a 4 MiB batch body about 2.5 times as fast as json.loads (the
 # GIL is held for the whole decode, delaying the firing threads), and, like
@@ -77,7 +85,8 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
     """A create body: ``{"id"?, "at" | "at_ms" | "delay_ms" | "delay",
     "routing_key"?, "payload"? | "payload_b64"?, "tags"?, "content_type"?,
     "content_encoding"?, "headers"?, "late"?, "every"? | "cron"?, "timezone"?,
-    "until"? | "until_ms"?, "dst_repeated"?, "dst_skipped"?, "on_conflict"?}``
+    "until"? | "until_ms"?, "dst_repeated"?, "dst_skipped"?, "catch_up"?, "catch_up_max"?,
+    "on_conflict"?}``
     (the metadata is checked by domain/meta.py, a series by
     domain/recurrence.py, which also gives its first time when it has none of
     the due-time fields; ``on_conflict`` by domain/spec.py)."""
@@ -113,6 +122,8 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         until_ms=_until_ms(fields, prefix),
         dst_repeated=_unchecked(fields, "dst_repeated", prefix),
         dst_skipped=_unchecked(fields, "dst_skipped", prefix),
+        catch_up=_unchecked(fields, "catch_up", prefix),
+        catch_up_max=_count(fields, "catch_up_max", prefix),
         on_conflict=_unchecked(fields, "on_conflict", prefix),  # checked by conflict_rule
     )
 
@@ -128,6 +139,14 @@ def _unchecked(fields: Mapping[str, object], key: str, prefix: str) -> Any:
     if key in fields and fields[key] is None:
         raise ValidationError(_name(prefix, key), "must not be null (leave the field out)")
     return fields.get(key)
+
+
+def _count(fields: Mapping[str, object], key: str, prefix: str) -> Any:
+    """A whole number as JSON gives it (5.0 is 5, as JSON Schema's integer
+    admits it); resolve() checks its range, and refuses anything else."""
+    value = _unchecked(fields, key, prefix)
+    whole = _integral(value)
+    return value if whole is None else whole
 
 
 def _every(fields: Mapping[str, object], prefix: str) -> str | None:
@@ -170,8 +189,44 @@ def parse_reschedule(body: object, extra: frozenset[str] = frozenset()) -> When:
     return _when(_object(body, "", RESCHEDULE_FIELDS | extra), "")
 
 
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """A backfill's range of epoch ms: ``from_ms`` included, ``to_ms`` not."""
+
+    from_ms: int
+    to_ms: int
+
+
+def parse_backfill(body: object, extra: frozenset[str] = frozenset()) -> Backfill:
+    """A backfill body: ``{"from_ms", "to_ms"}`` (plus ``extra`` fields the
+    caller reads). Each is an instant within the due-time bounds; how they
+    relate (``to_ms`` after ``from_ms``, not after now, few enough
+    occurrences between) the library checks, against the series."""
+    fields = _object(body, "", BACKFILL_FIELDS | extra)
+    return Backfill(_range_end(fields, "from_ms"), _range_end(fields, "to_ms"))
+
+
+def _range_end(fields: Mapping[str, object], key: str) -> int:
+    """Strict, unlike ``at_ms``: a past time does not mean "now" here."""
+    if key not in fields:
+        raise ValidationError(key, "is required")
+    ms = _integral(fields[key])
+    if ms is None or not MIN_DUE_MS <= ms <= MAX_DUE_MS:
+        raise ValidationError(
+            key, f"must be a whole number of epoch milliseconds, {MIN_DUE_MS} to {MAX_DUE_MS}"
+        )
+    return ms
+
+
+def parse_no_fields(body: object) -> None:
+    """A body that names nothing: a pause's, resume's or trigger's over HTTP,
+    when one is sent at all (``{}``)."""
+    _object(body, "", frozenset())
+
+
 def parse_cancel(body: object, extra: frozenset[str] = frozenset()) -> str:
-    """A cancel command's body ``{"id"}`` (plus ``extra`` fields the caller reads): the id."""
+    """A cancel command's body ``{"id"}`` (plus ``extra`` fields the caller
+    reads): the id. Also a pause's, resume's and trigger's."""
     return parse_id(_object(body, "", frozenset({"id"}) | extra))
 
 

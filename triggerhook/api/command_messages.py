@@ -2,7 +2,9 @@
 
 See :mod:`triggerhook.api.commands` for the channel itself (the consumer) and
 the message format. The bodies are parsed by :mod:`triggerhook.api.bodies`,
-exactly as the HTTP API parses them.
+exactly as the HTTP API parses them. The types: ``create``, ``cancel``,
+``reschedule``, and a series' ``pause``, ``resume``, ``trigger`` and
+``backfill`` (:data:`COMMAND_TYPES`).
 """
 
 from __future__ import annotations
@@ -10,26 +12,32 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from triggerhook.api.bodies import (
+    BACKFILL_FIELDS,
     RESCHEDULE_FIELDS,
+    parse_backfill,
     parse_cancel,
     parse_create,
     parse_reschedule,
 )
-from triggerhook.api.render import due_json
-from triggerhook.app import TaskSpec, TriggerHook
+from triggerhook.api.render import due_json, series_json
+from triggerhook.app import Copied, TaskSpec, TriggerHook
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     INSERT_OUTCOMES,
     RESCHEDULE_OUTCOMES,
+    SERIES_OUTCOMES,
     Outcome,
 )
-from triggerhook.domain.task import ID_PATTERN, RescheduleResult, Task, TaskInfo
+from triggerhook.domain.task import ID_PATTERN, RescheduleResult, SeriesResult, Task, TaskInfo
 from triggerhook.errors import ConflictError, TooLateError, ValidationError
 
-COMMAND_TYPES = ("create", "cancel", "reschedule")
+# A series' life: pause, resume, trigger, backfill (docs/api.md, "A series' life").
+SERIES_TYPES = ("pause", "resume", "trigger", "backfill")
+COMMAND_TYPES = ("create", "cancel", "reschedule", *SERIES_TYPES)
 _ID_FIELD = frozenset({"id"})
 
 Reply = dict[str, object]
@@ -70,6 +78,12 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.RESCHEDULED: _ANSWERED,
     Outcome.CANCELLED: _ANSWERED,
     Outcome.FOUND: None,  # no lookup command
+    Outcome.PAUSED: _ANSWERED,
+    Outcome.PAUSED_AFTER_THIS: _ANSWERED,
+    Outcome.RESUMED: _ANSWERED,
+    Outcome.ENDED: _ANSWERED,
+    Outcome.TRIGGERED: _ANSWERED,
+    Outcome.BACKFILLED: _ANSWERED,
     Outcome.CONFLICT: AmqpRendering(False, Disposition.ANSWERED),
     Outcome.NOT_FOUND: AmqpRendering(
         False, Disposition.ANSWERED, message="task {id!r} not found (unknown, or fired already)"
@@ -77,6 +91,8 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.TOO_LATE: AmqpRendering(
         False, Disposition.ANSWERED, message="task {id!r} is being fired; too late to {action}"
     ),
+    # The task's state says no, as not_found does: answered, never dead-lettered.
+    Outcome.NOT_A_SERIES: AmqpRendering(False, Disposition.ANSWERED),
     Outcome.INVALID: _DEAD,  # an oversized body too: field "body"
     Outcome.MALFORMED_JSON: _DEAD,
     Outcome.UNSUPPORTED_MEDIA_TYPE: None,  # HTTP's
@@ -191,7 +207,9 @@ def execute(hook: TriggerHook, command: Command, body_limit: int) -> Reply:
         return _create(hook, document, command)
     if command.type == "cancel":
         return _cancel(hook, document)
-    return _reschedule(hook, document)
+    if command.type == "reschedule":
+        return _reschedule(hook, document)
+    return _series(hook, command.type, document)
 
 
 def oversized(size: int, body_limit: int) -> Rejected:
@@ -288,3 +306,34 @@ def _reschedule(hook: TriggerHook, document: object) -> Reply:
     if outcome.ok:  # rescheduled, and yet no task: it is gone
         outcome = Outcome.NOT_FOUND
     return answer(outcome, id=task_id, action="reschedule")
+
+
+def _series(hook: TriggerHook, type_: str, document: object) -> Reply:
+    """A series' pause, resume, trigger (``{"id"}``) or backfill (``{"id",
+    "from_ms", "to_ms"}``): replied as the HTTP API answers it, with ``ok``."""
+    try:
+        if type_ == "backfill":
+            span = parse_backfill(document, extra=_ID_FIELD)
+            task_id = parse_cancel(document, extra=BACKFILL_FIELDS)
+            done: Copied | SeriesResult = hook.backfill(
+                task_id, from_ms=span.from_ms, to_ms=span.to_ms
+            )
+        else:
+            task_id = parse_cancel(document)
+            done = _SERIES_CALLS[type_](hook, task_id)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    except ConflictError as exc:  # a copy's id holds another task
+        return answer(Outcome.CONFLICT, id=exc.task_id)
+    result, copies = (done.result, done.copies) if isinstance(done, Copied) else (done, None)
+    outcome = SERIES_OUTCOMES[result]
+    if not outcome.ok:
+        return answer(outcome, id=task_id)
+    return _success(outcome, **series_json(task_id, outcome, copies))
+
+
+_SERIES_CALLS: dict[str, Callable[[TriggerHook, str], Copied | SeriesResult]] = {
+    "pause": TriggerHook.pause,
+    "resume": TriggerHook.resume,
+    "trigger": TriggerHook.trigger,
+}

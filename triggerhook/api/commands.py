@@ -1,16 +1,20 @@
-"""The AMQP command channel: create, cancel and reschedule tasks by message.
+"""The AMQP command channel: create, cancel and reschedule tasks, and pause,
+resume, trigger and backfill a series, by message.
 
 The daemon consumes the durable queue ``command_queue``. A command is a message
-whose AMQP ``type`` is ``create``, ``cancel`` or ``reschedule`` and whose body
-is JSON shaped like the HTTP API's bodies (:mod:`triggerhook.api.bodies`);
-cancel and reschedule carry the task's ``"id"``.
+whose AMQP ``type`` is ``create``, ``cancel``, ``reschedule``, ``pause``,
+``resume``, ``trigger`` or ``backfill`` and whose body is JSON shaped like the
+HTTP API's bodies (:mod:`triggerhook.api.bodies`); all but create carry the
+task's ``"id"`` (a backfill also ``from_ms`` and ``to_ms``).
 
 * A command is acknowledged only after its change is committed, so a crash
   before the commit leaves it in the queue and the broker delivers it again.
 * With ``reply_to`` set, the answer goes there (default exchange, routing key
-  = ``reply_to``, same ``correlation_id``): ``{"ok": true, "id": ...}`` or
-  ``{"ok": false, "error": {"code", "message", "field"?}}``. Outcomes
-  (``conflict``, ``not_found``, ``too_late``) are answers: replied and acked.
+  = ``reply_to``, same ``correlation_id``): ``{"ok": true, "id": ...}`` (a
+  series' operation adds its ``outcome``, and a trigger's or backfill's
+  ``copies``, as the HTTP API answers them) or ``{"ok": false, "error":
+  {"code", "message", "field"?}}``. Outcomes (``conflict``, ``not_found``,
+  ``too_late``, ``not_a_series``) are answers: replied and acked.
 * Before the body is read (:mod:`triggerhook.api.command_auth`): with
   ``api_token`` set, a command without ``authorization: Bearer <token>`` or an
   allowed ``user_id`` is dead-lettered as ``unauthorized`` (no reply, nothing
@@ -37,7 +41,9 @@ dies between its commit and its ack: a create with an ``"id"`` (or, without
 one, a valid ``message_id``, which becomes the task id) is then a no-op
 answered ``created: false``; a create with neither gets a new UUID and may
 create a second task; a repeated cancel answers ``not_found``; a repeated
-reschedule with ``delay`` moves the task again from the redelivery time.
+reschedule with ``delay`` moves the task again from the redelivery time; a
+repeated pause, resume or backfill changes nothing more (a backfill's copies
+answer ``exists``); a repeated trigger fires another copy (its id is the time).
 
 Threads: the broker side is :class:`triggerhook.amqp.consumer.QueueConsumer`,
 whose I/O thread declares the queues, takes messages, publishes replies and

@@ -9,6 +9,8 @@ are checked by the parser and by domain/meta.py and domain/recurrence.py
 
 from __future__ import annotations
 
+from typing import Any
+
 from triggerhook.api.fields import Field, Fields, names, properties
 from triggerhook.api.openapi_parts import (
     EPOCH_MS,
@@ -23,9 +25,16 @@ from triggerhook.api.openapi_parts import (
     time_schema,
 )
 from triggerhook.api.openapi_schedule import CRON_SPACE, EVERY_SCHEMA, cron_schema
-from triggerhook.domain.bounds import MAX_DUE_MS
+from triggerhook.domain.bounds import MAX_DUE_MS, MIN_DUE_MS
 from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
-from triggerhook.domain.recurrence import DST_REPEATED, DST_SKIPPED
+from triggerhook.domain.recurrence import (
+    CATCH_UP,
+    DEFAULT_CATCH_UP_MAX,
+    DST_REPEATED,
+    DST_SKIPPED,
+    MAX_CATCH_UP,
+)
+from triggerhook.domain.series import MAX_BACKFILL, MAX_SERIES_ID_FOR_COPIES
 from triggerhook.domain.task import OnConflict
 
 # Longest delay accepted (about 6,300 years).
@@ -199,6 +208,31 @@ SERIES_BODY: Fields = (
         },
     ),
     Field(
+        "catch_up",
+        {
+            "type": "string",
+            "enum": list(CATCH_UP),
+            "default": "one",
+            "description": "Occurrences missed while nothing could fire them (an outage, a "
+            "pause): one (the first fires once, late; the series goes on with the first due "
+            "after now), skip (none fires: an occurrence whose next is already due when it "
+            "is published goes out as a dead letter, cause late), all (each fires, up to "
+            "catch_up_max, as one-off tasks <id>:<due ms>, through the rate limits; the id "
+            f"then has at most {MAX_SERIES_ID_FOR_COPIES} characters).",
+        },
+    ),
+    Field(
+        "catch_up_max",
+        {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_CATCH_UP,
+            "default": DEFAULT_CATCH_UP_MAX,
+            "description": "catch_up all only: at most this many missed occurrences fire, "
+            "the earliest; the rest are skipped.",
+        },
+    ),
+    Field(
         "until",
         time_schema(
             f"The series' end: its last occurrence is the last one at or before it. {_RFC_3339} "
@@ -259,6 +293,17 @@ def create_body(max_payload_bytes: int) -> Fields:
 CREATE_FIELDS = names(create_body(0))
 # The fields of a create body that only a cron series takes.
 CRON_ONLY = ("timezone", "dst_repeated", "dst_skipped")
+# The fields of a create body that only a series takes, and what they need.
+SERIES_DEPENDENT: dict[str, dict[str, Any]] = {
+    "until": SERIES,
+    "until_ms": SERIES,
+    "catch_up": SERIES,
+    "catch_up_max": {
+        **SERIES,
+        "required": ["catch_up"],
+        "properties": {"catch_up": {"const": "all"}},
+    },
+}
 # The fields of a create body of which at most one may be given, by group.
 EXCLUSIVE = (WHEN, ("until", "until_ms"), ("payload", "payload_b64"), ("every", "cron"))
 
@@ -269,12 +314,38 @@ def create_schema(max_payload_bytes: int) -> Schema:
         properties(create_body(max_payload_bytes)),
         anyOf=[*ONE_WHEN, *SERIES["anyOf"]],
         dependentRequired={name: ["cron"] for name in CRON_ONLY},
-        dependentSchemas=exclusive(EXCLUSIVE, {"until": SERIES, "until_ms": SERIES}),
+        dependentSchemas=exclusive(EXCLUSIVE, SERIES_DEPENDENT),
         description="Exactly one of at, at_ms and delay_ms (or the deprecated delay), or (a "
         "series: every or cron) none; at most one of payload and payload_b64, of every and "
         "cron, and of until and until_ms; timezone, dst_repeated and dst_skipped only with "
-        "cron, until only in a series "
+        "cron, until, catch_up and catch_up_max only in a series (catch_up_max with catch_up all) "
         "(without a due time the first occurrence is one every from now, or the next "
         "matching minute). The metadata and the schedule are part of the content an "
         "idempotent re-create compares.",
     )
+
+
+# -- a series' backfill ---------------------------------------------------------------------------
+
+
+def _range_end(description: str) -> Schema:
+    return {
+        "type": "integer",
+        "minimum": MIN_DUE_MS,
+        "maximum": MAX_DUE_MS,
+        "description": description,
+    }
+
+
+# POST /v1/tasks/{id}/backfill (and the backfill command): both fields required.
+BACKFILL_BODY: Fields = (
+    Field("from_ms", _range_end("The range's start in epoch milliseconds, included.")),
+    Field(
+        "to_ms",
+        _range_end(
+            "The range's end in epoch milliseconds, excluded: after from_ms and not after "
+            f"now (a backfill fires past occurrences); at most {MAX_BACKFILL} of the series' "
+            "occurrences in the range (else 422, field to_ms: backfill it in parts)."
+        ),
+    ),
+)

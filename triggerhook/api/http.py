@@ -3,10 +3,12 @@
 Threads: every handler runs on the event-loop thread and never blocks it.
 Single-task writes go to the engine's group committers without blocking
 (:meth:`TriggerHook.schedule_nowait` and friends: the writer thread resolves
-the request's future); batch writes, lookups and the readiness probe run on a
-small thread pool. Errors are JSON: ``{"error": {"code", "message", "field"?}}``;
-they name a failing dependency but never carry its error text (host names,
-driver messages), which goes to the log instead.
+the request's future); batch writes, lookups, the readiness probe and a
+series' pause, resume, trigger and backfill (:mod:`triggerhook.api.http_series`)
+run on a small thread pool. Errors are JSON: ``{"error": {"code", "message",
+"field"?}}``; they name a failing dependency but never carry its error text
+(host names, driver messages), which goes to the log instead. The outcomes'
+statuses and the error answer are in :mod:`triggerhook.api.http_answers`.
 
 Before authentication, :mod:`triggerhook.api.limits` caps the open connections
 and bounds how long a request head and a body may take to arrive.
@@ -16,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from aiohttp import web
@@ -38,6 +39,16 @@ from triggerhook.api.bodies import (
 )
 from triggerhook.api.config import HttpConfig
 from triggerhook.api.hosts import host_check
+from triggerhook.api.http_answers import (
+    HTTP_RENDERING,
+    JSON,
+    ApiError,
+    HttpRendering,
+    error_response,
+    status_of,
+)
+from triggerhook.api.http_answers import json_answer as _response
+from triggerhook.api.http_series import SeriesApi
 from triggerhook.api.limits import (
     BodyTimeout,
     BodyTooLarge,
@@ -71,12 +82,14 @@ from triggerhook.metrics import prometheus
 from triggerhook.runtime import points
 from triggerhook.runtime.counters import RequestStats
 
+# The outcome tables are read from here too (HTTP_RENDERING: the interfaces' tests).
+__all__ = ["HTTP_RENDERING", "ApiError", "HttpApi", "HttpRendering", "error_response", "status_of"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Readiness = Callable[[], list[str]]  # blocking; the reasons the daemon is not ready
 
-_JSON = "application/json"
 # Longest a request waits in its group commit's queue before answering 503; a
 # call still queued then is abandoned (never written), one being written is
 # waited for (its write is bounded by the database timeouts).
@@ -100,107 +113,6 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         super().log(level, msg, *args, **kwargs)
 
 
-@dataclass(frozen=True, slots=True)
-class HttpRendering:
-    """An outcome over HTTP: the status, and for an error the outcome whose code
-    the body carries (``{"error": {"code", ...}}``) and extra headers."""
-
-    status: int
-    reported_as: Outcome | None = None  # None: a success, no error body
-    headers: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def code(self) -> str | None:
-        return None if self.reported_as is None else self.reported_as.code
-
-
-_RETRY_AFTER = (("Retry-After", "1"),)
-
-# Every outcome as the HTTP API answers it; None: the HTTP API never gives it.
-HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
-    Outcome.CREATED: HttpRendering(201),
-    Outcome.EXISTS: HttpRendering(200),
-    Outcome.REPLACED: HttpRendering(200),
-    Outcome.KEPT: HttpRendering(200),
-    Outcome.RESCHEDULED: HttpRendering(200),
-    Outcome.CANCELLED: HttpRendering(204),
-    Outcome.FOUND: HttpRendering(200),
-    Outcome.CONFLICT: HttpRendering(409, Outcome.CONFLICT),
-    Outcome.NOT_FOUND: HttpRendering(404, Outcome.NOT_FOUND),
-    Outcome.TOO_LATE: HttpRendering(409, Outcome.TOO_LATE),
-    Outcome.INVALID: HttpRendering(422, Outcome.INVALID),
-    Outcome.MALFORMED_JSON: HttpRendering(400, Outcome.MALFORMED_JSON),
-    Outcome.UNSUPPORTED_MEDIA_TYPE: HttpRendering(415, Outcome.UNSUPPORTED_MEDIA_TYPE),
-    Outcome.TOO_LARGE: HttpRendering(413, Outcome.TOO_LARGE),
-    Outcome.REQUEST_TIMEOUT: HttpRendering(408, Outcome.REQUEST_TIMEOUT),
-    Outcome.UNKNOWN_TYPE: None,  # a command channel's
-    Outcome.UNAUTHORIZED: HttpRendering(
-        401, Outcome.UNAUTHORIZED, (("WWW-Authenticate", "Bearer"),)
-    ),
-    Outcome.FORBIDDEN_REPLY_TO: None,  # a command channel's
-    Outcome.TOO_COSTLY: HttpRendering(422, Outcome.TOO_COSTLY),
-    Outcome.UNAVAILABLE: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
-    # Told apart from a dependency being down only in the daemon's log.
-    Outcome.OVERLOADED: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
-    Outcome.STOPPING: HttpRendering(503, Outcome.STOPPING),
-    Outcome.INTERNAL: HttpRendering(500, Outcome.INTERNAL),
-}
-
-
-def _rendering(outcome: Outcome) -> HttpRendering:
-    rendering = HTTP_RENDERING[outcome]
-    assert rendering is not None, f"{outcome} is not an HTTP answer"
-    return rendering
-
-
-def status_of(outcome: Outcome) -> int:
-    return _rendering(outcome).status
-
-
-class ApiError(Exception):
-    """An error answer: an outcome (its status and code), message, field."""
-
-    def __init__(
-        self,
-        outcome: Outcome,
-        message: str | None = None,
-        field: str | None = None,
-        *,
-        close: bool = False,
-        **values: object,
-    ) -> None:
-        """``message``, or else the outcome's template filled with ``values``."""
-        rendering = _rendering(outcome)
-        assert rendering.code is not None, f"{outcome} is not an error"
-        text = outcome.message(**values) if message is None else message
-        super().__init__(text)
-        self.status = rendering.status
-        self.code = rendering.code
-        self.message = text
-        self.field = field
-        self.headers = dict(rendering.headers)
-        self.close = close  # answer with Connection: close (the body was not read)
-
-    def response(self) -> web.Response:
-        error: dict[str, str] = {"code": self.code, "message": self.message}
-        if self.field is not None:
-            error["field"] = self.field
-        response = _response(self.status, {"error": error}, self.headers)
-        if self.close:
-            response.force_close()
-        return response
-
-
-def error_response(
-    status: int, code: str, message: str, field: str | None = None, **headers: str
-) -> web.Response:
-    """An error answer outside the outcome table (aiohttp's own: 404 route, 405)."""
-    error: dict[str, str] = {"code": code, "message": message}
-    if field is not None:
-        error["field"] = field
-    return _response(status, {"error": error}, headers)
-
-
 def _library_error(exc: TriggerHookError) -> ApiError:
     """A library error as its outcome's answer; a dependency's failure names
     the dependency, never its error text."""
@@ -221,12 +133,6 @@ def _created(scheduled: Scheduled) -> tuple[int, dict[str, Any]]:
     outcome = INSERT_OUTCOMES[scheduled.outcome]
     task = scheduled.task
     return status_of(outcome), {**due_json(task.id, task.due_ms), "outcome": outcome.code}
-
-
-def _response(status: int, data: object, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=status, body=json.dumps(data).encode(), content_type=_JSON, headers=headers
-    )
 
 
 class Commit(Generic[T]):
@@ -332,6 +238,7 @@ class HttpApi:
         app.router.add_get("/v1/tasks/{id}", self.get, allow_head=False)
         app.router.add_patch("/v1/tasks/{id}", self.reschedule)
         app.router.add_delete("/v1/tasks/{id}", self.cancel)
+        SeriesApi(self._hook, self._blocking, self._body).add_routes(app.router)
         app.router.add_get("/healthz", self.healthz, allow_head=False)
         app.router.add_get("/readyz", self.readyz, allow_head=False)
         app.router.add_get("/openapi.json", self.openapi, allow_head=False)
@@ -437,7 +344,7 @@ class HttpApi:
     # -- request helpers -----------------------------------------------------------
 
     async def _body(self, request: web.Request) -> object:
-        if request.content_type != _JSON:
+        if request.content_type != JSON:
             raise ApiError(Outcome.UNSUPPORTED_MEDIA_TYPE)
         limit = self._config.max_body_bytes
         timeout_s = self._config.body_timeout_s

@@ -22,8 +22,10 @@ decodes by (:mod:`triggerhook_client.answer_fields`: names, ``required``,
 them schemas, adding each field's detailed JSON Schema; what relates fields of
 one answer (a series' fields, a lookup's one payload) is stated here. The
 shared building blocks are in :mod:`triggerhook.api.openapi_parts`, the
-listing operations in :mod:`triggerhook.api.openapi_listing` and the schemas
-of a series' schedule in :mod:`triggerhook.api.openapi_schedule`.
+listing operations in :mod:`triggerhook.api.openapi_listing`, the schemas
+of a series' schedule in :mod:`triggerhook.api.openapi_schedule` and the
+operations of a series' life (pause, resume, trigger, backfill) in
+:mod:`triggerhook.api.openapi_series`.
 docs/openapi.json holds the document of the default limits
 (:mod:`triggerhook.api.openapi_file`; ``python -m triggerhook.api.openapi
 --write``).
@@ -67,6 +69,7 @@ from triggerhook.api.openapi_parts import (
     object_schema,
 )
 from triggerhook.api.openapi_schedule import cron_schema, timezone_schema
+from triggerhook.api.openapi_series import series_paths
 
 _TASK_PATH_PARAM = {
     "name": "id",
@@ -317,6 +320,7 @@ def document(max_payload_bytes: int, max_batch_tasks: int) -> Schema:
             "/v1/tasks/timeline": {"get": timeline_operation()},
             "/v1/tasks/cancel": {"post": bulk_cancel_operation()},
             "/v1/tasks/{id}": _task_path(),
+            **series_paths(),
             **_probe_paths(),
             **_figure_paths(),
         },

@@ -1,5 +1,6 @@
 """Tasks as the HTTP API shows them (JSON-able dicts): one task's lookup, a
-listing's entries, and a timeline.
+listing's entries, a timeline, and what a series' pause, resume, trigger or
+backfill did (the command channel replies the same).
 
 Every instant is shown as epoch milliseconds in a field named ``*_ms``
 (``due_ms``, ``until_ms``, ``deadline_ms``, a timeline's ``start_ms``);
@@ -15,10 +16,13 @@ table (tests/unit/test_answer_fields.py)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from typing import Any
 
+from triggerhook.app import Scheduled
 from triggerhook.domain.listing import Timeline
 from triggerhook.domain.meta import meta_json
+from triggerhook.domain.outcomes import INSERT_OUTCOMES, Outcome
 from triggerhook.domain.task import TaskInfo
 
 
@@ -59,3 +63,18 @@ def timeline_json(timeline: Timeline) -> dict[str, Any]:
         "buckets": timeline.buckets,
         "routing_keys": timeline.counts,
     }
+
+
+def series_json(
+    task_id: str, outcome: Outcome, copies: Iterable[Scheduled] | None = None
+) -> dict[str, Any]:
+    """A series' pause, resume, trigger or backfill that applied: its id and
+    outcome, and (a trigger, a backfill) the one-off copies it wrote, each with
+    its id, due time and what became of it (created; exists: a retry found it)."""
+    data: dict[str, Any] = {"id": task_id, "outcome": outcome.code}
+    if copies is not None:
+        data["copies"] = [
+            {"id": s.task.id, "due_ms": s.task.due_ms, "outcome": INSERT_OUTCOMES[s.outcome].code}
+            for s in copies
+        ]
+    return data

@@ -1,16 +1,18 @@
 """The ``triggerhook`` command line.
 
 Exit codes: 0 success; 1 runtime failure (database, engine, or daemon
-unreachable); 2 bad input or configuration; 3 task not found; 4 too late to
-cancel or reschedule. ``db status``: 0 at head, 1 behind, 2 newer than this
-release.
+unreachable); 2 bad input or configuration (or a conflict, or a series'
+operation on a one-off task); 3 task not found; 4 too late to cancel or
+reschedule. ``db status``: 0 at head, 1 behind, 2 newer than this release.
 
 With ``--url`` (or ``TRIGGERHOOK_URL``), the task commands (schedule,
-reschedule, cancel, get, list, count) go to a running daemon's HTTP API through
-:mod:`triggerhook.client` (token: the ``api_token`` setting) instead of the
-database, with the same output and exit codes: each command is written once
-against :class:`triggerhook.cli.backends.Backend`, which the library and the
-HTTP client implement, and every outcome's exit code is in ``CLI_RENDERING``.
+reschedule, cancel, get, list, count, and a series' pause, resume, trigger and
+backfill: :mod:`triggerhook.cli.series_cmd`) go to a running daemon's HTTP API
+through :mod:`triggerhook_client` (token: the ``api_token`` setting) instead
+of the database, with the same output and exit codes: each command is written
+once against :class:`triggerhook.cli.backends.Backend`, which the library and
+the HTTP client implement, and every outcome's exit code is in
+``CLI_RENDERING`` (:mod:`triggerhook.cli.rendering`).
 Results are JSON on stdout: one object, or for ``list`` one object per line.
 """
 
@@ -23,7 +25,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from triggerhook_client.rules import FILTER_FIELDS
 
@@ -32,10 +33,8 @@ from triggerhook.cli.backends import (
     Backend,
     BackendError,
     HttpBackend,
-    LateArg,
     LibraryBackend,
     Listed,
-    Metadata,
     Where,
 )
 from triggerhook.cli.config_cmd import add_config_parser, run_config
@@ -46,7 +45,20 @@ from triggerhook.cli.flags import (
     overrides,
     positive_int,
 )
+from triggerhook.cli.rendering import (
+    CLI_RENDERING,
+    EXIT_FAILURE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TOO_LATE,
+    EXIT_USAGE,
+    CliRendering,
+)
+from triggerhook.cli.rendering import print_json as _print_json
+from triggerhook.cli.rendering import print_outcome as _outcome
+from triggerhook.cli.series_cmd import SERIES_COMMANDS, add_catch_up_arguments, add_series_parsers
 from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
+from triggerhook.cli.task_args import LateArg, Metadata
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.meta import meta_json
 from triggerhook.domain.outcomes import Outcome, error_outcome
@@ -60,52 +72,29 @@ from triggerhook.status import render as status_text
 from triggerhook.store.mysql.schema import init_schema, schema_status, upgrade_schema
 from triggerhook.wiring import build, build_api_process, build_daemon
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
-
-
-@dataclass(frozen=True, slots=True)
-class CliRendering:
-    """An outcome on the command line: the exit code; ``result``: printed on
-    stdout as ``{"id", "result": <the outcome's code>}`` (else a success prints
-    the task, a failure one error line on stderr, followed by ``hint``)."""
-
-    exit: int
-    result: bool = False
-    hint: str = ""
-
-
-# Every outcome as the CLI reports it (over either backend).
-CLI_RENDERING: dict[Outcome, CliRendering] = {
-    Outcome.CREATED: CliRendering(EXIT_OK),
-    Outcome.EXISTS: CliRendering(EXIT_OK),
-    Outcome.REPLACED: CliRendering(EXIT_OK),
-    Outcome.KEPT: CliRendering(EXIT_OK),
-    Outcome.RESCHEDULED: CliRendering(EXIT_OK, result=True),
-    Outcome.CANCELLED: CliRendering(EXIT_OK, result=True),
-    Outcome.FOUND: CliRendering(EXIT_OK),
-    Outcome.CONFLICT: CliRendering(EXIT_USAGE),
-    Outcome.NOT_FOUND: CliRendering(EXIT_NOT_FOUND, result=True),
-    Outcome.TOO_LATE: CliRendering(EXIT_TOO_LATE, result=True),
-    Outcome.INVALID: CliRendering(EXIT_USAGE),
-    Outcome.MALFORMED_JSON: CliRendering(EXIT_USAGE),
-    Outcome.UNSUPPORTED_MEDIA_TYPE: CliRendering(EXIT_USAGE),
-    Outcome.TOO_LARGE: CliRendering(EXIT_USAGE),
-    Outcome.REQUEST_TIMEOUT: CliRendering(EXIT_FAILURE),
-    Outcome.UNKNOWN_TYPE: CliRendering(EXIT_USAGE),
-    Outcome.UNAUTHORIZED: CliRendering(
-        EXIT_USAGE, hint=" (the daemon's api_token: --api-token or TRIGGERHOOK_API_TOKEN)"
-    ),
-    Outcome.FORBIDDEN_REPLY_TO: CliRendering(EXIT_USAGE),
-    Outcome.TOO_COSTLY: CliRendering(EXIT_USAGE),
-    Outcome.UNAVAILABLE: CliRendering(EXIT_FAILURE),
-    Outcome.OVERLOADED: CliRendering(EXIT_FAILURE),
-    Outcome.STOPPING: CliRendering(EXIT_FAILURE),
-    Outcome.INTERNAL: CliRendering(EXIT_FAILURE),
-}
+# The outcome table and the exit codes are also read from here (the CLI's tests).
+__all__ = [
+    "CLI_RENDERING",
+    "DB_COMMANDS",
+    "EXIT_FAILURE",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_TOO_LATE",
+    "EXIT_USAGE",
+    "TASK_COMMANDS",
+    "CliRendering",
+    "main",
+]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="triggerhook", description=__doc__.split("\n")[0])
+    # No abbreviations at the top level: it classifies every flag, the
+    # command's too, and would refuse a command's flag that abbreviates two of
+    # its own (schedule's --catch-up: the settings --catch-up-rate and
+    # --catch-up-after-ms) as ambiguous. The commands still take abbreviations.
+    parser = argparse.ArgumentParser(
+        prog="triggerhook", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     add_global_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     _db_commands(
@@ -157,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_parser("count", help='count the tasks matching the filters: {"count": n}'),
         state=True,
     )
+    add_series_parsers(sub)
     status = sub.add_parser(
         "status", help="a running daemon's live figures (from --url, default its http_port)"
     )
@@ -261,6 +251,7 @@ def _series_arguments(sched: argparse.ArgumentParser) -> None:
         metavar="TIME",
         help="a series' end, inclusive: RFC 3339; without an offset: UTC (as --at)",
     )
+    add_catch_up_arguments(sched)
 
 
 def _filter_arguments(parser: argparse.ArgumentParser, *, state: bool) -> None:
@@ -459,6 +450,8 @@ def _metadata(args: argparse.Namespace) -> Metadata:
         dst_repeated=args.dst_repeated,
         dst_skipped=args.dst_skipped,
         until=args.until,
+        catch_up=args.catch_up,
+        catch_up_max=args.catch_up_max,
         on_conflict=args.on_conflict,
     )
 
@@ -571,16 +564,5 @@ TASK_COMMANDS: dict[str, Callable[[Backend, argparse.Namespace], int]] = {
     "get": _get,
     "list": _list,
     "count": _count,
+    **SERIES_COMMANDS,
 }
-
-
-def _outcome(task_id: str, outcome: Outcome) -> int:
-    """Print ``{"id", "result"}``; the exit code the outcome means."""
-    rendering = CLI_RENDERING[outcome]
-    assert rendering.result, f"{outcome} is not a result"
-    _print_json({"id": task_id, "result": outcome.code})
-    return rendering.exit
-
-
-def _print_json(data: dict[str, object]) -> None:
-    print(json.dumps(data))

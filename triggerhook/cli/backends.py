@@ -1,7 +1,7 @@
 """Where the CLI's task commands go: one :class:`Backend` protocol, implemented
 over the library (:class:`LibraryBackend`: the database, through
 :class:`~triggerhook.app.TriggerHook`) and over a daemon's HTTP API
-(:class:`HttpBackend`, with ``--url``: through :class:`triggerhook.client.Client`).
+(:class:`HttpBackend`, with ``--url``: through :class:`triggerhook_client.Client`).
 
 Both answer in the outcome vocabulary (:mod:`triggerhook.domain.outcomes`) and
 raise every failure of a call as :class:`BackendError` (its outcome and the
@@ -13,18 +13,19 @@ Setup errors (:class:`~triggerhook.errors.ConfigError`,
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypedDict, TypeVar, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 
 from triggerhook_client import (
     ApiError,
     Client,
     Conflict,
+    Copies,
     InvalidRequest,
     Late,
+    NotASeries,
     NotFound,
     TaskSummary,
     TooLate,
@@ -35,29 +36,33 @@ from triggerhook_client.bodies import DueRange, Filter
 from triggerhook_client.bodies import Where as WhereArgs
 
 from triggerhook.api.listing import parse_filter
-from triggerhook.app import TaskSpec, TriggerHook
+from triggerhook.app import Copied, TaskSpec, TriggerHook
+from triggerhook.cli.task_args import NO_METADATA, Metadata
 from triggerhook.domain.listing import BulkCancelled, TaskFilter
 from triggerhook.domain.meta import FIRE, NO_META, LateKind, LatePolicy, Meta
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     INSERT_OUTCOMES,
     RESCHEDULE_OUTCOMES,
+    SERIES_OUTCOMES,
     Outcome,
     error_outcome,
 )
 from triggerhook.domain.recurrence import (
     Recurrence,
+    parse_catch_up,
     parse_dst_repeated,
     parse_dst_skipped,
     parse_every,
 )
 from triggerhook.domain.task import TaskInfo, TaskState
-from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ConfigError, SchemaError, TriggerHookError, ValidationError
 from triggerhook.settings import Settings
 
 T = TypeVar("T")
-_WHOLE_MS = re.compile(r"[0-9]{1,18}")  # below 2**63: the API's 64-bit integer
+# The library's and the client's names of the fields the CLI takes as flags
+# of other names: errors name the flag (``--in``, ``--from``, ``--to``).
+_FLAG_NAMES = {"delay_ms": "in", "from_ms": "from", "to_ms": "to"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,114 +116,19 @@ class Listing:
 
 
 @dataclass(frozen=True, slots=True)
-class Metadata:
-    """What ``schedule`` takes besides the time, key and payload: ``--tag``,
-    ``--content-type``, ``--content-encoding``, ``--header`` and ``--late``
-    (:class:`LateArg`), and a series' ``--every`` or ``--cron``,
-    ``--timezone``, ``--dst-repeated``, ``--dst-skipped`` and ``--until``
-    (as ``--at`` takes it), and
-    ``--on-conflict``, as given."""
+class Copying:
+    """A series' trigger or backfill: TRIGGERED or BACKFILLED with the copies
+    written (each CREATED, or EXISTS: an earlier backfill's), or NOT_FOUND,
+    NOT_A_SERIES with none."""
 
-    tags: tuple[str, ...] = ()
-    content_type: str | None = None
-    content_encoding: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-    late: LateArg | None = None
-    every: str | None = None
-    cron: str | None = None
-    timezone: str | None = None
-    dst_repeated: str | None = None
-    dst_skipped: str | None = None
-    until: str | None = None
-    on_conflict: str | None = None
-
-    @property
-    def series(self) -> bool:
-        return self.every is not None or self.cron is not None
-
-    def arguments(self) -> MetaArguments:
-        """All but ``late``, as the library's TaskSpec and the client's
-        ``schedule`` both take them (the same names; None: not given)."""
-        return MetaArguments(
-            tags=self.tags or None,
-            content_type=self.content_type,
-            content_encoding=self.content_encoding,
-            headers=dict(self.headers) or None,
-            every=self.every,
-            cron=self.cron,
-            timezone=self.timezone,
-            dst_repeated=self.dst_repeated,
-            dst_skipped=self.dst_skipped,
-            until=self.until,
-            on_conflict=self.on_conflict,
-        )
-
-
-class MetaArguments(TypedDict):
-    """:meth:`Metadata.arguments`."""
-
-    tags: tuple[str, ...] | None
-    content_type: str | None
-    content_encoding: str | None
-    headers: dict[str, str] | None
-    every: str | None
-    cron: str | None
-    timezone: str | None
-    dst_repeated: str | None
-    dst_skipped: str | None
-    until: str | None
-    on_conflict: str | None
-
-
-NO_METADATA = Metadata()
+    outcome: Outcome
+    copies: tuple[Stored, ...] = ()
 
 
 # The filters of ``list``, ``count`` and a bulk ``cancel``, as given on the
 # command line (times as ``--at`` takes them): the client's, which each
 # backend checks (the library's through the HTTP API's parser).
 Where = Filter
-
-
-@dataclass(frozen=True, slots=True)
-class LateArg:
-    """``--late`` as given: ``fire``, ``skip_after_ms=N`` (``ms``) or
-    ``deadline=TIME`` (``deadline``, as ``--at`` takes it)."""
-
-    kind: LateKind
-    ms: int = 0
-    deadline: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> LateArg:
-        """The flag's value; a :class:`ValidationError` names the part."""
-        if text == "fire":
-            return cls(LateKind.FIRE)
-        name, equals, value = text.partition("=")
-        if equals and name == LateKind.SKIP_AFTER.value:
-            if not _WHOLE_MS.fullmatch(value):
-                raise ValidationError(
-                    "late.skip_after_ms", "must be a whole number of milliseconds >= 0"
-                )
-            return cls(LateKind.SKIP_AFTER, ms=int(value))
-        if equals and name == "deadline" and value:
-            return cls(LateKind.DEADLINE, deadline=value)
-        raise ValidationError(
-            "late", f"expected fire, skip_after_ms=N or deadline=TIME, got {text[:40]!r}"
-        )
-
-    def policy(self) -> LatePolicy:
-        """As the library takes it (a deadline parsed as the HTTP API does)."""
-        if self.kind is LateKind.DEADLINE:
-            return LatePolicy(self.kind, parse_at(self.deadline, "late.deadline", past_ok=True))
-        return LatePolicy(self.kind, self.ms)
-
-    def for_client(self) -> Late:
-        """As the HTTP client takes it (the daemon parses a deadline)."""
-        if self.kind is LateKind.FIRE:
-            return "fire"
-        if self.kind is LateKind.SKIP_AFTER:
-            return {"skip_after_ms": self.ms}
-        return {"deadline": self.deadline}
 
 
 class BackendError(TriggerHookError):
@@ -256,6 +166,14 @@ class Backend(Protocol):
     def count(self, where: Where) -> int: ...
 
     def cancel_where(self, where: Where) -> BulkCancelled: ...
+
+    def pause(self, task_id: str) -> Outcome: ...
+
+    def resume(self, task_id: str) -> Outcome: ...
+
+    def trigger(self, task_id: str) -> Copying: ...
+
+    def backfill(self, task_id: str, from_ms: int, to_ms: int) -> Copying: ...
 
     def close(self) -> None: ...
 
@@ -342,8 +260,31 @@ class LibraryBackend(_Closing):
         with _library_errors():
             return self._hook.cancel_where(_library_filter(where))
 
+    def pause(self, task_id: str) -> Outcome:
+        with _library_errors():
+            return SERIES_OUTCOMES[self._hook.pause(task_id)]
+
+    def resume(self, task_id: str) -> Outcome:
+        with _library_errors():
+            return SERIES_OUTCOMES[self._hook.resume(task_id)]
+
+    def trigger(self, task_id: str) -> Copying:
+        with _library_errors():
+            return _copying(self._hook.trigger(task_id))
+
+    def backfill(self, task_id: str, from_ms: int, to_ms: int) -> Copying:
+        with _library_errors():
+            return _copying(self._hook.backfill(task_id, from_ms=from_ms, to_ms=to_ms))
+
     def close(self) -> None:
         self._hook.close()
+
+
+def _copying(done: Copied) -> Copying:
+    copies = tuple(
+        Stored(c.task.id, c.task.due_ms, INSERT_OUTCOMES[c.outcome]) for c in done.copies
+    )
+    return Copying(SERIES_OUTCOMES[done.result], copies)
 
 
 def _listed(info: TaskInfo) -> Listed:
@@ -363,8 +304,7 @@ def _library_errors() -> Iterator[None]:
     except _SETUP_ERRORS:
         raise
     except ValidationError as exc:
-        # The library's ``delay_ms`` is the CLI's ``--in``.
-        renamed = ValidationError("in", exc.message) if exc.field == "delay_ms" else exc
+        renamed = ValidationError(_FLAG_NAMES.get(exc.field, exc.field), exc.message)
         raise BackendError(Outcome.INVALID, str(renamed)) from None
     except TriggerHookError as exc:
         raise BackendError(error_outcome(exc), str(exc)) from None
@@ -456,21 +396,47 @@ class HttpBackend(_Closing):
         done = self._call(lambda: self._client.cancel_where(**cast(DueRange, _arguments(where))))
         return BulkCancelled(done.cancelled, done.too_late)
 
+    def pause(self, task_id: str) -> Outcome:
+        return self._series(lambda: self._client.pause(task_id).outcome)
+
+    def resume(self, task_id: str) -> Outcome:
+        return self._series(lambda: self._client.resume(task_id).outcome)
+
+    def trigger(self, task_id: str) -> Copying:
+        return self._copying(lambda: self._client.trigger(task_id))
+
+    def backfill(self, task_id: str, from_ms: int, to_ms: int) -> Copying:
+        return self._copying(lambda: self._client.backfill(task_id, from_ms=from_ms, to_ms=to_ms))
+
+    def _series(self, call: Callable[[], str]) -> Outcome:
+        """A pause's or resume's outcome (NOT_FOUND and NOT_A_SERIES answered)."""
+        try:
+            return _answered_outcome(self._call(call, answers=True))
+        except _Answered as answered:
+            return answered.outcome
+
+    def _copying(self, call: Callable[[], Copies]) -> Copying:
+        try:
+            done = self._call(call, answers=True)
+        except _Answered as answered:
+            return Copying(answered.outcome)
+        copies = tuple(Stored(c.id, c.due_ms, _answered_outcome(c.outcome)) for c in done.copies)
+        return Copying(_answered_outcome(done.outcome), copies)
+
     def status(self) -> dict[str, Any]:
         """The daemon's live figures (not a task command: HTTP only)."""
         return self._call(self._client.status)
 
     def _call(self, call: Callable[[], T], answers: bool = False) -> T:
-        """``call``'s result; with ``answers``, a 404 or a 409 too_late is raised
-        as :class:`_Answered` (the call's outcome), else as a failure."""
+        """``call``'s result; with ``answers``, a 404 or a 409 too_late or
+        not_a_series is raised as :class:`_Answered` (the call's outcome),
+        else as a failure."""
         try:
             return call()
-        except (NotFound, TooLate) as exc:
+        except (NotFound, TooLate, NotASeries) as exc:
             if not answers:
                 raise _client_error(exc) from None
-            raise _Answered(
-                Outcome.NOT_FOUND if isinstance(exc, NotFound) else Outcome.TOO_LATE
-            ) from None
+            raise _Answered(_ANSWERED[type(exc)]) from None
         except ApiError as exc:
             raise _client_error(exc) from None
 
@@ -484,6 +450,14 @@ def _arguments(where: Where) -> WhereArgs:
     return cast(WhereArgs, where.given())
 
 
+# The error answers that are a call's outcome (for the calls that expect them).
+_ANSWERED: dict[type[ApiError], Outcome] = {
+    NotFound: Outcome.NOT_FOUND,
+    TooLate: Outcome.TOO_LATE,
+    NotASeries: Outcome.NOT_A_SERIES,
+}
+
+
 class _Answered(Exception):
     """Internal: the daemon answered with an outcome that is a result (404, 409
     too_late), not a failure, for the calls that expect one."""
@@ -493,10 +467,17 @@ class _Answered(Exception):
         self.outcome = outcome
 
 
+def _answered_outcome(code: str) -> Outcome:
+    """The outcome a daemon's answer names (one unknown here: a failure, not a traceback)."""
+    try:
+        return Outcome(code)
+    except ValueError:
+        raise BackendError(Outcome.INTERNAL, f"unexpected answer: outcome {code!r}") from None
+
+
 def _client_error(exc: ApiError) -> BackendError:
-    if isinstance(exc, InvalidRequest) and exc.field == "delay_ms":
-        # The client's ``delay_ms`` is the CLI's ``--in``.
-        exc = InvalidRequest(exc.status, exc.code, exc.message, "in")
+    if isinstance(exc, InvalidRequest) and exc.field in _FLAG_NAMES:
+        exc = InvalidRequest(exc.status, exc.code, exc.message, _FLAG_NAMES[exc.field])
     outcome = next((o for kind, o in _CLIENT_OUTCOMES if isinstance(exc, kind)), Outcome.INTERNAL)
     return BackendError(outcome, str(exc))
 
@@ -530,6 +511,7 @@ def _recurrence(task: TaskSummary) -> Recurrence | None:
         every_ms = None if task.every is None else parse_every(task.every)
         dst_repeated = parse_dst_repeated(task.dst_repeated)
         dst_skipped = parse_dst_skipped(task.dst_skipped)
+        catch_up = parse_catch_up(task.catch_up)
     except ValidationError as exc:
         message = f"unexpected answer: {exc.field} is {getattr(task, exc.field)!r}"
         raise BackendError(Outcome.INTERNAL, message) from None
@@ -539,9 +521,13 @@ def _recurrence(task: TaskSummary) -> Recurrence | None:
         timezone=task.timezone or "UTC",
         dst_repeated=dst_repeated,
         dst_skipped=dst_skipped,
+        catch_up=catch_up,
+        catch_up_max=task.catch_up_max,
         until_ms=task.until_ms,
         occurrence=task.occurrence,
         stopped=task.stopping,
+        paused=task.paused,
+        resume_ms=task.resume_ms,
     )
 
 

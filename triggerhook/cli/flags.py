@@ -77,7 +77,8 @@ def add_global_flags(parser: argparse.ArgumentParser) -> None:
         "--url",
         default=os.environ.get("TRIGGERHOOK_URL") or None,
         help="a running daemon's HTTP API (env TRIGGERHOOK_URL), e.g. http://127.0.0.1:8080: "
-        "schedule, reschedule, cancel, get, list and count go through it instead of the database",
+        "the task commands (schedule, reschedule, cancel, get, list, count, pause, resume, "
+        "trigger, backfill) go through it instead of the database",
     )
     group = parser.add_argument_group(
         "settings (each also TRIGGERHOOK_<NAME> in the environment; "

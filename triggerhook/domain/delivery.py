@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from triggerhook.domain.meta import LatePolicy
+from triggerhook.domain.series import overtaken
 from triggerhook.domain.task import Task
 from triggerhook.retry import capped_exponential
 
@@ -84,10 +85,14 @@ class DeliveryPolicy:
     def screen(self, task: Task, now_ms: int, default_late: LatePolicy) -> Dead | None:
         """Why ``task`` must go out as a dead letter instead of its event when
         published at ``now_ms`` (None: publish it): its failures ran out, or
-        its late-fire policy (else ``default_late``) says it is too late."""
+        its late-fire policy (else ``default_late``) says it is too late, or a
+        series' catch-up policy ``skip`` that its next occurrence is due already."""
         if task.attempts and self.exhausted(task):
             return Dead(UNDELIVERABLE, f"not delivered after {task.attempts} attempts")
         late = (task.meta.late or default_late).too_late(task.due_ms, now_ms)
+        recur = task.meta.recur
+        if late is None and recur is not None:  # catch_up skip: overtaken by its next
+            late = overtaken(recur, task.due_ms, now_ms)
         return None if late is None else Dead(LATE, late)
 
     def exhausted(self, task: Task) -> bool:

@@ -144,23 +144,33 @@ def meta_json(meta: Meta, *, seconds: bool = False) -> dict[str, object]:
         if seconds and isinstance(late, dict) and "deadline_ms" in late:
             late = {"deadline_ms": late["deadline_ms"], "deadline": late["deadline_ms"] / 1000}
         data["late"] = late
-    recur = meta.recur
-    if recur is not None:
-        if recur.every_ms is not None:
-            data["every"] = recurrence.every_text(recur.every_ms)
-        else:
-            data["cron"], data["timezone"] = recur.cron, recur.timezone
-            if recur.dst_repeated is not None:
-                data["dst_repeated"] = recur.dst_repeated
-            if recur.dst_skipped is not None:
-                data["dst_skipped"] = recur.dst_skipped
-        if recur.until_ms is not None:
-            data["until_ms"] = recur.until_ms
-            if seconds:
-                data["until"] = recur.until_ms / 1000
-        data["occurrence"] = recur.occurrence
-        if recur.stopped:
-            data["stopping"] = True  # cancelled while this occurrence fires: the last one
+    if meta.recur is not None:
+        data.update(_series_json(meta.recur, seconds))
+    return data
+
+
+def _series_json(recur: Recurrence, seconds: bool) -> dict[str, object]:
+    """A series' fields, as :func:`meta_json` shows them."""
+    data: dict[str, object] = {}
+    if recur.every_ms is not None:
+        data["every"] = recurrence.every_text(recur.every_ms)
+    else:
+        data["cron"], data["timezone"] = recur.cron, recur.timezone
+    record = recur.to_record()
+    for name in ("dst_repeated", "dst_skipped", "catch_up", "catch_up_max"):
+        if name in record:
+            data[name] = record[name]
+    if recur.until_ms is not None:
+        data["until_ms"] = recur.until_ms
+        if seconds:
+            data["until"] = recur.until_ms / 1000
+    data["occurrence"] = recur.occurrence
+    if recur.stopped:
+        data["stopping"] = True  # cancelled while this occurrence fires: the last one
+    if recur.paused:
+        data["paused"] = True  # no occurrence fires until it is resumed
+        if recur.resume_ms is not None:
+            data["resume_ms"] = recur.resume_ms  # the occurrence it resumes at
     return data
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult
+from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, SeriesResult
 from triggerhook.errors import (
     BrokerUnavailable,
     ConflictError,
@@ -46,10 +46,17 @@ class Outcome(enum.Enum):
     RESCHEDULED = "rescheduled"  # it fires at the new time, and only then
     CANCELLED = "cancelled"  # it will never fire
     FOUND = "found"  # a lookup found the task
+    PAUSED = "paused"  # a series: no occurrence fires until it is resumed
+    PAUSED_AFTER_THIS = "paused_after_this"  # the occurrence being published fires; none after
+    RESUMED = "resumed"  # a series fires on its schedule again
+    ENDED = "ended"  # a series resumed with no occurrence left: it is deleted
+    TRIGGERED = "triggered"  # an extra occurrence of a series fires now
+    BACKFILLED = "backfilled"  # a series' past occurrences in a range fire now
     # the task's state says no
     CONFLICT = "conflict"  # same id, other content: nothing written
     NOT_FOUND = "not_found"  # unknown, or fired already
     TOO_LATE = "too_late"  # being published: too late to cancel, move or replace
+    NOT_A_SERIES = "not_a_series"  # a one-off task: a series' operation does not apply
     # bad input: nothing written, never worth retrying as is
     INVALID = "invalid"  # a field's value (``field`` names it)
     MALFORMED_JSON = "malformed_json"  # the body is not (UTF-8) JSON
@@ -93,6 +100,12 @@ SUCCESSES = frozenset(
         Outcome.RESCHEDULED,
         Outcome.CANCELLED,
         Outcome.FOUND,
+        Outcome.PAUSED,
+        Outcome.PAUSED_AFTER_THIS,
+        Outcome.RESUMED,
+        Outcome.ENDED,
+        Outcome.TRIGGERED,
+        Outcome.BACKFILLED,
     }
 )
 
@@ -105,9 +118,18 @@ MESSAGES: dict[Outcome, str] = {
     Outcome.RESCHEDULED: "task {id!r} rescheduled",
     Outcome.CANCELLED: "task {id!r} cancelled: it will never fire",
     Outcome.FOUND: "task {id!r} found",
+    Outcome.PAUSED: "series {id!r} paused: no occurrence fires until it is resumed",
+    Outcome.PAUSED_AFTER_THIS: (
+        "series {id!r} paused after the occurrence being published, which still fires"
+    ),
+    Outcome.RESUMED: "series {id!r} resumed",
+    Outcome.ENDED: "series {id!r} had no occurrence left when resumed: it ended",
+    Outcome.TRIGGERED: "series {id!r} triggered: an extra occurrence fires now",
+    Outcome.BACKFILLED: "series {id!r} backfilled",
     Outcome.CONFLICT: "task {id!r} already exists with different content",
     Outcome.NOT_FOUND: "task {id!r} is unknown or has fired",
     Outcome.TOO_LATE: "task {id!r} is being published",
+    Outcome.NOT_A_SERIES: "task {id!r} is not a series (no every or cron)",
     Outcome.INVALID: "{detail}",  # the field's rule; the field is given apart
     Outcome.MALFORMED_JSON: "body is not {what}: {detail}",
     Outcome.UNSUPPORTED_MEDIA_TYPE: "Content-Type must be application/json",
@@ -135,6 +157,16 @@ RESCHEDULE_OUTCOMES: dict[RescheduleResult, Outcome] = {
     RescheduleResult.TOO_LATE: Outcome.TOO_LATE,
 }
 
+SERIES_OUTCOMES: dict[SeriesResult, Outcome] = {
+    SeriesResult.PAUSED: Outcome.PAUSED,
+    SeriesResult.PAUSED_AFTER_THIS: Outcome.PAUSED_AFTER_THIS,
+    SeriesResult.RESUMED: Outcome.RESUMED,
+    SeriesResult.ENDED: Outcome.ENDED,
+    SeriesResult.TRIGGERED: Outcome.TRIGGERED,
+    SeriesResult.BACKFILLED: Outcome.BACKFILLED,
+    SeriesResult.NOT_FOUND: Outcome.NOT_FOUND,
+    SeriesResult.NOT_A_SERIES: Outcome.NOT_A_SERIES,
+}
 
 INSERT_OUTCOMES: dict[InsertOutcome, Outcome] = {
     InsertOutcome.CREATED: Outcome.CREATED,

@@ -38,8 +38,10 @@ MAX_PATTERN_CHARS = 255
 # Routing keys whose pattern is remembered; past it the memory starts over
 # (a flood of distinct keys costs a lookup each, never memory).
 _MAX_CACHED_KEYS = 10_000
-# Past this many held tasks, reservations older than _FORGET_AFTER_MS are
-# forgotten (their task was dropped on a way that did not call forget()).
+# Reservations whose instant passed _FORGET_AFTER_MS ago are forgotten: their
+# task never came back (dropped on a way that did not call forget(), or
+# postponed to the database and cancelled there). Looked for every
+# _FORGET_AFTER_MS, and at once past _MAX_RESERVED held tasks.
 _MAX_RESERVED = 1_000_000
 _FORGET_AFTER_MS = 600_000
 # With no share of the rates (the shard count not yet known), a limited task
@@ -134,7 +136,11 @@ class Throttle:
     back until their token comes; a held task takes its token then and there
     (a place in its bucket's queue), so that it is held once, however long
     the queue: when it comes back at its instant it goes without another.
-    Not thread-safe: the scheduler thread owns it."""
+    The reservation is the id's, not the revision's: a held task postponed
+    to the database (R8p) comes back re-armed at a new revision. A new
+    incarnation of the id meeting an old reservation goes without a token
+    (the rate errs high by that one task). Not thread-safe: the scheduler
+    thread owns it."""
 
     def __init__(
         self,
@@ -149,15 +155,17 @@ class Throttle:
         self._catch_up_after_ms = catch_up_after_ms
         self._buckets: dict[int | str, _Bucket] = {}  # a limit's index, or a key's catch-up
         self._pattern_of: dict[str, int | None] = {}
-        # (id, revision) of each held task -> the instant its token comes.
-        self._reserved: dict[tuple[str, int], int] = {}
+        # The id of each held task -> the instant its token comes.
+        self._reserved: dict[str, int] = {}
+        self._swept_ms = -math.inf  # when reservations long past were last forgotten
         self.held = 0  # tasks held back, since start
 
     def __bool__(self) -> bool:
         return bool(self._limits) or self._catch_up is not None
 
     def __len__(self) -> int:
-        """Tasks held back now (their token still to come, or not yet back)."""
+        """Tasks held back now (their token still to come, or not yet back:
+        in memory, or postponed to the database)."""
         return len(self._reserved)
 
     def pattern_of(self, key: str) -> int | None:
@@ -184,7 +192,7 @@ class Throttle:
         go: list[Task] = []
         held: list[tuple[Task, int]] = []
         for task in tasks:
-            reserved = self._reserved.pop((task.id, task.rev), None)
+            reserved = self._reserved.pop(task.id, None)
             if reserved is not None and reserved <= now_ms:
                 go.append(task)  # back at its token's instant
                 continue
@@ -197,17 +205,18 @@ class Throttle:
             if at_ms is None:
                 go.append(task)
                 continue
-            self._reserved[(task.id, task.rev)] = at_ms
+            self._reserved[task.id] = at_ms
             held.append((task, at_ms))
         self.held += len(held)
-        if len(self._reserved) > _MAX_RESERVED:
+        if len(self._reserved) > _MAX_RESERVED or now_ms - self._swept_ms >= _FORGET_AFTER_MS:
             self._forget_before(now_ms - _FORGET_AFTER_MS)
+            self._swept_ms = now_ms
         return go, held
 
     def forget(self, tasks: Sequence[Task]) -> None:
         """Held tasks that will not come back (their shard was lost)."""
         for task in tasks:
-            self._reserved.pop((task.id, task.rev), None)
+            self._reserved.pop(task.id, None)
 
     def _forget_before(self, instant_ms: float) -> None:
         """Reservations whose task never came back by ``instant_ms``: dropped

@@ -94,11 +94,17 @@ _MAX_GAPS = 1000
 
 DstRepeated = Literal["first", "last", "both"]
 DstSkipped = Literal["shift", "skip"]
-_Policy = TypeVar("_Policy", DstRepeated, DstSkipped)
+CatchUp = Literal["skip", "one", "all"]
+_Policy = TypeVar("_Policy", DstRepeated, DstSkipped, CatchUp)
 # The policies' values (the wire's and the record's), each to itself: a str
 # given is looked up, so only these strings come through, as these literals.
 DST_REPEATED: dict[str, DstRepeated] = {"first": "first", "last": "last", "both": "both"}
 DST_SKIPPED: dict[str, DstSkipped] = {"shift": "shift", "skip": "skip"}
+# What a series does with occurrences missed while nothing could fire them
+# (domain/series.py): None is "one", the behaviour before there was a choice.
+CATCH_UP: dict[str, CatchUp] = {"skip": "skip", "one": "one", "all": "all"}
+MAX_CATCH_UP = 1000  # catch_up_max's ceiling: the copies one transaction writes
+DEFAULT_CATCH_UP_MAX = 100
 # The passes of a repeated local time a policy fires: PEP 495's folds.
 _FOLDS: dict[DstRepeated, tuple[int, ...]] = {"first": (0,), "last": (1,), "both": (0, 1)}
 
@@ -110,7 +116,11 @@ class Recurrence:
     (1: the first), ``stopped``: a cancel came while an occurrence was being
     published (too late for it), so the series ends with it; and a cron
     series' daylight-saving policy (None: the default for its kind of entry,
-    see the module's docstring)."""
+    see the module's docstring). ``catch_up`` (None: "one") and
+    ``catch_up_max`` (with "all" only): what happens to occurrences missed
+    while nothing could fire them; ``paused``: no occurrence fires, and
+    ``resume_ms`` is the occurrence it resumes at (None while the occurrence
+    armed when it was paused is still being published): domain/series.py."""
 
     every_ms: int | None = None
     cron: str | None = None
@@ -120,6 +130,10 @@ class Recurrence:
     stopped: bool = False
     dst_repeated: DstRepeated | None = None
     dst_skipped: DstSkipped | None = None
+    catch_up: CatchUp | None = None
+    catch_up_max: int | None = None
+    paused: bool = False
+    resume_ms: int | None = None
 
     def first_ms(self, now_ms: float) -> int:
         """When the first occurrence is due when no time was given: one
@@ -187,6 +201,14 @@ class Recurrence:
             record["until_ms"] = self.until_ms
         if self.stopped:
             record["stopped"] = True
+        if self.catch_up is not None:
+            record["catch_up"] = self.catch_up
+        if self.catch_up_max is not None:
+            record["catch_up_max"] = self.catch_up_max
+        if self.paused:
+            record["paused"] = True
+            if self.resume_ms is not None:
+                record["resume_ms"] = self.resume_ms
         return record
 
 
@@ -283,16 +305,21 @@ def make_recurrence(
     until_ms: int | None = None,
     dst_repeated: object = None,
     dst_skipped: object = None,
+    catch_up: object = None,
+    catch_up_max: object = None,
 ) -> Recurrence | None:
     """A validated schedule (None: not a series); ValidationError names the
     field. ``dst_repeated`` and ``dst_skipped``: a cron series' policy (None:
-    the default by its kind of entry)."""
+    the default by its kind of entry); ``catch_up`` and ``catch_up_max``:
+    any series'."""
     policy = {"dst_repeated": dst_repeated, "dst_skipped": dst_skipped}
     given = [field for field, value in policy.items() if value is not None]
+    series_only = {"timezone": timezone, "until": until_ms, "catch_up": catch_up}
+    series_only["catch_up_max"] = catch_up_max
     if every is None and cron is None:
-        if timezone is not None or until_ms is not None:
-            field = "timezone" if timezone is not None else "until"
-            raise ValidationError(field, "applies to a series only: give every or cron")
+        named = [field for field, value in series_only.items() if value is not None]
+        if named:
+            raise ValidationError(named[0], "applies to a series only: give every or cron")
         if given:
             raise ValidationError(given[0], "only with cron")
         return None
@@ -303,14 +330,21 @@ def make_recurrence(
             raise ValidationError("timezone", "applies to cron only (every is elapsed time)")
         if given:
             raise ValidationError(given[0], "only with cron (every is elapsed time)")
-        return Recurrence(every_ms=parse_every(every), until_ms=until_ms)
-    zone = parse_zone(timezone)
-    return Recurrence(
-        cron=parse_cron(cron, zone),
-        timezone=zone,
-        until_ms=until_ms,
-        dst_repeated=parse_dst_repeated(dst_repeated),
-        dst_skipped=parse_dst_skipped(dst_skipped),
+        made = Recurrence(every_ms=parse_every(every), until_ms=until_ms)
+    else:
+        zone = parse_zone(timezone)
+        made = Recurrence(
+            cron=parse_cron(cron, zone),
+            timezone=zone,
+            until_ms=until_ms,
+            dst_repeated=parse_dst_repeated(dst_repeated),
+            dst_skipped=parse_dst_skipped(dst_skipped),
+        )
+    policy_of_catch_up = parse_catch_up(catch_up)
+    return replace(
+        made,
+        catch_up=policy_of_catch_up,
+        catch_up_max=parse_catch_up_max(catch_up_max, policy_of_catch_up),
     )
 
 
@@ -322,6 +356,25 @@ def parse_dst_repeated(value: object, field: str = "dst_repeated") -> DstRepeate
 def parse_dst_skipped(value: object, field: str = "dst_skipped") -> DstSkipped | None:
     """What a cron series fires for local times a gap skips (None: not given)."""
     return None if value is None else _one_of(DST_SKIPPED, value, field)
+
+
+def parse_catch_up(value: object, field: str = "catch_up") -> CatchUp | None:
+    """What a series does with occurrences it missed (None: not given, "one")."""
+    return None if value is None else _one_of(CATCH_UP, value, field)
+
+
+def parse_catch_up_max(
+    value: object, catch_up: CatchUp | None, field: str = "catch_up_max"
+) -> int | None:
+    """How many missed occurrences a series with catch_up "all" fires (None:
+    not given, DEFAULT_CATCH_UP_MAX); only with "all"."""
+    if value is None:
+        return None
+    if catch_up != "all":
+        raise ValidationError(field, 'only with catch_up "all"')
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CATCH_UP:
+        raise ValidationError(field, f"must be an integer from 1 to {MAX_CATCH_UP}")
+    return value
 
 
 def _one_of(allowed: dict[str, _Policy], value: object, field: str) -> _Policy:
@@ -407,6 +460,8 @@ def from_record(record: object) -> Recurrence:
         until_ms=until,
         dst_repeated=record.get("dst_repeated"),
         dst_skipped=record.get("dst_skipped"),
+        catch_up=record.get("catch_up"),
+        catch_up_max=record.get("catch_up_max"),
     )
     if made is None:
         raise ValidationError("recur", "has neither every_ms nor cron")
@@ -414,4 +469,8 @@ def from_record(record: object) -> Recurrence:
     if isinstance(occurrence, bool) or not isinstance(occurrence, int) or occurrence < 1:
         raise ValidationError("recur.n", "is not an occurrence number")
     stopped = record.get("stopped") is True
-    return replace(made, occurrence=occurrence, stopped=stopped)
+    paused = record.get("paused") is True
+    resume = record.get("resume_ms") if paused else None
+    if resume is not None and (isinstance(resume, bool) or not isinstance(resume, int)):
+        raise ValidationError("recur.resume_ms", "is not epoch milliseconds")
+    return replace(made, occurrence=occurrence, stopped=stopped, paused=paused, resume_ms=resume)

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from triggerhook.domain.meta import HeaderValue, LatePolicy, make_meta
 from triggerhook.domain.recurrence import Recurrence, make_recurrence
+from triggerhook.domain.series import check_copyable
 from triggerhook.domain.task import MIN_DUE_MS, OnConflict, Task, make_task, validate_due_ms
 from triggerhook.domain.timeparse import due_from, parse_at
 from triggerhook.errors import ValidationError
@@ -43,7 +44,10 @@ class TaskSpec:
     A cron series' daylight-saving policy: ``dst_repeated`` (``first``,
     ``last`` or ``both`` passes of a local time shown twice) and
     ``dst_skipped`` (``shift`` to the gap's end, or ``skip``); None: Debian
-    cron's rule for its kind of entry (domain/recurrence.py).
+    cron's rule for its kind of entry (domain/recurrence.py). Occurrences a
+    series missed while nothing could fire them: ``catch_up`` ``one`` (None:
+    the first fires, late, once), ``skip`` (none fires) or ``all`` (each, up
+    to ``catch_up_max``, default 100, as one-off copies; domain/series.py).
 
     ``on_conflict`` (an :class:`OnConflict` or its value; None: ``error``):
     what the create does when the id exists with other content: ``error``
@@ -70,6 +74,8 @@ class TaskSpec:
     until_ms: int | None = None
     dst_repeated: str | None = None
     dst_skipped: str | None = None
+    catch_up: str | None = None
+    catch_up_max: int | None = None
     on_conflict: OnConflict | str | None = None
 
 
@@ -89,7 +95,7 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
     """
     try:
         recur = _recurrence(spec)
-        return make_task(
+        task = make_task(
             task_id=spec.id,
             due_ms=_first_due(spec, recur, now_ms),
             routing_key=(
@@ -106,6 +112,9 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
                 recur=recur,
             ),
         )
+        if recur is not None and recur.catch_up == "all":
+            check_copyable(task.id)  # its copies' ids must be task ids
+        return task
     except ValidationError as exc:
         if not field:
             raise
@@ -143,6 +152,8 @@ def _recurrence(spec: TaskSpec) -> Recurrence | None:
             until_ms=until_ms,
             dst_repeated=spec.dst_repeated,
             dst_skipped=spec.dst_skipped,
+            catch_up=spec.catch_up,
+            catch_up_max=spec.catch_up_max,
         )
     except ValidationError as exc:
         if exc.field == "until" and spec.until_ms is not None:

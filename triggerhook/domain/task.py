@@ -33,6 +33,7 @@ __all__ = [
     "ROUTING_KEY_PATTERN",
     "CancelResult",
     "RescheduleResult",
+    "SeriesResult",
     "Task",
     "TaskInfo",
     "TaskState",
@@ -80,6 +81,19 @@ class RescheduleResult(enum.Enum):
     RESCHEDULED = "rescheduled"  # it fires at the new time, and only then
     NOT_FOUND = "not_found"  # unknown, or already fired and deleted
     TOO_LATE = "too_late"  # being published at its old time
+
+
+class SeriesResult(enum.Enum):
+    """The exact outcome of a series' pause or resume (domain/series.py)."""
+
+    PAUSED = "paused"  # no occurrence fires until it is resumed
+    PAUSED_AFTER_THIS = "paused_after_this"  # the one being published fires; none after it
+    RESUMED = "resumed"  # it fires on its schedule again (also: it was not paused)
+    ENDED = "ended"  # resumed with no occurrence left (its end passed): deleted
+    TRIGGERED = "triggered"  # an extra occurrence fires now (a one-off copy)
+    BACKFILLED = "backfilled"  # the range's occurrences fire now (one-off copies)
+    NOT_FOUND = "not_found"  # unknown, or fired and deleted
+    NOT_A_SERIES = "not_a_series"  # a one-off task: nothing written
 
 
 class Task(msgspec.Struct, frozen=True, gc=False):
@@ -183,9 +197,11 @@ def validate_payload(payload: object, max_payload_bytes: int) -> bytes:
     return data
 
 
-def validate_due_ms(due_ms: int) -> int:
+def validate_due_ms(due_ms: int, field: str = "due") -> int:
+    if isinstance(due_ms, bool) or not isinstance(due_ms, int | float):
+        raise ValidationError(field, "must be an integer number of epoch milliseconds")
     if not MIN_DUE_MS <= due_ms <= MAX_DUE_MS:
-        raise ValidationError("due", DUE_RULE)
+        raise ValidationError(field, DUE_RULE)
     return due_ms
 
 

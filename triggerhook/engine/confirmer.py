@@ -12,6 +12,12 @@
   and leaves this instance's memory, so it can be cancelled meanwhile and holds
   no room; a row armed by an earlier owner (inherited) stays armed and is
   retried from memory instead.
+* Held back by a rate limit past the arming horizon (R8p, :meth:`Confirmer.postpone`):
+  the same write, flagged as a postponement (no failed attempt counted), to
+  the token's instant; an inherited row's copy goes back into the
+  scheduler's heap for then. The copy is out of the heap before the write,
+  and comes back only on INHERITED: a row rewritten (or an answer lost
+  after it was) is armed again by R3 when its instant comes near.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ from triggerhook.runtime.worker import BEAT_S, FailureHandler, Worker, name_os_t
 log = logging.getLogger(__name__)
 
 
+# A row to store back: (task, not before (epoch ms), postponed (R8p), not a failure).
+_Deferred = tuple[Task, int, bool]
+
+
 @dataclass(slots=True)
 class _Batch:
     """One batch being settled; each part is emptied once written, so a
@@ -42,7 +52,7 @@ class _Batch:
 
     fired: list[list[tuple[str, int]]]  # (id, rev): delete, a transaction a part
     series: list[Task]  # occurrences of series: advance
-    deferred: list[tuple[Task, int]]  # (task, not before): store back
+    deferred: list[_Deferred]  # store back
 
     def __len__(self) -> int:
         return sum(map(len, self.fired)) + len(self.series)
@@ -85,13 +95,14 @@ class Confirmer(Worker):
         self._max_delay_s = max_delay_ms / 1000.0
         self._fired: deque[tuple[str, int]] = deque()  # (id, rev) confirmed
         self._series: deque[Task] = deque()  # confirmed occurrences of series
-        self._deferred: deque[tuple[Task, int]] = deque()  # (task, not before, epoch ms)
+        self._deferred: deque[_Deferred] = deque()
         self._cond = threading.Condition()
         self._current: _Batch | None = None  # being settled (this thread's)
         self._lanes = lanes
         self._lane_pool: ThreadPoolExecutor | None = None  # made at the first parallel delete
         self.deleted = 0
         self.deferred = 0
+        self.postponed = 0  # rows of held copies rewritten to wait in the database (R8p)
 
     def confirmed(self, tasks: Sequence[Task]) -> None:
         """Called by the publisher thread with the tasks the broker confirmed."""
@@ -109,7 +120,15 @@ class Confirmer(Worker):
         """Called by the publisher thread: ``task`` was not delivered; store it
         back, to fire again from ``not_before_ms``."""
         with self._cond:
-            self._deferred.append((task, not_before_ms))
+            self._deferred.append((task, not_before_ms, False))
+            self._cond.notify()
+
+    def postpone(self, held: Sequence[tuple[Task, int]]) -> None:
+        """Called by the scheduler's thread (R8p): copies a rate limit holds
+        back past the arming horizon, each with its token's instant, already
+        out of its heap; their rows wait in the database until then."""
+        with self._cond:
+            self._deferred.extend((task, at_ms, True) for task, at_ms in held)
             self._cond.notify()
 
     def wake(self) -> None:
@@ -153,10 +172,12 @@ class Confirmer(Worker):
                 count = min(self._batch_size, len(self._fired))
                 fired.append([popleft() for _ in range(count)])
             series = min(self._batch_size, len(self._series))
+            # A backlog's postponements (R8p) come by the thousand: a batch at a time.
+            deferred = min(self._batch_size, len(self._deferred))
             return _Batch(
                 [part for part in fired if part],
                 [self._series.popleft() for _ in range(series)],
-                [self._deferred.popleft() for _ in range(len(self._deferred))],
+                [self._deferred.popleft() for _ in range(deferred)],
             )
 
     def run(self) -> None:
@@ -240,16 +261,25 @@ class Confirmer(Worker):
         self.deleted += self._store.advance(series, self._clock.now_ms())
         self._inventory.forget([(task.id, task.rev) for task in series])
 
-    def _defer(self, deferred: list[tuple[Task, int]]) -> None:
-        rows = [Deferral(task, not_before_ms) for task, not_before_ms in deferred]
+    def _defer(self, deferred: list[_Deferred]) -> None:
+        # A new revision at each try: a retry after a lost answer finds the
+        # row at the lost try's revision and answers GONE (nothing in memory).
+        rows = [Deferral(task, at_ms, postponed=postponed) for task, at_ms, postponed in deferred]
         outcomes = self._store.defer(self._instance, rows)
         for row, outcome in zip(rows, outcomes, strict=True):
             task = row.task
             if outcome is DeferOutcome.INHERITED:  # stays armed and held: retried from here
-                retry = task.replace(attempts=task.attempts + 1, fire_ms=row.not_before_ms)
-                self._scheduler.push_many([retry])
+                if row.postponed:  # held in memory as before R8p; its token is reserved
+                    self._scheduler.push_at([task], row.not_before_ms)
+                else:
+                    retry = task.replace(attempts=task.attempts + 1, fire_ms=row.not_before_ms)
+                    self._scheduler.push_many([retry])
                 continue
-            self.deferred += outcome is DeferOutcome.DEFERRED
+            if outcome is DeferOutcome.DEFERRED:
+                if row.postponed:
+                    self.postponed += 1
+                else:
+                    self.deferred += 1
             self._inventory.forget([(task.id, task.rev)])
 
 
@@ -257,4 +287,4 @@ def _doing(batch: _Batch | None) -> str:
     """What a failed step was doing, for its log line."""
     if batch is None or batch.fired:
         return "deleting confirmed"
-    return "advancing series" if batch.series else "deferring undelivered"
+    return "advancing series" if batch.series else "deferring undelivered or postponed"

@@ -151,6 +151,10 @@ class Engine:
             clock=clock,
             lanes=config.confirm_transactions,
         )
+        # R8p: a copy held by a rate limit past the arming horizon waits in
+        # the database, not in memory, where it would keep other keys' later
+        # tasks from being armed (docs/design/flow-control.md, section 3a).
+        self.scheduler.postpone_to(self.confirmer.postpone, config.arm_ahead_ms)
         self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
         if isinstance(self.publisher, TimerDriver):  # its loop times the scheduler
             self.publisher.drive(self.scheduler)
@@ -335,6 +339,7 @@ class Engine:
             "shards_lost": self.shards.lost,
             "fired": self.scheduler.fired,
             "throttled": self.scheduler.throttled(),
+            "postponed": self.confirmer.postponed,
             "deleted": self.confirmer.deleted,
             "publish_retries": self.publish_retries,
             "db_errors": db_errors,

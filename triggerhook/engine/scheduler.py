@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from triggerhook.domain.ratelimits import Throttle
 from triggerhook.domain.task import Task
@@ -19,6 +20,9 @@ _UNBOUNDED_RECHECK_S = 0.1
 # A copy whose lease may have lapsed is looked at again this much later.
 _LAPSED_RECHECK_MS = 100
 
+# Where held copies go to wait in the database (R8p): each with its token's instant.
+Postpone = Callable[[Sequence[tuple[Task, int]]], None]
+
 
 class Scheduler(TimedWorker[Task]):
     """Fires each task once the clock has reached its fire time, never before.
@@ -30,7 +34,11 @@ class Scheduler(TimedWorker[Task]):
     whose shard lease may have lapsed (it waits), and a copy whose shard was
     lost is dropped (R4). A task over its routing key's rate limit
     (:class:`~triggerhook.domain.ratelimits.Throttle`) goes back into the heap
-    until its token comes: later, never earlier.
+    until its token comes: later, never earlier; or, when its token comes
+    later than the arming horizon (R8p, :meth:`postpone_to`), it leaves
+    memory and its row waits in the database until then, so that a long
+    queue does not fill the memory bound while other keys' tasks wait to be
+    armed.
     """
 
     lead_ms = 0
@@ -51,6 +59,8 @@ class Scheduler(TimedWorker[Task]):
         self._inventory = inventory
         # Owned by the thread that calls handle() (this one, or its driver).
         self.throttle = throttle if throttle else None
+        self._postpone: Postpone | None = None
+        self._postpone_after_ms = 0
         self.fired = 0
         self.dropped = 0  # copies of lost shards
         self.held_back = 0  # times a copy waited for its lease
@@ -67,6 +77,13 @@ class Scheduler(TimedWorker[Task]):
             self.holding = False
         return super().poll(now_ms)
 
+    def postpone_to(self, postpone: Postpone, after_ms: int) -> None:
+        """Before start: copies held back for more than ``after_ms`` (the
+        arming horizon: sooner, they would be armed again at once) go to
+        ``postpone`` (the confirmer's R8p write) instead of the heap."""
+        self._postpone = postpone
+        self._postpone_after_ms = after_ms
+
     def throttled(self) -> int:
         """Tasks held back by a rate limit, since start (a task once per hold)."""
         return 0 if self.throttle is None else self.throttle.held
@@ -81,17 +98,27 @@ class Scheduler(TimedWorker[Task]):
                 self.throttle.forget(drop)
             if fire:
                 fire, held = self.throttle.admit(fire, now_ms)
-                self._hold(held)
+                self._hold(held, now_ms)
         self.fired += len(fire)
         self._sink.put_many(fire)
 
-    def _hold(self, held: list[tuple[Task, int]]) -> None:
-        """Rate-limited tasks back into the heap, each at its token's instant."""
+    def _hold(self, held: list[tuple[Task, int]], now_ms: float) -> None:
+        """Rate-limited tasks back into the heap, each at its token's instant;
+        those whose instant is past the arming horizon to the database (R8p):
+        out of the heap first, so that a copy never both waits here and is
+        rewritten there (the store puts back only an INHERITED one)."""
         by_instant: dict[int, list[Task]] = {}
+        postponed: list[tuple[Task, int]] = []
+        horizon_ms = now_ms + self._postpone_after_ms
         for task, at_ms in held:
-            by_instant.setdefault(at_ms, []).append(task)
+            if self._postpone is not None and at_ms > horizon_ms:
+                postponed.append((task, at_ms))
+            else:
+                by_instant.setdefault(at_ms, []).append(task)
         for at_ms, tasks in by_instant.items():
             self.push_at(tasks, at_ms)
+        if postponed and self._postpone is not None:
+            self._postpone(postponed)
 
     def screen(self, tasks: list[Task], now_ms: float) -> list[Task]:
         """R4 for copies about to fire or be published (also as they leave

@@ -1,4 +1,4 @@
-"""The write path: inserts, moves (reschedules) and cancels.
+"""The write path: inserts, moves (reschedules), cancels, and a series' pause and resume.
 
 Each kind of change goes the same way, owned here and nowhere else:
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from triggerhook.domain.arming import shard_of
-from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
+from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, SeriesResult, Task
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Ticket
 from triggerhook.errors import NotRunningError, StoreReadOnly
 from triggerhook.interfaces import (
@@ -172,6 +172,18 @@ class Writes:
         """In one transaction (see :meth:`TaskStore.cancel`), counted."""
         results = self._store.cancel(task_ids)
         self.cancelled.add(sum(1 for r in results if r is CancelResult.CANCELLED))
+        return results
+
+    def pause(self, task_ids: Sequence[str]) -> list[SeriesResult]:
+        """Pause series, on the caller's thread (rare: no group commit)."""
+        return self._store.pause(task_ids)
+
+    def resume(self, task_ids: Sequence[str]) -> list[SeriesResult]:
+        """Resume series, on the caller's thread; the armer is woken, as a
+        resumed series' occurrence (or a missed one's copy) may be due now."""
+        results = self._store.resume(task_ids, self._clock.now_ms())
+        if SeriesResult.RESUMED in results:
+            self._wake_armer()
         return results
 
     def _wake_if_ours(self, written: Sequence[tuple[str, int]]) -> None:

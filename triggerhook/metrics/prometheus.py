@@ -48,6 +48,7 @@ COUNTERS: dict[str, str] = {
     "shards_lost": "Shard leases found taken by another instance (fenced).",
     "fired": "Tasks handed to the publisher at their due time.",
     "throttled": "Tasks held back by a rate limit (rate_limits, catch_up_rate) until their token.",
+    "postponed": "Throttled tasks whose rows were written back to wait for their token.",
     "published": "Events published to RabbitMQ.",
     "confirmed": "Events confirmed by the broker.",
     "deleted": "Task rows deleted after the broker's confirm.",

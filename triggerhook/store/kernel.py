@@ -17,12 +17,16 @@ It reads line by line against ``docs/design/ownership.md`` and its model
   pass that took rows raises ``ArmUnanswered``;
 * inherited rows: ``is_inherited(mark, gen, took)`` in mark order;
 * **R5** the delete after confirm, by (id, revision) only;
-* **R5s** a series' confirmed occurrence becomes its next (``rows.next_step``);
+* **R5s** a series' confirmed occurrence becomes its next (``rows.next_step``),
+  with copies of the occurrences it missed under catch-up "all";
+* a series' pause and resume (``rows.series_change``): R6 moves of an unarmed
+  row (parked, or back on its schedule), R7's meta write of an armed one;
 * **R7** cancel: armed → TOO_LATE (a series stops after it), else deleted,
   whoever owns the shard;
 * **R8** a returned event (``rows.defer_outcome``): GONE, INHERITED (nothing
   written) or DEFERRED (unarmed again at the retry time, new revision, one
-  more failed attempt).
+  more failed attempt); **R8p** a copy a rate limit holds back past the
+  arming horizon takes the same move with its attempts kept.
 
 R1 (members) and R2 (leases) are one compare-and-set statement each; they
 live with each backend's SQL (``store/mysql``, ``store/sqlite``), as do the
@@ -38,7 +42,15 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, shard_of
-from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, Task
+from triggerhook.domain.series import PARKED_MS, copy_of
+from triggerhook.domain.task import (
+    CancelResult,
+    InsertOutcome,
+    OnConflict,
+    RescheduleResult,
+    SeriesResult,
+    Task,
+)
 from triggerhook.errors import StoreError, TransientError
 from triggerhook.interfaces import (
     Acquired,
@@ -66,12 +78,14 @@ from triggerhook.store.rows import (
     id_rounds,
     insert_chunks,
     is_armed_row,
+    meta_blob,
     next_step,
     refused,
     row_mark,
     stopped_series,
     task_of,
 )
+from triggerhook.store.series_rows import parked_move, series_change
 from triggerhook.store.tables import DuplicateRow, RowMove, Tables, Tx
 
 log = logging.getLogger(__name__)
@@ -318,7 +332,10 @@ class StoreKernel:
                 outcomes.append(outcome)
                 if outcome is DeferOutcome.DEFERRED:
                     gen = locked[d.task.shard].arm_gen
-                    writes.append(RowMove(d.task.id, d.not_before_ms, d.new_rev, gen))
+                    # R8p's postponement is R8's move with attempts kept.
+                    writes.append(
+                        RowMove(d.task.id, d.not_before_ms, d.new_rev, gen, postponed=d.postponed)
+                    )
                     # A second deferral of the row in this call finds the new revision.
                     found[d.task.id] = found[d.task.id]._replace(rev=d.new_rev, gen=gen)
             if writes:
@@ -330,14 +347,17 @@ class StoreKernel:
     def advance(self, fired: Sequence[Task], now_ms: float) -> int:
         if not fired:
             return 0
-        last = {task.id: task for task in fired}
-        shards = self._shards_of(list(last))
+        # By revision: a batch may confirm a stale copy of an id (an older
+        # revision, inherited and then dead-lettered) after its current one;
+        # each row advances by the copy of its own revision, if one fired.
+        confirmed = {(task.id, task.rev): task for task in fired}
+        shards = self._shards_of([task.id for task in fired])
         changed = 0
         with self._tables.write() as tx:
             locked = tx.lock_shards(set(shards.values()), exclusive=False)
             for part in chunks(list(shards), ID_CHUNK):
                 rows = tx.lock_rows(part)
-                steps = [next_step(rows.get(tid), last[tid], now_ms) for tid in part]
+                steps = [next_step(rows.get(tid), confirmed, now_ms) for tid in part]
                 taken = [step for step in steps if step is not None]
                 ended = [step.row.id for step in taken if step.due_ms is None]
                 if ended:
@@ -356,8 +376,60 @@ class StoreKernel:
                 ]
                 if moves:
                     tx.move_rows(moves)
+                copies = [
+                    copy_of(self._content(step.row), due)
+                    for step in taken
+                    for due in step.missed_ms
+                ]
+                self._write_copies(tx, copies, locked)
                 changed += len(taken)
         return changed
+
+    def _write_copies(self, tx: Tx, copies: Sequence[Task], locked: dict[int, ShardRow]) -> None:
+        """A series' extra occurrences (domain/series.py), by R6 in this
+        transaction; a copy whose id exists stays as it is (KEEP: a copy's id
+        is its due time's, so it is this one, written before). Shards not yet
+        locked are locked now: only a catch-up's copies get here, rarely."""
+        if not copies:
+            return
+        rows = [NewRow(task, on_conflict=OnConflict.KEEP) for task in copies]
+        count = self.shard_count()
+        missing = {shard_of(task.id, count) for task in copies} - set(locked)
+        if missing:
+            locked.update(tx.lock_shards(missing, exclusive=False))
+        answers: list[Inserted | None] = [None] * len(rows)
+        for indexes in id_rounds(rows):
+            for chunk in insert_chunks([rows[i] for i in indexes], indexes):
+                self._insert_chunk(tx, rows, chunk, locked, answers)
+
+    # -- a series' pause and resume: R6 moves, or R7's meta write when armed ---------
+
+    def pause(self, task_ids: Sequence[str]) -> list[SeriesResult]:
+        """Pause each series (domain/series.py): an unarmed row is parked, an
+        armed one marked (its occurrence fires, R5s parks the next)."""
+        return self._series_change(task_ids, None)
+
+    def resume(self, task_ids: Sequence[str], now_ms: float) -> list[SeriesResult]:
+        """Resume each paused series at its next occurrence, by its catch-up policy."""
+        return self._series_change(task_ids, now_ms)
+
+    def _series_change(self, task_ids: Sequence[str], now_ms: float | None) -> list[SeriesResult]:
+        shards = self._shards_of(task_ids)
+        results = dict.fromkeys(task_ids, SeriesResult.NOT_FOUND)
+        if shards:
+            with self._tables.write() as tx:
+                locked = tx.lock_shards(set(shards.values()), exclusive=False)
+                for part in chunks(list(shards), ID_CHUNK):
+                    change = series_change(tx.lock_rows(part), locked, now_ms)
+                    results.update(change.results)
+                    if change.marks:
+                        tx.set_meta(change.marks)
+                    if change.ended:
+                        tx.delete_rows(change.ended)
+                    if change.moves:
+                        tx.move_rows(change.moves)
+                    self._write_copies(tx, change.copies(self._content), locked)
+        return [results[tid] for tid in task_ids]
 
     # -- R7: cancel -------------------------------------------------------------------------
 
@@ -413,9 +485,14 @@ class StoreKernel:
                 moved[tid] = Moved(RescheduleResult.TOO_LATE)
                 continue
             move = last[tid]
-            task = self._content(row._replace(due_ms=move.due_ms))
             gen = locked[row.shard].arm_gen
-            writes.append(RowMove(tid, move.due_ms, move.rev, gen, tagged=bool(task.meta.tags)))
+            parked = parked_move(row, move.due_ms)  # a paused series: where it resumes
+            if parked is not None:
+                task = self._content(row._replace(due_ms=PARKED_MS, meta=meta_blob(parked)))
+                writes.append(RowMove(tid, PARKED_MS, move.rev, gen, parked, bool(parked.tags)))
+            else:
+                task = self._content(row._replace(due_ms=move.due_ms))
+                writes.append(RowMove(tid, move.due_ms, move.rev, gen, tagged=bool(task.meta.tags)))
             moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
         if writes:
             tx.move_rows(writes)

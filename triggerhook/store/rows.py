@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from triggerhook.domain.arming import Mark, ShardMarks, is_armed, is_inherited, shard_of
-from triggerhook.domain.meta import NO_META, Meta, from_record, next_occurrence, stopping
+from triggerhook.domain.meta import NO_META, Meta, from_record, stopping
+from triggerhook.domain.series import after_fire
 from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
 from triggerhook.errors import ConflictError, StoreError, TooLateError, ValidationError
 from triggerhook.interfaces import DeferOutcome, Deferral, Inserted, NewRow
@@ -261,18 +262,25 @@ class Step:
     row: TaskRow
     due_ms: int | None
     meta: Meta
+    missed_ms: tuple[int, ...] = ()  # catch_up "all": copies of these occurrences
 
 
-def next_step(row: TaskRow | None, fired: Task, now_ms: float) -> Step | None:
-    """R5s for one confirmed occurrence, from its locked row; None: the row is
-    no longer at the revision fired (advanced already, cancelled, another
-    incarnation), nothing to do. The stored row's schedule counts (a cancel
-    may have stopped it since the copy was armed)."""
-    if row is None or row.rev != fired.rev:
+def next_step(
+    row: TaskRow | None, fired: Mapping[tuple[str, int], Task], now_ms: float
+) -> Step | None:
+    """R5s for a row whose occurrence was confirmed, from the locked row and
+    the confirmed copies by (id, revision); None: no copy of the row's
+    revision was confirmed (advanced already, cancelled, another
+    incarnation, or only a stale revision's copy fired), nothing to do. The
+    stored row's schedule counts (a cancel may have stopped it since the
+    copy was armed)."""
+    if row is None or (row.id, row.rev) not in fired:
         return None
     meta = meta_of(row.meta, row.id)
-    upcoming = next_occurrence(meta, row.due_ms, now_ms)
-    return Step(row, None, meta) if upcoming is None else Step(row, *upcoming)
+    upcoming = after_fire(meta, row.due_ms, now_ms)
+    if upcoming is None:  # not a series (any longer): the row goes
+        return Step(row, None, meta)
+    return Step(row, upcoming.due_ms, upcoming.meta, upcoming.missed_ms)
 
 
 def stopped_series(rows: Sequence[TaskRow]) -> list[tuple[str, Meta]]:

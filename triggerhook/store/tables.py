@@ -36,7 +36,8 @@ class RowMove:
     """A row rewritten unarmed: its new fire time (and, but for a deferral,
     due time), revision, the generation it is written in; ``meta`` (a
     series' next occurrence) when it changes, else None; ``tagged``: its tag
-    rows follow the new due time."""
+    rows follow the new due time; ``postponed`` (a deferral only): a copy a
+    rate limit held back (R8p), not a failed delivery, so ``attempts`` stays."""
 
     task_id: str
     fire_ms: int
@@ -44,6 +45,7 @@ class RowMove:
     gen: int
     meta: Meta | None = None
     tagged: bool = False
+    postponed: bool = False
 
 
 class Tx(Protocol):
@@ -78,7 +80,7 @@ class Tx(Protocol):
 
     def defer_rows(self, moves: Sequence[RowMove]) -> None:
         """R8: fire time, revision, generation; one more failed attempt (the
-        due time the event says stays)."""
+        due time the event says stays), none for a move ``postponed`` (R8p)."""
         ...
 
     def read_for_arming(

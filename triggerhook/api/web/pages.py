@@ -19,7 +19,7 @@ from triggerhook.api.web.figures import GROUPS
 from triggerhook.api.web.forms import VIEW_FIELD, View, filter_values, listing_url
 from triggerhook.api.web.timeline import timeline_svg
 from triggerhook.domain.listing import Timeline
-from triggerhook.domain.task import TaskInfo, TaskState
+from triggerhook.domain.task import Task, TaskInfo, TaskState
 
 TITLE = "triggerhook"
 _INPUTS = (
@@ -155,6 +155,15 @@ def _cancel_form(info: TaskInfo, view: View, csrf: str) -> str:
     )
 
 
+def _due(task: Task) -> str:
+    """The due time; a paused series' stored one is a placeholder (the latest
+    due time there is), so it shows the occurrence it resumes at instead."""
+    recur = task.meta.recur
+    if recur is not None and recur.paused and recur.resume_ms is not None:
+        return f'<time>{iso_utc(recur.resume_ms)}</time> <span class="note">on resume</span>'
+    return f"<time>{iso_utc(task.due_ms)}</time>"
+
+
 def _row(info: TaskInfo, view: View, csrf: str | None) -> str:
     task = info.task
     tags = " ".join(f'<span class="tag">{escape(tag)}</span>' for tag in task.meta.tags)
@@ -162,10 +171,13 @@ def _row(info: TaskInfo, view: View, csrf: str | None) -> str:
     if csrf is not None:
         can = info.state is TaskState.SCHEDULED
         action = f"<td>{_cancel_form(info, view, csrf) if can else ''}</td>"
+    paused = task.meta.recur is not None and task.meta.recur.paused
+    mark = ' <span class="paused">paused</span>' if paused else ""
     return (
         f'<tr data-id="{escape(task.id)}"><td class="id">{escape(task.id)}</td>'
-        f"<td><time>{iso_utc(task.due_ms)}</time></td><td>{escape(task.routing_key)}</td>"
-        f'<td class="state {info.state.value}">{info.state.value}</td><td>{tags}</td>{action}</tr>'
+        f"<td>{_due(task)}</td><td>{escape(task.routing_key)}</td>"
+        f'<td class="state {info.state.value}">{info.state.value}{mark}</td><td>{tags}</td>'
+        f"{action}</tr>"
     )
 
 

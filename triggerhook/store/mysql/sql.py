@@ -272,6 +272,14 @@ DEFER = (
     " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen, t.attempts = t.attempts + 1"
 )
 
+# R8p: a copy a rate limit holds back past the arming horizon waits in the
+# database: DEFER's move to its token's instant, with attempts kept (nothing
+# failed: a postponed task dead-lettered for its attempts would be a lie).
+POSTPONE = (
+    "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
+    " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen"
+)
+
 # -- R2: shard leases ---------------------------------------------------------------------------
 
 # Free or expired shards, skipping those another instance is acquiring now.
@@ -373,7 +381,7 @@ def advances(count: int) -> str:
 
 
 def moves(count: int) -> str:
-    """The derived table of RESCHEDULE and DEFER: ``count`` rows of 4 values."""
+    """The derived table of RESCHEDULE, DEFER and POSTPONE: ``count`` rows of 4 values."""
     if count < 1:
         raise ValueError("a derived table needs at least one row")
     return UNION_ALL.join([MOVE_FIRST] + [MOVE_NEXT] * (count - 1))

@@ -174,8 +174,13 @@ class MySQLTx:
             self.cur.execute(sql.RESCHEDULE_TAGS.format(moves=derived), values)
 
     def defer_rows(self, moves: Sequence[RowMove]) -> None:
-        values = [v for m in moves for v in (m.task_id, m.fire_ms, m.rev, m.gen)]
-        self.cur.execute(sql.DEFER.format(moves=sql.moves(len(moves))), values)
+        for statement, part in (
+            (sql.DEFER, [m for m in moves if not m.postponed]),
+            (sql.POSTPONE, [m for m in moves if m.postponed]),
+        ):
+            if part:
+                values = [v for m in part for v in (m.task_id, m.fire_ms, m.rev, m.gen)]
+                self.cur.execute(statement.format(moves=sql.moves(len(part))), values)
 
     def read_for_arming(
         self, held: Mapping[int, ShardMarks], horizon_ms: int, limit: int

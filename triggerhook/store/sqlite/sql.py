@@ -180,6 +180,8 @@ MOVE_TAGS = "UPDATE th_task_tags SET due_ms = ? WHERE id = ?"
 SET_META = "UPDATE th_tasks SET meta = ? WHERE id = ?"
 # R8: fire again from the retry time, new revision, unarmed, one more failed attempt.
 DEFER = "UPDATE th_tasks SET fire_ms = ?, rev = ?, gen = ?, attempts = attempts + 1 WHERE id = ?"
+# R8p: a copy a rate limit held back waits here: DEFER's move, attempts kept.
+POSTPONE = "UPDATE th_tasks SET fire_ms = ?, rev = ?, gen = ? WHERE id = ?"
 
 # -- R2: shard leases ---------------------------------------------------------------------------
 

@@ -84,7 +84,13 @@ class SQLiteTx:
                 self.cur.execute(q.MOVE_TAGS, (m.fire_ms, m.task_id))
 
     def defer_rows(self, moves: Sequence[RowMove]) -> None:
-        self.cur.executemany(q.DEFER, [(m.fire_ms, m.rev, m.gen, m.task_id) for m in moves])
+        for statement, part in (
+            (q.DEFER, [m for m in moves if not m.postponed]),
+            (q.POSTPONE, [m for m in moves if m.postponed]),
+        ):
+            if part:
+                values = [(m.fire_ms, m.rev, m.gen, m.task_id) for m in part]
+                self.cur.executemany(statement, values)
 
     def _read_shards(self, reads: list[tuple[str, tuple[Any, ...]]], most: int) -> list[TaskRow]:
         """Per-shard reads (in shard order, each in mark order) run until
