@@ -131,7 +131,8 @@ def _scheduled(inserted: Inserted) -> Scheduled:
 class Copied:
     """A trigger's or a backfill's answer: TRIGGERED or BACKFILLED with
     ``copies``, each copy of an occurrence written (CREATED) or there already
-    (EXISTS: a retry); or NOT_FOUND, NOT_A_SERIES: nothing written."""
+    and still pending (EXISTS: a repeat); or NOT_FOUND, NOT_A_SERIES:
+    nothing written."""
 
     result: SeriesResult
     copies: tuple[Scheduled, ...] = ()

@@ -22,7 +22,9 @@ confirmed (R5s, docs/design/ownership.md). What this module adds to it
   is a one-off task with the series' routing key, payload and metadata, no
   schedule, the late-fire policy ``fire`` (it is asked for after its time by
   design), and the id ``<series id>:<due ms>``: derived from its due time, so
-  writing it again is a safe retry (EXISTS).
+  writing it again while it is pending finds it (EXISTS); once it fired
+  (its row deleted) it would be written, and fire, again: no dedup window
+  keeps fired ids yet (docs/design/flow-control.md, section 2).
 """
 
 from __future__ import annotations

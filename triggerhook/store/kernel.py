@@ -388,7 +388,8 @@ class StoreKernel:
     def _write_copies(self, tx: Tx, copies: Sequence[Task], locked: dict[int, ShardRow]) -> None:
         """A series' extra occurrences (domain/series.py), by R6 in this
         transaction; a copy whose id exists stays as it is (KEEP: a copy's id
-        is its due time's, so it is this one, written before). Shards not yet
+        is its due time's, so it is this one, written before, unless a caller
+        gave a task of its own that id: that task stays). Shards not yet
         locked are locked now: only a catch-up's copies get here, rarely."""
         if not copies:
             return
