@@ -18,7 +18,9 @@ pending tasks, and 1,000,000 due in the same second (benchmarks/pending.py),
 a backlog drained under a rate limit beside a steady key (benchmarks/throttle.py).
 Only when named by ``--only``: ``instances``, burst and steady load with 1, 2
 and 3 daemons on the local cluster (``scripts/cluster up --no-daemons`` first;
-benchmarks/instances.py). Only with ``--trigger-hook PATH``: ``trigger_hook``,
+benchmarks/instances.py); ``dedup``, the steady load without and with a
+dedup window on every task, for the window's CPU per fire (benchmarks/dedup.py).
+Only with ``--trigger-hook PATH``: ``trigger_hook``,
 Trigger Hook's own benchmark program run after the ceilings, its four rates
 the base of the ratios to it (benchmarks/peer.py).
 
@@ -56,6 +58,7 @@ from benchmarks import (
     catalogue,
     ceilings,
     cluster,
+    dedup,
     engine,
     hostile,
     http,
@@ -134,6 +137,7 @@ def _scenarios(config: Config, peer_binary: Path | None) -> dict[str, Callable[[
         "listing": lambda rec: listing.run(
             rec, *((20_000, 5_000, 10) if config.quick else (1_000_000, 100_000, 60))
         ),
+        "dedup": lambda rec: dedup.run(rec, config.precision_s, config.fires_per_s, clients),
         "throttle": lambda rec: throttle.run(
             rec, throttle.QUICK if config.quick else throttle.FULL
         ),

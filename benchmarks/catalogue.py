@@ -480,6 +480,26 @@ THROTTLE_SPECS = (
     ),
     Spec("throttle.early", "throttle", "backlog and steady: events early", "events", _NONE_EARLY),
 )
+# Issue 32: the dedup window's cost per fire, beside the same load without one.
+_STEADY = "steady 1,000/s"
+DEDUP_SPECS = (
+    *(
+        Spec(f"dedup.{run}.cpu_{who}_us", "dedup", f"{_STEADY}, {label}: {what} CPU per fire", "µs")
+        for run, label in (("none", "no window"), ("windowed", "every task windowed"))
+        for who, what in (("daemon", "daemon"), ("mariadb", "MariaDB"), ("both", "both"))
+    ),
+    *(
+        Spec(f"dedup.cpu_{who}_added_us", "dedup", f"the window's {what} CPU per fire", "µs")
+        for who, what in (
+            ("daemon", "daemon"),
+            ("mariadb", "MariaDB"),
+            ("both", "daemon + MariaDB"),
+        )
+    ),
+    Spec(
+        "dedup.windowed.early", "dedup", f"{_STEADY} windowed: events early", "events", _NONE_EARLY
+    ),
+)
 # Trigger Hook's own benchmark, run beside them (``--trigger-hook PATH``).
 PEER_SPECS = tuple(
     Spec(key, "trigger_hook", f"Trigger Hook (Go) in this run: {label}", "tasks/s")
@@ -497,6 +517,7 @@ SPECS: tuple[Spec, ...] = (
     *LISTING_SPECS,
     *SAME_SECOND_SPECS,
     *THROTTLE_SPECS,
+    *DEDUP_SPECS,
 )
 
 _CPU_1K = "CPU per 1,000 fires"
@@ -564,11 +585,13 @@ SCENARIOS = (
     "same_second",
     "throttle",
     "instances",
+    "dedup",
 )
 # What `python -m benchmarks` runs unless --only says: not instances, which
 # needs the local cluster (scripts/cluster up --no-daemons), nor trigger_hook,
 # which needs Trigger Hook's program (--trigger-hook PATH adds it).
-DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s not in ("trigger_hook", "instances"))
+# Nor dedup (the precision scenario's load twice more: --only dedup).
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s not in ("trigger_hook", "instances", "dedup"))
 
 
 def format_number(value: float, unit: str) -> str:

@@ -18,7 +18,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import uvloop
@@ -39,12 +39,13 @@ from benchmarks.http import JSON_HEADERS, daemon, post_batches
 @dataclass(frozen=True)
 class Run:
     """One of the runs: its figures' prefix, its label, with HTTP load or not,
-    the daemon's extra settings."""
+    the daemon's extra settings, and fields every task is created with."""
 
     prefix: str
     label: str
     load: bool
     extra: dict[str, str]
+    task_fields: dict[str, object] = field(default_factory=dict)
 
 
 _RUNS = (
@@ -62,7 +63,7 @@ _RUNS = (
 def run(rec: Recorder, seconds: int, fires_per_s: int, clients: int) -> None:
     for how in _RUNS:
         with rec.part(how.label):
-            _run_once(rec, how, seconds, fires_per_s, clients)
+            run_once(rec, how, seconds, fires_per_s, clients)
 
 
 def due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
@@ -74,13 +75,13 @@ def due_times(start_ms: int, seconds: int, fires_per_s: int) -> list[int]:
     ]
 
 
-def _run_once(rec: Recorder, how: Run, seconds: int, fires_per_s: int, clients: int) -> None:
+def run_once(rec: Recorder, how: Run, seconds: int, fires_per_s: int, clients: int) -> None:
     n = seconds * fires_per_s
     with isolated() as place, daemon(place.settings, how.extra) as running:
         # Far enough ahead that the batches are in before the first is due.
         start_ms = int(time.time() * 1000) + 3000 + n // 20
         tasks: list[dict[str, object]] = [
-            {"at": due_ms / 1000, "routing_key": "p"}
+            {"at": due_ms / 1000, "routing_key": "p", **how.task_fields}
             for due_ms in due_times(start_ms, seconds, fires_per_s)
         ]
         uvloop.run(post_batches(running.url, tasks))

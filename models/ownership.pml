@@ -34,6 +34,29 @@
  * occurrence is too late for it but stops the series. Its mutations:
  * -DADVANCE_BY_ID (the advance does not check the revision) and
  * -DSTOP_IGNORED (the advance ignores a stop).
+ *
+ * With -DDEDUP (docs/design/flow-control.md, section 2; off by default, so
+ * the other checks' state spaces are unchanged) an incarnation may have a
+ * dedup window, the client's choice at each create (windowed[inc]). R5d:
+ * R5's delete of a row with a window and the insert of its th_fired record
+ * (rec_live, rec_inc) are one step; a series writes none (R5s). A record
+ * expires MAX_EXPIRE_REC times (1; the sweep is the same here). R6's locked
+ * path is one step: its insert goes in only once the old row is gone (R5d
+ * committed), and its locking read then finds a live record: ALREADY_FIRED,
+ * nothing written. The fast path (a task without a window, no read of
+ * th_fired) runs only while th_meta's flag is unset; the first insert of a
+ * task with a window sets it, in its step. D1, at the publish: no
+ * incarnation fires while an earlier one's record lives (a copy of the one
+ * that wrote it, or of an older one, is a duplicate: at-least-once). Its
+ * mutations (tests/model/test_dedup_model.py): -DCHECK_BEFORE_INSERT (the
+ * check is a step of its own before the insert: it reads no record while
+ * R5d holds the old row, and the insert goes in once R5d commits),
+ * -DFAST_PATH_UNFLAGGED (the fast path ignores the flag) and -DRECORD_APART
+ * (the record is written in a step after the delete's). Its checks take
+ * MAX_OPS=3 and MAX_REPLACE=0: safety 27 million states (1.8 GB); liveness,
+ * with MAX_RETURNS=1 too, 18 million (1.8 GB; 48 million and 3.5 GB with two
+ * returns). Checked once: with MAX_OPS=4 safety has 148 million (11 GB, 10
+ * minutes); with the replace (MAX_REPLACE=1), 48 million (3.6 GB).
  */
 
 #define NI 2
@@ -63,6 +86,9 @@
 #endif
 #ifndef MAX_OCC
 #define MAX_OCC 3        /* occurrences of a series */
+#endif
+#ifndef MAX_EXPIRE_REC
+#define MAX_EXPIRE_REC 1 /* expiries of a dedup record (DEDUP) */
 #endif
 #ifdef SERIES
 #define MAXREV 12        /* revisions 1 .. 11 (0: none) */
@@ -105,12 +131,48 @@ byte lost = 0;
 byte replaces = 0;
 byte postpones = 0;
 
+#ifdef DEDUP
+/* th_fired, the id's record (a record of an earlier incarnation, expired but
+   not swept yet, is overwritten: the sweep is the expiry here), and th_meta's
+   flag: a task with a window was written */
+bool windowed[MAXINC];    /* the incarnation has a dedup window */
+bool rec_live = false;    /* a record, not expired */
+byte rec_inc = 0;         /* the incarnation that wrote it (0: none) */
+bool dedup_flag = false;
+byte rec_expiries = 0;
+#endif
+
 inline new_rev(incarnation) {
     nrev++;
     inc_of[nrev] = incarnation;
     occ_of[nrev] = occ;
     rev = nrev
 }
+
+#ifdef DEDUP
+/* R6 (and R6r) with DEDUP: the new incarnation has a window or not, the
+   client's choice; the insert of one with a window sets th_meta's flag, in
+   its transaction */
+inline choose_window() {
+    if
+    :: windowed[ninc] = true; dedup_flag = true
+    :: skip
+    fi
+}
+
+/* R5d: R5's delete and, for a row with a window, the insert of its record,
+   in one transaction (RECORD_APART: the record in a step of its own, after) */
+inline record_fired() {
+    if
+#ifdef RECORD_APART
+    :: windowed[inc_of[rev]] -> recording = inc_of[rev]
+#else
+    :: windowed[inc_of[rev]] -> rec_live = true; rec_inc = inc_of[rev]
+#endif
+    :: else -> skip
+    fi
+}
+#endif
 
 proctype Instance(byte me) {
     byte my_epoch = 0;  /* the epoch it believes it owns; 0: none */
@@ -119,6 +181,9 @@ proctype Instance(byte me) {
     byte sent = 0;      /* published, waiting for the broker's answer */
     byte postponing = 0;  /* out of memory, its postponement being written (R8p) */
     bool unanswered = false;  /* a pass whose commit's answer was lost */
+#ifdef RECORD_APART
+    byte recording = 0;  /* deleted, its record not written yet (its incarnation) */
+#endif
 end:
     do
     /* R2: acquire a free or expired shard; the epoch grows */
@@ -188,12 +253,20 @@ end:
          assert(!replaced[checked]);           /* I1: not after RESCHEDULED */
          /* S2: no occurrence of a stopped series after the one it stopped at */
          assert(stop_after == 0 || inc_of[checked] != ninc || occ_of[checked] <= stop_after);
+#ifdef DEDUP
+         /* D1: no incarnation fires inside the window of an earlier one's
+            fire (its live record). A copy of the incarnation that wrote the
+            record, or of an older one (a stale duplicate: R4's pause), is
+            at-least-once delivery, not a second create that fired */
+         assert(!rec_live || inc_of[checked] <= rec_inc);
+#endif
          published[checked] = true;
          sent = checked; held = 0; checked = 0 }
 
     /* R5: confirmed; delete by revision, not fenced. R5s (a series): the
        same step writes the next occurrence, unarmed, at a new revision, or
-       ends the series (its last occurrence, or stopped) */
+       ends the series (its last occurrence, or stopped). R5d (DEDUP): the
+       same step writes the record of a row with a window */
     :: atomic { sent != 0 ->
          if
 #if defined(DELETE_BY_ID) || defined(ADVANCE_BY_ID)
@@ -210,14 +283,22 @@ end:
               :: occ < MAX_OCC && !stop && nrev < MAXREV - 1 ->
 #endif
                    occ++; new_rev(inc_of[rev]); armed = false
-              :: else -> exists = false; armed = false
+              :: else -> exists = false; armed = false  /* no record (DEDUP): a series writes none */
               fi
 #else
               exists = false; armed = false
+#ifdef DEDUP
+              ; record_fired()
+#endif
 #endif
          :: else -> skip
          fi;
          sent = 0 }
+
+#ifdef RECORD_APART
+    /* broken on purpose: R5d's record written after its delete committed */
+    :: atomic { recording != 0 -> rec_live = true; rec_inc = recording; recording = 0 }
+#endif
 
     /* R8: the broker gave the event back */
     :: atomic { sent != 0 && returns < MAX_RETURNS ->
@@ -314,6 +395,12 @@ end:
          :: else -> skip
          fi;
          lease_valid = false }
+#ifdef DEDUP
+    /* a record expires (or the sweep deletes it: the same here), a bounded
+       number of times */
+    :: atomic { rec_live && rec_expiries < MAX_EXPIRE_REC ->
+         rec_expiries++; rec_live = false; rec_inc = 0 }
+#endif
     od
 }
 
@@ -326,9 +413,48 @@ end:
     :: ops < MAX_OPS ->
          ops++;
          if
+#ifndef DEDUP
          :: atomic { !exists && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->  /* create */
               ninc++; occ = 1; stop = false; stop_after = 0;
               new_rev(ninc); exists = true; armed = false }
+#else
+         /* R6 with DEDUP, the locked path: the insert, then a locking read
+            of th_fired, in one transaction. The insert goes in only once the
+            old row is gone (a duplicate key waits on R5d's lock, or fails: the
+            else below), so R5d has committed and its record is visible: a
+            live one answers ALREADY_FIRED, and nothing is written */
+#ifndef CHECK_BEFORE_INSERT
+         :: atomic { !exists && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->
+              if
+              :: rec_live -> skip  /* ALREADY_FIRED */
+              :: else ->
+                   ninc++; occ = 1; stop = false; stop_after = 0;
+                   new_rev(ninc); exists = true; armed = false; choose_window()
+              fi }
+#else
+         /* broken on purpose: the check before the insert, as a step of its
+            own; it can read while R5d holds the old row, and the insert
+            then goes in once that commits */
+         :: !rec_live ->
+              atomic {
+                if
+                :: !exists && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->
+                     ninc++; occ = 1; stop = false; stop_after = 0;
+                     new_rev(ninc); exists = true; armed = false; choose_window()
+                :: else -> skip  /* a conflict */
+                fi }
+#endif
+         /* the fast path: one statement (INSERT ... SELECT) that does not
+            read th_fired, for a task without a window, and only while
+            th_meta's flag is unset (the statement joins it) */
+#ifdef FAST_PATH_UNFLAGGED
+         :: atomic { !exists && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->
+#else
+         :: atomic { !exists && !dedup_flag && ninc < MAXINC - 1 && nrev < MAXREV - 1 ->
+#endif
+              ninc++; occ = 1; stop = false; stop_after = 0;
+              new_rev(ninc); exists = true; armed = false }
+#endif
 #ifdef CANCEL_ARMED
          :: atomic { exists ->
 #else
@@ -362,7 +488,14 @@ end:
 #endif
               replaces++; replaced[rev] = true;
               ninc++; occ = 1; stop = false; stop_after = 0;
-              new_rev(ninc); armed = false }  /* REPLACED */
+              new_rev(ninc); armed = false
+#ifdef DEDUP
+              /* no record is live while the row exists (R5d writes one with
+                 the delete, and a create waits for it to expire): R6's check
+                 would find none */
+              ; choose_window()
+#endif
+            }  /* REPLACED */
 #ifdef SERIES
          :: atomic { exists && armed && !stop ->  /* TOO_LATE for this occurrence: stop after it */
               stop = true; stop_after = occ }

@@ -134,6 +134,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 LONG_FIRST = (
     "tests/model/test_postponement_model.py",
     "tests/model/test_ownership_model.py",
+    "tests/model/test_dedup_model.py",
     "tests/integration/test_benchmarks_quick.py",
 )
 

@@ -14,6 +14,7 @@ from triggerhook.domain.task import (
     TaskState,
 )
 from triggerhook.errors import (
+    AlreadyFiredError,
     ConfigError,
     ConflictError,
     NotRunningError,
@@ -23,10 +24,12 @@ from triggerhook.errors import (
     ValidationError,
 )
 from triggerhook.interfaces import Moved
+from triggerhook.outbox import schedule_in
 from triggerhook.settings import Settings, load_settings
 from triggerhook.wiring import assemble, build
 
 __all__ = [
+    "AlreadyFiredError",
     "BulkCancelled",
     "CancelResult",
     "ConfigError",
@@ -61,4 +64,5 @@ __all__ = [
     "build",
     "load_settings",
     "make_filter",
+    "schedule_in",
 ]

@@ -46,6 +46,7 @@ from triggerhook.engine.engine import Engine
 from triggerhook.engine.groupcommit import Done, Ticket
 from triggerhook.engine.writes import Create
 from triggerhook.errors import (
+    AlreadyFiredError,
     ConflictError,
     TooLateError,
     TransientError,
@@ -80,7 +81,8 @@ class Scheduled:
     """A create's answer: CREATED, EXISTS (the same task was stored: a safe
     retry), REPLACED (``on_conflict="replace"``: the new task replaced the
     stored one) or KEPT (``on_conflict="keep"``: ``task`` is the stored one,
-    which stays)."""
+    which stays). A create refused because the id fired within its dedup
+    window raises :class:`~triggerhook.errors.AlreadyFiredError` instead."""
 
     task: Task
     outcome: InsertOutcome = InsertOutcome.CREATED
@@ -118,21 +120,32 @@ class Figures:
 
 
 def _scheduled(inserted: Inserted) -> Scheduled:
-    """A create's answer; CONFLICT and TOO_LATE raise."""
+    """A create's answer; CONFLICT, TOO_LATE and ALREADY_FIRED raise."""
     outcome = inserted.outcome
     if outcome is InsertOutcome.CONFLICT:
         raise ConflictError(inserted.task.id)
     if outcome is InsertOutcome.TOO_LATE:
         raise TooLateError(inserted.task.id)
+    if outcome is InsertOutcome.ALREADY_FIRED:
+        raise AlreadyFiredError(inserted.task.id, inserted.fired_ms or 0)  # as store/rows.refused
     return Scheduled(inserted.task, outcome)
+
+
+def _copy_answer(inserted: Inserted) -> Scheduled:
+    """A backfill's copy: as a create's answer, but one that fired within
+    the series' window is answered (ALREADY_FIRED), not raised."""
+    if inserted.outcome is InsertOutcome.ALREADY_FIRED:
+        return Scheduled(inserted.task, inserted.outcome)
+    return _scheduled(inserted)
 
 
 @dataclass(frozen=True, slots=True)
 class Copied:
     """A trigger's or a backfill's answer: TRIGGERED or BACKFILLED with
-    ``copies``, each copy of an occurrence written (CREATED) or there already
-    and still pending (EXISTS: a repeat); or NOT_FOUND, NOT_A_SERIES:
-    nothing written."""
+    ``copies``, each copy of an occurrence written (CREATED), there already
+    and still pending (EXISTS: a repeat) or, a backfill's, fired within the
+    series' dedup window (ALREADY_FIRED: not written again); or NOT_FOUND,
+    NOT_A_SERIES: nothing written."""
 
     result: SeriesResult
     copies: tuple[Scheduled, ...] = ()
@@ -180,7 +193,8 @@ class TriggerHook:
         Raises :class:`ValidationError` (bad input, nothing written),
         :class:`ConflictError` (same id, other content, and ``on_conflict``
         error), :class:`TooLateError` (``on_conflict`` replace of a task being
-        published), or a
+        published), :class:`AlreadyFiredError` (the id fired within its dedup
+        window, ``fired_ms`` says when: nothing written), or a
         :class:`~triggerhook.errors.TransientError` (retry: it is idempotent):
         ``StoreUnavailable``, or ``Overloaded`` when too many calls wait.
         """
@@ -202,7 +216,8 @@ class TriggerHook:
 
         The tasks apply in order, as if each came alone after those before it.
         A validation error names the index: ``tasks[3].routing_key``; a
-        :class:`ConflictError` (or :class:`TooLateError`) has the ``index`` of
+        :class:`ConflictError` (or :class:`TooLateError`, or
+        :class:`AlreadyFiredError` with its ``fired_ms``) has the ``index`` of
         the first task refused.
         """
         now_ms = self._clock.now_ms()
@@ -269,8 +284,10 @@ class TriggerHook:
         to_ms)`` (epoch ms; ``to_ms`` not after now), at most MAX_BACKFILL
         (else ValidationError, nothing written), as one-off copies
         ``<id>:<due ms>`` in one transaction: a repeated backfill finds those
-        still pending (EXISTS), but writes again, to fire again, those that
-        fired already. BACKFILLED, NOT_FOUND, NOT_A_SERIES."""
+        still pending (EXISTS), and those that fired within the series' dedup
+        window (ALREADY_FIRED: not written again), but writes again, to fire
+        again, those that fired before that (or without a window).
+        BACKFILLED, NOT_FOUND, NOT_A_SERIES."""
         from_ms = int(validate_due_ms(from_ms, "from_ms"))
         to_ms = int(validate_due_ms(to_ms, "to_ms"))
         if to_ms > self._clock.now_ms():
@@ -284,8 +301,9 @@ class TriggerHook:
         copies = [copy_of(series, due) for due in backfill_dues(recur, anchor_ms, from_ms, to_ms)]
         if not copies:
             return Copied(SeriesResult.BACKFILLED)
-        inserted = self._writes.insert_many([(copy, OnConflict.ERROR) for copy in copies])
-        return Copied(SeriesResult.BACKFILLED, tuple(_scheduled(i) for i in inserted))
+        creates = [(copy, OnConflict.ERROR) for copy in copies]
+        inserted = self._writes.insert_many(creates, fired_ok=True)
+        return Copied(SeriesResult.BACKFILLED, tuple(map(_copy_answer, inserted)))
 
     def _series(self, task_id: str) -> Task | SeriesResult:
         """The stored series ``task_id``; NOT_FOUND or NOT_A_SERIES. A series

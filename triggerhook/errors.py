@@ -12,6 +12,7 @@ from __future__ import annotations
 from triggerhook_client.errors import TriggerHookError
 
 __all__ = [
+    "AlreadyFiredError",
     "BrokerUnavailable",
     "ConfigError",
     "ConflictError",
@@ -60,6 +61,17 @@ class TooLateError(ConflictError):
     too late to change it; nothing written."""
 
     _WHY = "is being published: too late to replace it"
+
+
+class AlreadyFiredError(ConflictError):
+    """A create of an id that fired within its dedup window (``fired_ms``,
+    epoch ms, by the engine's clock): nothing written."""
+
+    _WHY = "fired within its dedup window"
+
+    def __init__(self, task_id: str, fired_ms: int, index: int | None = None) -> None:
+        super().__init__(task_id, index)
+        self.fired_ms = fired_ms
 
 
 class ConfigError(TriggerHookError):

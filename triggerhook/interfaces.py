@@ -63,11 +63,22 @@ class NewRow:
 @dataclass(frozen=True, slots=True)
 class Inserted:
     """A create's outcome, and the task it answers with: the row's own
-    (CREATED, EXISTS, REPLACED) or the one stored under its id (KEPT,
-    CONFLICT, TOO_LATE)."""
+    (CREATED, EXISTS, REPLACED, ALREADY_FIRED) or the one stored under its
+    id (KEPT, CONFLICT, TOO_LATE); ``fired_ms`` (ALREADY_FIRED only): when
+    the id fired, epoch ms by the firing engine's clock."""
 
     outcome: InsertOutcome
     task: Task
+    fired_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMoved:
+    """What one move of the outbox did (R6o): ``taken`` rows left the
+    outbox; ``inserted``, the answer of each readable one's insert."""
+
+    taken: int
+    inserted: list[Inserted]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,17 +194,30 @@ class TaskStore(Protocol):
         """N, fixed when the database was created."""
         ...
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
+    def insert(
+        self,
+        rows: Sequence[NewRow],
+        atomic: bool,
+        now_ms: float | None = None,
+        *,
+        fired_ok: bool = False,
+    ) -> list[Inserted]:
         """Insert rows in one transaction, reporting each row's outcome; each
         row is written unarmed (R6) in its shard's current generation. An id
         that exists is answered by the row's ``on_conflict``: the same
         content is EXISTS; else CONFLICT, KEPT, or (R6r) REPLACED, its row
-        rewritten unarmed at the new revision, or TOO_LATE when armed. The
-        rows apply in order, as if each came alone after those before it.
+        rewritten unarmed at the new revision, or TOO_LATE when armed. An id
+        with a live fired record (R5d: it fired within its dedup window, the
+        record's expiry after ``now_ms``; None: this host's wall clock) is
+        ALREADY_FIRED, and nothing of it is written. The rows apply in
+        order, as if each came alone after those before it.
 
-        With ``atomic`` any CONFLICT or TOO_LATE rolls everything back and
-        raises :class:`~triggerhook.errors.ConflictError` (``index``: the
-        first such row; :class:`~triggerhook.errors.TooLateError` for TOO_LATE).
+        With ``atomic`` any CONFLICT, TOO_LATE or ALREADY_FIRED rolls
+        everything back and raises :class:`~triggerhook.errors.ConflictError`
+        (``index``: the first such row; :class:`~triggerhook.errors.TooLateError`
+        for TOO_LATE, :class:`~triggerhook.errors.AlreadyFiredError` for
+        ALREADY_FIRED, unless ``fired_ok``: then such a row is only answered,
+        nothing of it written, and the others are: a backfill's copies).
         """
         ...
 
@@ -240,6 +264,31 @@ class TaskStore(Protocol):
         """Delete the rows whose events the broker confirmed, given as (id,
         revision): a row of the id at another revision (a newer incarnation)
         stays. Not fenced (R5)."""
+        ...
+
+    def delete_recorded(self, fired: Sequence[Task], now_ms: float) -> int:
+        """R5d: :meth:`delete_fired` for tasks with a dedup window (each as
+        fired: id, revision, ``meta.dedup_window_ms``), and for each row
+        deleted a fired record (id, revision, ``now_ms``, expiry ``now_ms`` +
+        window) in the same transaction, replacing an older record of the
+        id. The number deleted."""
+        ...
+
+    def move_outbox(self, limit: int, now_ms: float) -> OutboxMoved:
+        """R6o (docs/design/flow-control.md, section 6): at most ``limit``
+        of the oldest outbox rows whose callers committed (rows another
+        mover holds are skipped), each inserted as :meth:`insert` does
+        (``now_ms`` its clock) and deleted from the outbox, in one transaction."""
+        ...
+
+    def outbox_waiting(self) -> tuple[int | None, int]:
+        """The first waiting outbox row's ``created_ms`` (None: none) and how
+        many wait (counted up to 1,000,000), unlocked: the metrics' figures."""
+        ...
+
+    def sweep_fired(self, shards: Sequence[int], now_ms: float, limit: int) -> int:
+        """Delete at most ``limit`` fired records of these shards that expired
+        by ``now_ms`` (the dedup window's bounded storage); the number deleted."""
         ...
 
     def advance(self, fired: Sequence[Task], now_ms: float) -> int:

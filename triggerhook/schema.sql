@@ -1,4 +1,4 @@
--- triggerhook schema, version 4. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
+-- triggerhook schema, version 5. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
 -- Applied idempotently by `triggerhook db init`; every statement is safe to re-run.
 -- A database made by an older version is upgraded by `triggerhook db upgrade` (Alembic,
 -- store/alembic/, wrapping store/migrations.py).
@@ -82,10 +82,49 @@ CREATE TABLE IF NOT EXISTS th_members (
     started_at         TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
+CREATE TABLE IF NOT EXISTS th_fired (
+    -- A fired task's record, for its dedup window (docs/design/flow-control.md,
+    -- section 2): written with the delete after the confirm (R5d); a create of the
+    -- id is answered already_fired until expires_ms (epoch ms, the engine's clock).
+    -- Its shard is its task's: each owner sweeps its own shards' expired records.
+    id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+    shard          SMALLINT     NOT NULL,
+    rev            BIGINT       NOT NULL,
+    fired_ms       BIGINT       NOT NULL,
+    expires_ms     BIGINT       NOT NULL,
+    -- The sweep reads a shard's expired records in expiry order.
+    KEY th_fired_expiry (shard, expires_ms)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+;
+CREATE TABLE IF NOT EXISTS th_outbox (
+    -- A task scheduled inside a caller's own transaction (schedule_in; docs/design/
+    -- flow-control.md, section 6): visible once that transaction commits, moved into
+    -- th_tasks by an instance's outbox mover (R6o) and deleted in the mover's transaction.
+    -- In arrival order; the task's columns as th_tasks has them.
+    seq            BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    id             VARCHAR(64)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    -- The revision its th_tasks row takes.
+    rev            BIGINT       NOT NULL,
+    due_ms         BIGINT       NOT NULL,
+    -- NULL: the moving instance's default_routing_key.
+    routing_key    VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,
+    payload        MEDIUMBLOB   NULL,
+    meta           BLOB         NULL,
+    -- What the move does when the id exists: error, keep or replace.
+    on_conflict    VARCHAR(16)  CHARACTER SET ascii NOT NULL DEFAULT 'error',
+    -- The caller's clock (epoch ms) when it was written: the move's lag.
+    created_ms     BIGINT       NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+;
 CREATE TABLE IF NOT EXISTS th_meta (
     name  VARCHAR(64)  CHARACTER SET ascii NOT NULL PRIMARY KEY,
     value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
-INSERT INTO th_meta (name, value) VALUES ('schema_version', '4')
+INSERT INTO th_meta (name, value) VALUES ('schema_version', '5')
+    ON DUPLICATE KEY UPDATE name = name
+;
+-- '0' until a task with a dedup window is first written, then '1' for good: while it is
+-- '0', creates may take a fast path that does not check th_fired (store/mysql/sql.py).
+INSERT INTO th_meta (name, value) VALUES ('dedup_windows', '0')
     ON DUPLICATE KEY UPDATE name = name

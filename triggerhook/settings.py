@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import re
 import socket
@@ -18,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerhook.domain.meta import FIRE, LateKind, LatePolicy
+from triggerhook.domain.meta import FIRE, MAX_DEDUP_WINDOW_MS, LateKind, LatePolicy
 from triggerhook.domain.ratelimits import RateLimit, parse_rate, parse_rate_list
-from triggerhook.domain.task import ID_PATTERN, ROUTING_KEY_PATTERN
+from triggerhook.domain.task import DEFAULT_MAX_PAYLOAD_BYTES, ID_PATTERN, ROUTING_KEY_PATTERN
 from triggerhook.errors import ConfigError, ValidationError
 
 ENV_PREFIX = "TRIGGERHOOK_"
@@ -51,10 +52,18 @@ RENAMED = {
 
 
 def _setting(
-    default: Any, help_text: str, minimum: int | None = None, maximum: int | None = None
+    default: Any,
+    help_text: str,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    *,
+    above: float | None = None,
 ) -> Any:
+    """A setting's declaration: ``minimum`` and ``maximum`` bound an int
+    (inclusive), ``above`` a float (exclusive)."""
     return field(
-        default=default, metadata={"help": help_text, "minimum": minimum, "maximum": maximum}
+        default=default,
+        metadata={"help": help_text, "minimum": minimum, "maximum": maximum, "above": above},
     )
 
 
@@ -89,7 +98,9 @@ class Settings:
         "Name of this engine instance; empty = <hostname>-<pid>-<random>, unique per "
         "process. A second process under the name of a live one refuses to start.",
     )
-    max_payload_bytes: int = _setting(65536, "Largest payload accepted, in bytes.", 0)
+    max_payload_bytes: int = _setting(
+        DEFAULT_MAX_PAYLOAD_BYTES, "Largest payload accepted, in bytes.", 0
+    )
     arm_ahead_ms: int = _setting(
         200,
         "Tasks are armed (loaded into memory and committed to fire; cancel answers too "
@@ -169,6 +180,30 @@ class Settings:
         "Late-fire policy of tasks that have none of their own: `fire` (however late), or "
         "`skip_after_ms=N` (a task found more than N ms late when published is "
         "dead-lettered instead, cause `late`).",
+    )
+    dedup_window_ms: int = _setting(
+        0,
+        "Dedup window of tasks created without a dedup_window_ms of their own: once such a "
+        "task fired, a create of its id within this many ms is answered already_fired "
+        "(HTTP 409) and writes nothing. 0 = none; at most 30 days. Each windowed task "
+        "leaves a record, written when it fires and deleted by a sweep (dedup_sweep_s).",
+        0,
+        MAX_DEDUP_WINDOW_MS,
+    )
+    dedup_sweep_s: float = _setting(
+        60.0,
+        "How often each instance deletes the expired fired records (of tasks with a dedup "
+        "window) in the shards it owns, in seconds (a fraction allowed).",
+        above=0,
+    )
+    outbox_poll_ms: int = _setting(
+        50,
+        "How often each instance reads the outbox (tasks scheduled inside a caller's own "
+        "transaction with schedule_in) when it was empty, in ms; a full batch is followed "
+        "at once. A task due sooner than this plus arm_interval_ms after its caller's "
+        "commit fires that much late. 0 = this instance moves none.",
+        0,
+        60_000,
     )
     rate_limits: str = _setting(
         "",
@@ -385,8 +420,7 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        for name in FIELDS:
-            _check(name, getattr(self, name), source=name)
+        self._check_types()
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ConfigError(f"log_level: must be one of {', '.join(_LOG_LEVELS)}")
         if self.log_format not in _LOG_FORMATS:
@@ -409,6 +443,13 @@ class Settings:
             raise ConfigError(f"amqp_queue_type: must be one of {', '.join(QUEUE_TYPES)}")
         if self.metrics_influx_version not in (1, 2):
             raise ConfigError("metrics_influx_version: must be 1 or 2")
+
+    def _check_types(self) -> None:
+        """Every field's type and bounds; a float setting given an int holds the float."""
+        for name in FIELDS:
+            checked = _check(name, getattr(self, name), source=name)
+            if type(checked) is not type(getattr(self, name)):
+                object.__setattr__(self, name, checked)
 
     def _check_names(self) -> None:
         for name in ("exchange", "default_routing_key", "command_queue", "dead_letter_routing_key"):
@@ -619,10 +660,17 @@ def _coerce(name: str, raw: str, source: str) -> object:
             return _check(name, int(raw.strip()), source)
         except ValueError:
             raise ConfigError(f"{source}: expected an integer, got {raw!r}") from None
+    if FIELDS[name].type in ("float", float):
+        try:
+            return _check(name, float(raw.strip()), source)
+        except ValueError:
+            raise ConfigError(f"{source}: expected a number, got {raw!r}") from None
     return raw
 
 
 def _check(name: str, value: object, source: str) -> object:
+    """``value`` of setting ``name`` if it has the setting's type and bounds (a
+    float setting's as a float); else ConfigError naming ``source``."""
     if name not in FIELDS:
         raise ConfigError(f"{source}: unknown setting {name!r}{_renamed([name])}")
     spec = FIELDS[name]
@@ -630,14 +678,32 @@ def _check(name: str, value: object, source: str) -> object:
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: expected true or false, got {value!r}")
     elif spec.type in ("int", int):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{source}: expected an integer, got {value!r}")
-        minimum = spec.metadata["minimum"]
-        if minimum is not None and value < minimum:
-            raise ConfigError(f"{source}: must be at least {minimum}, got {value}")
-        maximum = spec.metadata["maximum"]
-        if maximum is not None and value > maximum:
-            raise ConfigError(f"{source}: must be at most {maximum}, got {value}")
+        _check_int(spec, value, source)
+    elif spec.type in ("float", float):
+        return _checked_float(spec, value, source)
     elif not isinstance(value, str):
         raise ConfigError(f"{source}: expected a string, got {value!r}")
     return value
+
+
+def _check_int(spec: dataclasses.Field[Any], value: object, source: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{source}: expected an integer, got {value!r}")
+    minimum = spec.metadata["minimum"]
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{source}: must be at least {minimum}, got {value}")
+    maximum = spec.metadata["maximum"]
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{source}: must be at most {maximum}, got {value}")
+
+
+def _checked_float(spec: dataclasses.Field[Any], value: object, source: str) -> float:
+    # An integer is taken as a number too (TOML's 60, an environment's "60").
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ConfigError(f"{source}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{source}: expected a finite number, got {value!r}")
+    above = spec.metadata["above"]
+    if above is not None and not value > above:
+        raise ConfigError(f"{source}: must be more than {above}, got {value}")
+    return float(value)

@@ -264,7 +264,9 @@ def assemble(
             join_timeout_s=settings.metrics_timeout_ms / 1000 + 1.0,
         )
 
-    rules = TaskRules(settings.default_routing_key, settings.max_payload_bytes)
+    rules = TaskRules(
+        settings.default_routing_key, settings.max_payload_bytes, settings.dedup_window_ms
+    )
     return TriggerHook(engine, store, clock, rules, start_metrics, clock_sync, database)
 
 
@@ -311,6 +313,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         rate_limits=rate_limits,
         catch_up=catch_up,
         catch_up_after_ms=settings.catch_up_after_ms,
+        dedup_sweep_ms=round(settings.dedup_sweep_s * 1000),
+        outbox_poll_ms=settings.outbox_poll_ms,
     )
 
 

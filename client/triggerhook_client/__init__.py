@@ -30,6 +30,8 @@ service that schedules tasks installs neither the daemon nor its drivers.
         hook.resume("digest-7")  # SeriesChange("digest-7", "resumed")
         hook.trigger("digest-7")  # Copies(..., "triggered", (Scheduled("digest-7:<now ms>", ...),))
         hook.backfill("digest-7", from_ms=..., to_ms=...)  # one copy per past occurrence
+        hook.schedule("charge-7", delay_ms=0, dedup_window_ms=86_400_000)  # once a day at most:
+        # after it fired, scheduling "charge-7" again that day raises AlreadyFired (.fired_ms)
 
 Units: an instant is epoch milliseconds in an argument or field named
 ``*_ms`` (``at_ms``, ``until_ms``, ``due_ms``, ``{"deadline_ms": N}``) or a
@@ -80,7 +82,11 @@ although the series is the caller's; ``get`` then shows the same schedule
 with ``occurrence`` above 1. This needs the first occurrence to fall before
 the retry (a short ``every``, a cron minute seconds away, or attempts that
 time out); where it matters, give the series an ``at`` later than the retries
-can take (each attempt up to ``timeout_s``, each wait up to 5 s).
+can take (each attempt up to ``timeout_s``, each wait up to 5 s). Likewise a
+task with a ``dedup_window_ms`` whose retry arrives after the attempt whose
+answer was lost created it and it fired: the retry raises
+:class:`AlreadyFired`, although the task was the caller's (its ``fired_ms``
+is after the first attempt was sent).
 
 Errors mirror the API's answers (``{"error": {"code", "message", "field"?}}``):
 see :class:`ApiError` and its subclasses. Input the client can check itself
@@ -94,6 +100,7 @@ page size over 1000) are the daemon's, and its error names the argument.
 
 from triggerhook_client.aio import AsyncClient
 from triggerhook_client.errors import (
+    AlreadyFired,
     ApiError,
     Conflict,
     InvalidRequest,
@@ -123,6 +130,7 @@ from triggerhook_client.rules import TaskState
 from triggerhook_client.sync import Client
 
 __all__ = [
+    "AlreadyFired",
     "ApiError",
     "AsyncClient",
     "At",

@@ -119,6 +119,7 @@ META: AnswerFields = (
     AnswerField("content_encoding", Kind.TEXT),
     AnswerField("headers", Kind.HEADERS),
     AnswerField("late", Kind.LATE),
+    AnswerField("dedup_window_ms", Kind.MS),
 )
 # A series' schedule (every, or cron in its timezone) ...
 SCHEDULE: AnswerFields = (
@@ -284,10 +285,16 @@ FIGURES: AnswerFields = (  # /v1/status: the fields' meanings are in docs/metric
     AnswerField("http", Kind.OBJECT, True),
     AnswerField("totals", Kind.OBJECT, True),
 )
-# Every error: {"error": {"code", "message", "field"?}}.
+# Every error: {"error": {"code", "message", "field"?, "fired_ms"?}}.
 ERROR: AnswerFields = (AnswerField("error", Kind.OBJECT, True),)
 ERROR_DETAIL: AnswerFields = (
     AnswerField("code", Kind.TEXT, True),
     AnswerField("message", Kind.TEXT, True),
     AnswerField("field", Kind.TEXT),
+    AnswerField(
+        "fired_ms",
+        Kind.MS,
+        description="already_fired only: when the task of this id fired, epoch milliseconds "
+        "(its dedup window runs from then).",
+    ),
 )

@@ -157,6 +157,11 @@ def _meta_body(task: TaskRequest, prefix: str) -> tuple[Body, Renames]:
         body["headers"] = _headers_body(task.headers, f"{prefix}headers")
     if task.late is not None:
         body["late"], rename = _late_body(task.late, f"{prefix}late")
+    # Sent only when given: a daemon older than the dedup window refuses the field.
+    if task.dedup_window_ms is not None:  # its bounds (0 to 30 days): the daemon's
+        if not is_int(task.dedup_window_ms):
+            raise invalid(f"{prefix}dedup_window_ms", "must be a whole number of milliseconds")
+        body["dedup_window_ms"] = task.dedup_window_ms
     return body, rename
 
 

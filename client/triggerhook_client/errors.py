@@ -1,6 +1,7 @@
 """The exceptions of :mod:`triggerhook_client`, one per kind of API error answer.
 
-The daemon answers errors as ``{"error": {"code", "message", "field"?}}``;
+The daemon answers errors as ``{"error": {"code", "message", "field"?}}``
+(``already_fired`` also with ``fired_ms``);
 :func:`error_from` turns such an answer (or any other non-success answer, such
 as a proxy's HTML page) into the matching :class:`ApiError` subclass.
 """
@@ -25,7 +26,7 @@ class ApiError(TriggerHookError):
 
     ``status``: the HTTP status, None when there was no answer (or the client
     refused the input itself); ``code``: the API's error code (``invalid``,
-    ``conflict``, ``too_late``, ``not_found``, ``not_a_series``,
+    ``conflict``, ``too_late``, ``already_fired``, ``not_found``, ``not_a_series``,
     ``unauthorized``, ``unavailable``, ...); ``field``: the offending field,
     when the API named one. Other unexpected answers (500, 405, a proxy's
     HTML page) raise this base class.
@@ -60,6 +61,24 @@ class Conflict(ApiError):
     """409 ``conflict``: a task with this id exists with different content."""
 
 
+class AlreadyFired(Conflict):
+    """409 ``already_fired``: a task of this id fired within its dedup window
+    (``dedup_window_ms``), at ``fired_ms`` (epoch ms; None if the answer did
+    not say); nothing was written. A :class:`Conflict`, so code that catches
+    conflicts catches it too."""
+
+    def __init__(
+        self,
+        status: int | None,
+        code: str,
+        message: str,
+        field: str | None = None,
+        fired_ms: int | None = None,
+    ):
+        super().__init__(status, code, message, field)
+        self.fired_ms = fired_ms
+
+
 class TooLate(ApiError):
     """409 ``too_late``: the task is being published at its old time; it can no
     longer be cancelled or moved."""
@@ -81,19 +100,30 @@ def error_from(response: httpx.Response, rename: Mapping[str, str]) -> ApiError:
     """The error an answer means; ``rename`` maps API field names to the caller's."""
     status = response.status_code
     code, message, name = f"http_{status}", f"{status} {response.reason_phrase}", None
+    fired_ms = None
     try:
         error = response.json()["error"]
         code, message = str(error["code"]), str(error["message"])
         name = error.get("field")
+        fired_ms = error.get("fired_ms")
     except (ValueError, KeyError, TypeError, AttributeError):
         pass  # not the API's error shape (a proxy's page): keep the status line
     if not isinstance(name, str):
         name = None
-    return _error_class(status, code)(status, code, message, name and rename.get(name, name))
+    field = name and rename.get(name, name)
+    kind = _error_class(status, code)
+    if kind is AlreadyFired:
+        when = fired_ms if isinstance(fired_ms, int) and not isinstance(fired_ms, bool) else None
+        return AlreadyFired(status, code, message, field, when)
+    return kind(status, code, message, field)
 
 
 # 409's codes other than conflict.
-_CONFLICTS: dict[str, type[ApiError]] = {"too_late": TooLate, "not_a_series": NotASeries}
+_CONFLICTS: dict[str, type[ApiError]] = {
+    "too_late": TooLate,
+    "not_a_series": NotASeries,
+    "already_fired": AlreadyFired,
+}
 
 
 def _error_class(status: int, code: str) -> type[ApiError]:

@@ -92,6 +92,7 @@ def schedule(
     catch_up_max: int | None = None,
     delay_s: float | None = None,
     on_conflict: str | None = None,
+    dedup_window_ms: int | None = None,
 ) -> Call[Scheduled]:
     """Store one task, due ``at``, ``at_ms`` or after ``delay_ms``
     (exactly one), or a series of them.
@@ -134,9 +135,14 @@ def schedule(
     ``"keep"`` returns ``outcome="kept"`` and the stored task's due time;
     ``"replace"`` returns ``outcome="replaced"`` (this content and due time
     replace it; a debounce: ``delay_ms`` the quiet period), or raises
-    :class:`TooLate` when it is being published. Also :class:`InvalidRequest` (``field``
-    names the argument: ``tags[1]``, ``headers.x-foo``, ``cron``),
-    :class:`Unauthorized`, :class:`Unavailable`.
+    :class:`TooLate` when it is being published.
+
+    ``dedup_window_ms`` (0 to 30 days; None: the daemon's ``dedup_window_ms``,
+    and the field is not sent, as older daemons want): once the task fired,
+    scheduling its id again within this many ms raises :class:`AlreadyFired`
+    (its ``fired_ms``: when it fired) and writes nothing. Also
+    :class:`InvalidRequest` (``field`` names the argument: ``tags[1]``,
+    ``headers.x-foo``, ``cron``), :class:`Unauthorized`, :class:`Unavailable`.
     """
     request = TaskRequest(
         id,
@@ -151,6 +157,7 @@ def schedule(
         content_encoding=content_encoding,
         headers=headers,
         late=late,
+        dedup_window_ms=dedup_window_ms,
         every=every,
         cron=cron,
         timezone=timezone,

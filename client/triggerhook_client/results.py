@@ -41,6 +41,7 @@ class TaskRequest:
     content_encoding: str | None = None
     headers: Mapping[str, HeaderValue] | None = None
     late: Late | None = None
+    dedup_window_ms: int | None = None  # once fired, its id is refused this long (None: daemon's)
     every: str | None = None  # a series: an ISO 8601 duration (PT15M, P1D)
     cron: str | None = None  # a series: 5 cron fields, in ``timezone``
     timezone: str | None = None  # an IANA name, for cron (default UTC)
@@ -80,7 +81,8 @@ class TaskSummary:
     The metadata is what the task was scheduled with: ``tags`` (sorted, a
     set), the event's ``content_type``, ``content_encoding`` and ``headers``,
     and ``late`` (None: the daemon's ``late_policy``; a deadline is shown as
-    ``{"deadline_ms": N}``). Passing them back to ``schedule`` makes the same task.
+    ``{"deadline_ms": N}``), ``dedup_window_ms`` (None: none). Passing them
+    back to ``schedule`` makes the same task.
 
     A series shows its schedule — ``every`` (normalized: ``PT15M``, ``P1D``)
     or ``cron`` and ``timezone`` (and its daylight-saving policy, when given:
@@ -107,6 +109,7 @@ class TaskSummary:
     # Left out of the hash (a dict has none); still compared.
     headers: dict[str, HeaderValue] = field(default_factory=dict, hash=False)
     late: Late | None = field(default=None, hash=False)
+    dedup_window_ms: int | None = None
     every: str | None = None
     cron: str | None = None
     timezone: str | None = None

@@ -26,6 +26,7 @@ from support.stores import SHARD_COUNT, in_shard, mysql_backend, outcomes, pymys
 from support.waiting import wait_for
 
 from triggerhook.domain.arming import BOTTOM, TOP_ID, ShardMarks, shard_of
+from triggerhook.domain.meta import make_meta
 from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, Task
 from triggerhook.interfaces import DeferOutcome, Deferral, Lease, Move, NewRow
 from triggerhook.store.mysql import MySQLStore, arm_reads, sql
@@ -513,3 +514,65 @@ def test_the_arming_reads_are_index_ranges_without_a_sort(store: MySQLStore, db:
     [earliest] = _explain(db, sql.EARLIEST_DUE, ())
     assert "Select tables optimized away" in (earliest["Extra"] or "")  # the index's first entry
     assert store.earliest_due_ms() == now
+
+
+# -- the dedup window's fast-path flag (docs/design/flow-control.md, section 2) ------------------
+
+
+def test_the_fast_insert_runs_only_while_no_window_was_written(
+    pymysql_store: MySQLStore, db: Any, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = pymysql_store
+    now = clock(store)
+    store.insert([NewRow(Task("p0", now + 60_000, "rk", b"1"))], atomic=False)  # warm
+    trips = _Trips(monkeypatch)
+    plain = [NewRow(Task("p1", now + 60_000, "rk", b"1"))]
+    assert trips.during(lambda: store.insert(plain, atomic=False)) == ["INSERT"]  # fast
+    assert query(db, "SELECT value FROM th_meta WHERE name = 'dedup_windows'") == [("0",)]
+    windowed = Task("w1", now + 60_000, "rk", b"1", meta=make_meta(dedup_window_ms=1000))
+    store.insert([NewRow(windowed)], atomic=False)
+    assert query(db, "SELECT value FROM th_meta WHERE name = 'dedup_windows'") == [("1",)]
+    # A store that has not seen the flag tries the fast statement once: it
+    # inserts nothing, and the locked path writes the row.
+    other = pymysql_backend(database_url).store
+    try:
+        row = NewRow(Task("p2", now + 60_000, "rk", b"1"))
+        assert outcomes(other.insert([row], atomic=False)) == [InsertOutcome.CREATED]
+        assert (
+            trips.during(lambda: other.insert([NewRow(Task("p3", now, "rk"))], atomic=False))[0]
+            != "INSERT"
+        )  # no fast attempt any more
+    finally:
+        other.close()
+
+
+def test_setting_the_flag_waits_for_a_fast_insert_holding_it(
+    pymysql_store: MySQLStore, database_url: str
+) -> None:
+    """A fast statement reads the flag row in share mode: the windowed
+    insert that sets it waits until that statement ended, so no fast insert
+    can land after a windowed task's record exists."""
+    store = pymysql_store
+    now = clock(store)
+    holder = pymysql.connect(**{**connect_kwargs(database_url), "autocommit": False})
+    done = threading.Event()
+    try:
+        with holder.cursor() as cur:  # what the fast statement holds while it runs
+            cur.execute("SELECT value FROM th_meta WHERE name = 'dedup_windows' LOCK IN SHARE MODE")
+        windowed = Task("w1", now + 60_000, "rk", b"1", meta=make_meta(dedup_window_ms=1000))
+        writer = threading.Thread(
+            target=lambda: (store.insert([NewRow(windowed)], atomic=False), done.set())
+        )
+        writer.start()
+        setting = (
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+            " WHERE info LIKE 'UPDATE th_meta SET value = %%'"
+        )
+        with holder.cursor() as cur:  # the writer's statement runs, held by the lock
+            wait_for(lambda: cur.execute(setting) and cur.fetchone()[0] == 1, 30)
+        assert not done.is_set(), "the flag was set while a fast statement held it"
+        holder.commit()  # the fast statement ends
+        assert done.wait(30)
+        writer.join(30)
+    finally:
+        holder.close()

@@ -237,6 +237,7 @@ def test_db_init_creates_the_database_and_is_idempotent(mysql_url: str) -> None:
             with conn.cursor() as cur:
                 cur.execute("SELECT name, value FROM th_meta ORDER BY name")
                 assert list(cur.fetchall()) == [
+                    ("dedup_windows", "0"),  # no task with a dedup window yet
                     ("schema_version", str(SCHEMA_VERSION)),
                     ("shard_count", "8"),
                 ]

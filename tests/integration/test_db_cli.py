@@ -24,10 +24,27 @@ from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
 from triggerhook.store.mysql.schema import init_schema
+from triggerhook.store.mysql.sql import SCHEMA_VERSION
 
 EXIT_OK, EXIT_BEHIND, EXIT_USAGE = 0, 1, 2
 SHARDS = 64
-TABLES = ("th_tasks", "th_task_tags", "th_shards", "th_members", "th_meta", "alembic_version")
+TABLES = (
+    "th_tasks",
+    "th_task_tags",
+    "th_shards",
+    "th_members",
+    "th_meta",
+    "th_fired",
+    "th_outbox",
+    "alembic_version",
+)
+HEAD, HEAD_REV, PREV_REV = SCHEMA_VERSION, f"{SCHEMA_VERSION:04d}", f"{SCHEMA_VERSION - 1:04d}"
+
+
+def meta_rows(shard_count: str) -> list[tuple[str, str]]:
+    """th_meta as `db init` (or an upgrade to head) leaves it, by name."""
+    return [("dedup_windows", "0"), ("schema_version", str(HEAD)), ("shard_count", shard_count)]
+
 
 _V1_SCHEMA = old_schema(1)  # release 1's schema.sql, in its last form
 _V1_ROWS = (
@@ -75,12 +92,12 @@ def _query(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]
         conn.close()
 
 
-def _execute(url: str, *statements: str) -> None:
+def _execute(url: str, *statements: str, params: tuple[Any, ...] | None = None) -> None:
     conn = connect(url)
     try:
         with conn.cursor() as cur:
             for statement in statements:
-                cur.execute(statement)
+                cur.execute(statement, params)
     finally:
         conn.close()
 
@@ -162,15 +179,17 @@ def test_a_new_database_created_by_init_then_at_head(new_url: str) -> None:
     for _ in range(2):  # idempotent
         result = _cli(new_url, "db", "init", shard_count=8)
         assert result.returncode == EXIT_OK, _out(result)
-        assert result.stdout == "schema version 4 ready\n"
+        assert result.stdout == f"schema version {HEAD} ready\n"
         assert "Traceback" not in result.stderr
         assert _status(new_url) == (
             EXIT_OK,
-            f"database {name!r}: schema version 4 (revision 0004), at head",
+            f"database {name!r}: schema version {HEAD} (revision {HEAD_REV}), at head",
         )
-        assert _records(new_url) == ([("0004",)], [("schema_version", "4"), ("shard_count", "8")])
+        assert _records(new_url) == ([(HEAD_REV,)], meta_rows("8"))
     result = _cli(new_url, "db", "upgrade")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
+    assert (result.returncode, result.stdout) == (EXIT_OK, f"schema version {HEAD} ready\n"), _out(
+        result
+    )
     assert "applied" not in result.stderr and "recorded" not in result.stderr
     assert _query(new_url, "SELECT COUNT(*) FROM th_shards") == [(8,)]
 
@@ -194,29 +213,29 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
     name = v1_url.rsplit("/", 1)[1]
     assert _status(v1_url) == (
         EXIT_BEHIND,
-        f"database {name!r}: schema version 1 (revision none), behind head 0004 (schema "
-        "version 4): run `triggerhook db upgrade` with every instance stopped",
+        f"database {name!r}: schema version 1 (revision none), behind head {HEAD_REV} (schema "
+        f"version {HEAD}): run `triggerhook db upgrade` with every instance stopped",
     )
     result = _cli(v1_url, "db", "upgrade")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
+    assert (result.returncode, result.stdout) == (EXIT_OK, f"schema version {HEAD} ready\n"), _out(
+        result
+    )
     said = (
         "revision 0001 recorded (stamp)",
         "revision 0002 applied",
         "revision 0003 applied",
         "revision 0004 applied",
+        "revision 0005 applied",
     )
     for line in said:
         assert line in result.stderr, result.stderr
     where = [result.stderr.index(line) for line in said]
-    assert where == sorted(where), result.stderr  # in order: 0004 after 0003
+    assert where == sorted(where), result.stderr  # in order: 0004 after 0003, and on
     assert _status(v1_url) == (
         EXIT_OK,
-        f"database {name!r}: schema version 4 (revision 0004), at head",
+        f"database {name!r}: schema version {HEAD} (revision {HEAD_REV}), at head",
     )
-    assert _records(v1_url) == (
-        [("0004",)],
-        [("schema_version", "4"), ("shard_count", str(SHARDS))],
-    )
+    assert _records(v1_url) == ([(HEAD_REV,)], meta_rows(str(SHARDS)))
 
     # The tasks are all there, sharded; the one version 1 had armed stays armed (gen 0).
     rows = _query(
@@ -243,11 +262,13 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
 
 def test_init_upgrades_an_old_database_too(v1_url: str) -> None:
     result = _cli(v1_url, "db", "init")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
+    assert (result.returncode, result.stdout) == (EXIT_OK, f"schema version {HEAD} ready\n"), _out(
+        result
+    )
     assert "revision 0003 applied" in result.stderr
     assert "revision 0004 applied" in result.stderr
     assert result.stderr.index("revision 0003") < result.stderr.index("revision 0004")
-    assert _records(v1_url)[0] == [("0004",)]
+    assert _records(v1_url)[0] == [(HEAD_REV,)]
 
 
 def test_a_current_database_made_before_alembic_is_recorded(database_url: str) -> None:
@@ -256,39 +277,46 @@ def test_a_current_database_made_before_alembic_is_recorded(database_url: str) -
     name = database_url.rsplit("/", 1)[1]
     assert _status(database_url) == (
         EXIT_OK,
-        f"database {name!r}: schema version 4 (revision none), at head; "
+        f"database {name!r}: schema version {HEAD} (revision none), at head; "
         "`triggerhook db upgrade` records it",
     )
     result = _cli(database_url, "db", "upgrade")
     assert result.returncode == EXIT_OK, _out(result)
-    assert "revision 0004 recorded (stamp)" in result.stderr
+    assert f"revision {HEAD_REV} recorded (stamp)" in result.stderr
     assert "applied" not in result.stderr
-    assert _records(database_url)[0] == [("0004",)]
+    assert _records(database_url)[0] == [(HEAD_REV,)]
 
 
 def test_the_schema_version_wins_over_alembic_version(database_url: str) -> None:
-    """An upgrade stopped after to_v4 wrote version 4, before Alembic recorded 0004."""
+    """An upgrade stopped after the last migration wrote its version, before
+    Alembic recorded its revision."""
     init_schema(database_url)
-    _execute(database_url, "UPDATE alembic_version SET version_num = '0003'")
+    _execute(database_url, "UPDATE alembic_version SET version_num = %s", params=(PREV_REV,))
     result = _cli(database_url, "db", "upgrade")
     assert result.returncode == EXIT_OK, _out(result)
-    assert "alembic_version says 0003, th_meta.schema_version 4: recording 0004" in result.stderr
-    assert "applied" not in result.stderr  # 0004 is not run again
-    assert _records(database_url)[0] == [("0004",)]
+    said = f"alembic_version says {PREV_REV}, th_meta.schema_version {HEAD}: recording {HEAD_REV}"
+    assert said in result.stderr
+    assert "applied" not in result.stderr  # the head's migration is not run again
+    assert _records(database_url)[0] == [(HEAD_REV,)]
 
 
 def test_a_database_newer_than_this_release_is_refused(database_url: str) -> None:
     init_schema(database_url)
-    _execute(database_url, "UPDATE th_meta SET value = '5' WHERE name = 'schema_version'")
+    newer = HEAD + 1
+    _execute(
+        database_url,
+        "UPDATE th_meta SET value = %s WHERE name = 'schema_version'",
+        params=(str(newer),),
+    )
     before = _records(database_url)
     code, said = _status(database_url)
     assert code == EXIT_USAGE
-    assert "schema version 5 (revision 0004), newer than this release's 4" in said
+    assert f"schema version {newer} (revision {HEAD_REV}), newer than this release's {HEAD}" in said
     for command in ("upgrade", "init"):
         _refused(
             _cli(database_url, "db", command, log_level="WARNING"),
             EXIT_USAGE,
-            "schema version 5, newer than this release's 4",
+            f"schema version {newer}, newer than this release's {HEAD}",
         )
     assert _records(database_url) == before
 
@@ -300,7 +328,7 @@ def test_a_daemon_refuses_a_database_behind_head(
     assert daemon.wait_exit(30) == EXIT_USAGE
     output = "\n".join(daemon.lines)
     assert "Traceback" not in output, output
-    assert "has schema version 1, expected 4" in output, output
+    assert f"has schema version 1, expected {HEAD}" in output, output
     assert "stop every instance, then run `triggerhook db upgrade`" in output, output
     assert _query(v1_url, "SELECT value FROM th_meta WHERE name = 'schema_version'") == [("1",)]
 

@@ -25,6 +25,7 @@ from triggerhook.domain.arming import shard_of
 from triggerhook.domain.spec import TaskSpec
 from triggerhook.errors import SchemaError
 from triggerhook.store.mysql import MySQLStore, init_schema
+from triggerhook.store.mysql.sql import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -278,14 +279,14 @@ def test_a_version_1_database_is_upgraded_with_nothing_lost(
     rows.execute("INSERT INTO th_tasks (id, due_ms, payload, rev) VALUES ('old', 42, 'x', 7)")
     store = MySQLStore(database_url, "rk")
     try:
-        with pytest.raises(SchemaError, match="schema version 1, expected 4"):
+        with pytest.raises(SchemaError, match=f"schema version 1, expected {SCHEMA_VERSION}"):
             store.check_schema()
     finally:
         store.close()
 
     # 1 -> 2 (attempts) -> 3 (shards; see tests/integration/test_upgrade_v3.py) -> 4 (metadata).
-    assert init_schema(database_url) == 4
-    assert init_schema(database_url) == 4  # idempotent
+    assert init_schema(database_url) == SCHEMA_VERSION
+    assert init_schema(database_url) == SCHEMA_VERSION  # idempotent
 
     row = rows.row("old")
     assert row is not None and (row.due_ms, row.payload, row.attempts) == (42, b"x", 0)

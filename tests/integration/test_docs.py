@@ -119,6 +119,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
     "`body` are the caller's; `user_id` needs a RabbitMQ user `billing`): "
     "tests/integration/test_command_auth.py sends both kinds of command",
     ("docs/api.md", "pip install"): _REINSTALL,
+    ("docs/api.md", "curl -i -X POST localhost:8080/v1/tasks"): "the create of an id that "
+    "fired within its dedup window: it needs the first one to have fired (a queue bound to "
+    "its routing key, and a wait); tests/integration/test_dedup_window.py makes both creates "
+    "against a daemon and checks the 409 already_fired answer and its fired_ms",
     ("client/README.md", "pip install"): _REINSTALL,
     ("docs/dev.md", "pip install ./client ."): _REINSTALL_DEV,
 }

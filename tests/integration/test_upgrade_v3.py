@@ -1,12 +1,13 @@
 """The upgrade of a version 2 database (claims per row) to version 3 (shards),
 store/mysql/migrations.py, on a real table of 100,000 pending tasks: some claimed
 by an instance (lease in the future), some armed, some waiting for the retry
-of an undelivered event. ``init_schema`` takes it on to the head, version 4
-(task metadata and listing keys, on top of version 3's shards: every row kept
-without metadata). After it, the store API alone must hand out every task
-exactly once: the v2-armed ones as inherited by the first owner (fired again,
-once), every other one by arming; cancel of a v2-armed task is too late, of
-any other it works. And an upgrade interrupted halfway through to_v3 resumes.
+of an undelivered event. ``init_schema`` takes it on to the head (version
+4's task metadata and listing keys, on top of version 3's shards: every row
+kept without metadata; version 5's tables for the dedup window and the
+outbox). After it, the store API alone must hand out every task exactly once:
+the v2-armed ones as inherited by the first owner (fired again, once), every
+other one by arming; cancel of a v2-armed task is too late, of any other it
+works. And an upgrade interrupted halfway through to_v3 resumes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from triggerhook.domain.arming import BOTTOM, shard_of
 from triggerhook.domain.task import CancelResult, Task
 from triggerhook.interfaces import Acquired, Lease
 from triggerhook.store.mysql import MySQLStore, init_schema
+from triggerhook.store.mysql.sql import SCHEMA_VERSION
 
 ME = "upgrader"
 LEASE = 60_000
@@ -123,8 +125,8 @@ def test_a_version_2_database_upgrades_and_every_task_comes_out_once(
     _build_v2(database_url, count, now)
     kinds = {f"task-{n:06d}": _kind(n) for n in range(count)}
 
-    assert init_schema(database_url) == 4
-    assert init_schema(database_url, shard_count=8) == 4  # idempotent; keeps its 64
+    assert init_schema(database_url) == SCHEMA_VERSION
+    assert init_schema(database_url, shard_count=8) == SCHEMA_VERSION  # idempotent; keeps its 64
     assert store.shard_count() == SHARDS
     store.check_schema()
     columns = {r[0] for r in _query(database_url, "SHOW COLUMNS FROM th_tasks")}
@@ -199,7 +201,7 @@ def test_an_interrupted_upgrade_resumes(database_url: str, store: MySQLStore) ->
             cur.execute("UPDATE th_tasks SET shard = 99 WHERE id < 'task-000500'")
     finally:
         conn.close()
-    assert init_schema(database_url, shard_count=16) == 4
+    assert init_schema(database_url, shard_count=16) == SCHEMA_VERSION
     [(wrong,)] = _query(
         database_url, "SELECT COUNT(*) FROM th_tasks WHERE shard <> CRC32(id) MOD 16"
     )

@@ -1,11 +1,12 @@
 """The upgrade of a version 3 database (shards) to version 4 (task metadata and
-listing: ``th_tasks.meta``, ``th_task_tags``, the listing keys), with
+listing: ``th_tasks.meta``, ``th_task_tags``, the listing keys), and on to the
+head (5: the dedup window's ``th_fired``, the outbox's ``th_outbox``), with
 ``triggerhook db upgrade`` as a user runs it, on the real MariaDB.
 
 The version 3 database is built as release 3's ``db init`` made it: its
 schema.sql (the form before commit 67bdedb), the shard rows and count, and
 Alembic's record at 0003. After the upgrade it has the tables, columns and keys
-a new database of version 4 has; every row is kept, without metadata, and
+a new database of the head version has; every row is kept, without metadata, and
 listed in due order; a second upgrade changes nothing; and an upgrade that
 stopped after to_v4's ALTER (before it wrote version 4) resumes.
 """
@@ -29,8 +30,10 @@ from triggerhook.domain.task import TaskState
 from triggerhook.store.mysql import MySQLStore
 from triggerhook.store.mysql import alembic as revisions
 from triggerhook.store.mysql.schema import schema_status
+from triggerhook.store.mysql.sql import SCHEMA_VERSION
 
 EXIT_OK, EXIT_BEHIND = 0, 1
+HEAD, HEAD_REVISION = SCHEMA_VERSION, f"{SCHEMA_VERSION:04d}"
 SHARDS = 64
 DEFAULT_RK = "default.rk"
 
@@ -259,7 +262,7 @@ def v3_url(mysql_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def fresh_shape(mysql_url: str) -> Iterator[dict[str, Any]]:
-    """The shape of a database `db init` of this release makes (version 4)."""
+    """The shape of a database `db init` of this release makes (the head version)."""
     name = unique_name("th_test_v4_")
     url = f"{mysql_url}/{name}"
     try:
@@ -287,18 +290,31 @@ def store_of() -> Iterator[Any]:
 
 def _upgrade(url: str) -> subprocess.CompletedProcess[str]:
     result = _cli(url, "db", "upgrade")
-    assert (result.returncode, result.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(result)
+    assert (result.returncode, result.stdout) == (EXIT_OK, f"schema version {HEAD} ready\n"), _out(
+        result
+    )
     assert "Traceback" not in _out(result)
     return result
 
 
 def _check_v4(url: str, fresh: dict[str, Any], rows_before: list[tuple[Any, ...]]) -> None:
-    """``url`` is at version 4, shaped as a new database, with its v3 rows kept."""
+    """``url`` is at the head version (version 4's changes and 5's),
+    shaped as a new database, with its v3 rows kept."""
     name = url.rsplit("/", 1)[1]
     status = schema_status(url)  # what `db status` prints (the CLI's is run once, below)
-    assert (status.state, status.version, status.revision) == ("current", 4, "0004")
-    assert status.describe() == f"database {name!r}: schema version 4 (revision 0004), at head"
-    assert _records(url) == ([("0004",)], [("schema_version", "4"), ("shard_count", str(SHARDS))])
+    assert (status.state, status.version, status.revision) == ("current", HEAD, HEAD_REVISION)
+    assert status.describe() == (
+        f"database {name!r}: schema version {HEAD} (revision {HEAD_REVISION}), at head"
+    )
+    assert _records(url) == (
+        [(HEAD_REVISION,)],
+        [("dedup_windows", "0"), ("schema_version", str(HEAD)), ("shard_count", str(SHARDS))],
+    )
+    assert _keys(url, "th_fired") == {  # version 5
+        "PRIMARY": ["id"],
+        "th_fired_expiry": ["shard", "expires_ms"],
+    }
+    assert _keys(url, "th_outbox") == {"PRIMARY": ["seq"]}  # version 5
     columns = [r[0] for r in _query(url, "SHOW COLUMNS FROM th_tasks")]
     assert "meta" in columns
     assert columns.index("meta") == columns.index("payload") + 1
@@ -345,18 +361,19 @@ def test_a_version_3_database_upgrades_to_version_4(
     name = v3_url.rsplit("/", 1)[1]
     assert _status(v3_url) == (
         EXIT_BEHIND,
-        f"database {name!r}: schema version 3 (revision 0003), behind head 0004 (schema "
-        "version 4): run `triggerhook db upgrade` with every instance stopped",
+        f"database {name!r}: schema version 3 (revision 0003), behind head {HEAD_REVISION} "
+        f"(schema version {HEAD}): run `triggerhook db upgrade` with every instance stopped",
     )
     rows_before = _query(v3_url, _V3_ROWS)
     assert len(rows_before) == COUNT
 
     result = _upgrade(v3_url)
     assert "revision 0004 applied" in result.stderr, result.stderr
+    assert "revision 0005 applied" in result.stderr, result.stderr
     assert "revision 0003" not in result.stderr, result.stderr  # recorded already
     assert _status(v3_url) == (
         EXIT_OK,
-        f"database {name!r}: schema version 4 (revision 0004), at head",
+        f"database {name!r}: schema version {HEAD} (revision {HEAD_REVISION}), at head",
     )
     _check_v4(v3_url, fresh_shape, rows_before)
 
@@ -416,7 +433,7 @@ def test_a_second_upgrade_changes_nothing(v3_url: str, fresh_shape: dict[str, An
     _check_v4(v3_url, fresh_shape, rows_before)
     # init runs the same way on it.
     init = _cli(v3_url, "db", "init")
-    assert (init.returncode, init.stdout) == (EXIT_OK, "schema version 4 ready\n"), _out(init)
+    assert (init.returncode, init.stdout) == (EXIT_OK, f"schema version {HEAD} ready\n"), _out(init)
     assert "applied" not in init.stderr and "recorded" not in init.stderr, init.stderr
     _check_v4(v3_url, fresh_shape, rows_before)
 

@@ -8,7 +8,8 @@ answered EXISTS); what took effect is what the oracle judges.
 
 Ids are grouped by prefix (``g0.`` … ``g3.``) for bulk cancels; once an id's
 row is gone, a client may create it again (a new incarnation, as an HTTP
-client may: a fired id can be created again at once).
+client may: a fired id can be created again at once, unless it had a dedup
+window: some tasks have one, and their ids are the ones created again most).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _CRON = (
     "0 2 * * *",
 )
 _ZONES = ("UTC", "Europe/Berlin", "America/New_York")
+_WINDOWS_MS = (300, 1500, 5000)  # dedup windows: shorter and longer than a retry
 
 
 class Clients:
@@ -105,6 +107,8 @@ class Clients:
     def _create(self, via: SimInstance, now_ms: float) -> None:
         delay_ms = self._rng.randint(-1000, self._world.config.max_delay_ms)
         spec = TaskSpec(id=self._new_id("t"), at_ms=int(now_ms) + delay_ms, payload=b"x")
+        if self._rng.random() < 0.3:
+            spec = dataclasses.replace(spec, dedup_window_ms=self._rng.choice(_WINDOWS_MS))
         self._insert(via, resolve(spec, now_ms, _RULES))
 
     def _backlog_to_create(self, via: SimInstance, now_ms: float) -> bool:
@@ -162,6 +166,8 @@ class Clients:
         task_id = self._rng.choice(gone)
         delay_ms = self._rng.randint(0, self._world.config.max_delay_ms)
         spec = TaskSpec(id=task_id, at_ms=int(now_ms) + delay_ms, payload=b"again")
+        if self._rng.random() < 0.5:
+            spec = dataclasses.replace(spec, dedup_window_ms=self._rng.choice(_WINDOWS_MS))
         self._insert(via, resolve(spec, now_ms, _RULES))
 
     def _upsert(self, via: SimInstance, now_ms: float) -> None:

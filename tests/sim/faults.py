@@ -48,6 +48,7 @@ from triggerhook.interfaces import (
     Moved,
     NameHolder,
     NewRow,
+    OutboxMoved,
     TaskStore,
 )
 
@@ -105,6 +106,9 @@ WRITES = frozenset(
         "insert",
         "arm",
         "delete_fired",
+        "delete_recorded",
+        "sweep_fired",
+        "move_outbox",
         "advance",
         "defer",
         "cancel",
@@ -209,8 +213,19 @@ class FaultyStore:
     def shard_count(self) -> int:
         return self._inner.shard_count()
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
-        return self._call("insert", (rows, atomic), lambda: self._inner.insert(rows, atomic))
+    def insert(
+        self,
+        rows: Sequence[NewRow],
+        atomic: bool,
+        now_ms: float | None = None,
+        *,
+        fired_ok: bool = False,
+    ) -> list[Inserted]:
+        return self._call(
+            "insert",
+            (rows, atomic, now_ms),
+            lambda: self._inner.insert(rows, atomic, now_ms, fired_ok=fired_ok),
+        )
 
     def arm(
         self,
@@ -236,6 +251,24 @@ class FaultyStore:
 
     def advance(self, fired: Sequence[Task], now_ms: float) -> int:
         return self._call("advance", (fired, now_ms), lambda: self._inner.advance(fired, now_ms))
+
+    def delete_recorded(self, fired: Sequence[Task], now_ms: float) -> int:
+        return self._call(
+            "delete_recorded", (fired, now_ms), lambda: self._inner.delete_recorded(fired, now_ms)
+        )
+
+    def move_outbox(self, limit: int, now_ms: float) -> OutboxMoved:
+        return self._call(
+            "move_outbox", (limit, now_ms), lambda: self._inner.move_outbox(limit, now_ms)
+        )
+
+    def outbox_waiting(self) -> tuple[int | None, int]:
+        return self._call("outbox_waiting", (), self._inner.outbox_waiting)
+
+    def sweep_fired(self, shards: Sequence[int], now_ms: float, limit: int) -> int:
+        return self._call(
+            "sweep_fired", (shards, now_ms), lambda: self._inner.sweep_fired(shards, now_ms, limit)
+        )
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
         return self._call(

@@ -33,6 +33,11 @@ invariants of ``docs/design/ownership.md``:
   after the time it was asked to start; the store's advance writes a later
   time, one occurrence up; a resume, the occurrence it paused at, or by its
   catch-up policy the first after the resume (``skip``, ``all``);
+* **a dedup window** (flow-control.md section 2): an id deleted after its
+  confirm with a window leaves a record (R5d, fired at the deleting call's
+  ``now_ms``); no create of the id takes effect before the record expires
+  by the creating call's ``now_ms``, unless a sweep (by its own clock)
+  deleted the record as expired first;
 * **one owner per shard per epoch** (I3);
 * **nothing lost** (I4, at the end): after the faults stop, every task fires
   within ``bound_ms`` of its due time (or of the faults' end), and no row is
@@ -85,6 +90,8 @@ class Oracle:
         self.faults_end_ms: float | None = None
         self.delivered_count = 0
         self.first_lateness_ms: list[float] = []  # after the faults: publish - due, first events
+        self.fired_records: dict[str, tuple[int, int]] = {}  # id -> (fired_ms, expires_ms), R5d
+        self.window_of: dict[str, int] = {}  # id -> its incarnation's dedup window (ms)
 
     # -- what the clients asked -------------------------------------------------------
 
@@ -295,10 +302,14 @@ def _insert(
     # A row the batch created and then replaced appears once, as the last one.
     appeared = {t for t in last if t not in b}
     nothing_else("insert", d, (appeared, set(), set(last) - appeared))
+    now_ms = args[2] if len(args) > 2 else None
+    for task_id in sorted(appeared):
+        _created_outside_window(o, task_id, now_ms)
     for task_id, (row, outcome) in sorted(last.items()):
         new = a.get(task_id)
         if new is None or new.rev != row.rev or new.due_ms != row.task.due_ms:
             raise Violation(f"insert answered {outcome} for {task_id} but wrote {new}")
+        o.window_of[task_id] = row.task.meta.dedup_window_ms
         if task_id in appeared:
             o._created(task_id, new, row.task.payload)
         elif outcome is InsertOutcome.REPLACED:
@@ -308,6 +319,21 @@ def _insert(
             raise Violation(
                 f"insert answered CREATED for {task_id}, which was stored: {b[task_id]}"
             )
+
+
+def _created_outside_window(o: Oracle, task_id: str, now_ms: object) -> None:
+    """An id created again: not before its fired record expired (R6's check
+    after its insert, against R5d's record)."""
+    record = o.fired_records.get(task_id)
+    if record is None:
+        return
+    fired_ms, expires_ms = record
+    if not isinstance(now_ms, int | float) or now_ms < expires_ms:
+        raise Violation(
+            f"{task_id} created again at {now_ms} within its dedup window: it fired at"
+            f" {fired_ms}, its record expires at {expires_ms}"
+        )
+    del o.fired_records[task_id]
 
 
 def _cancel(
@@ -384,8 +410,15 @@ def _defer(
 
 
 def _delete(
-    o: Oracle, args: tuple[object, ...], result: object, b: Table, a: Table, d: Diff
+    o: Oracle,
+    args: tuple[object, ...],
+    result: object,
+    b: Table,
+    a: Table,
+    d: Diff,
+    recorded: bool = False,
 ) -> None:
+    """R5 (``recorded``: R5d's delete, which writes the records)."""
     fired: Sequence[tuple[str, int]] = args[0]  # type: ignore[assignment]
     asked = {(t, r) for t, r in fired}
     nothing_else("delete_fired", d, (set(), {t for t, _ in asked}, set()))
@@ -396,6 +429,34 @@ def _delete(
         if key not in o.confirmed:
             raise Violation(f"{task_id} rev {key[1]} deleted, but no event of it was confirmed")
         o._died(task_id, b[task_id], "delete")
+        if o.window_of.pop(task_id, 0) and not recorded:
+            raise Violation(
+                f"{task_id} rev {key[1]} has a dedup window, deleted without its record"
+            )
+
+
+def _delete_recorded(
+    o: Oracle, args: tuple[object, ...], result: object, b: Table, a: Table, d: Diff
+) -> None:
+    """R5d: R5's delete, and a record for each row deleted."""
+    fired: Sequence[Task] = args[0]  # type: ignore[assignment]
+    now_ms: float = args[1]  # type: ignore[assignment]
+    _delete(o, ([(t.id, t.rev) for t in fired],), result, b, a, d, recorded=True)
+    windows = {(t.id, t.rev): t.meta.dedup_window_ms for t in fired}
+    for task_id in d[1]:
+        window_ms = windows[(task_id, b[task_id].rev)]
+        if window_ms:
+            o.fired_records[task_id] = (int(now_ms), int(now_ms) + window_ms)
+
+
+def _sweep(
+    o: Oracle, args: tuple[object, ...], result: object, b: Table, a: Table, d: Diff
+) -> None:
+    """The records that expired by the sweeping call's clock may be gone
+    (of its shards; the oracle forgets every such one: a laxer check)."""
+    nothing_else("sweep_fired", d, (set(), set(), set()))
+    now_ms: float = args[1]  # type: ignore[assignment]
+    o.fired_records = {t: r for t, r in o.fired_records.items() if r[1] > now_ms}
 
 
 def _advance(
@@ -456,6 +517,8 @@ _EXPLAIN: dict[str, Callable[[Oracle, tuple[object, ...], object, Table, Table, 
     "reschedule": _reschedule,
     "defer": _defer,
     "delete_fired": _delete,
+    "delete_recorded": _delete_recorded,
+    "sweep_fired": _sweep,
     "advance": _advance,
     "pause": explain_pause,
     "resume": explain_resume,

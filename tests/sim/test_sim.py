@@ -19,8 +19,9 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,7 @@ from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.interfaces import Lease, NewRow, new_rev
 from triggerhook.store import kernel, rows, series_rows
+from triggerhook.store.kernel import StoreKernel
 from triggerhook.store.rows import ShardRow, TaskRow, conflict_outcome
 from triggerhook.store.sqlite.tables import SQLiteTables
 from triggerhook.store.tables import RowMove
@@ -306,3 +308,40 @@ def test_it_finds_a_resume_that_skips_the_occurrence_missed(mutate: Callable[...
 def test_a_step_back_of_the_database_clock_fires_nothing_early() -> None:
     config = SimConfig(clock_steps_back=True, clock_step_chance=0.002)
     assert _found(range(1, 21), config) is None
+
+
+def test_it_finds_a_create_blind_to_the_fired_records(mutate: Callable[..., None]) -> None:
+    """R6's check after its insert undone: an id that fired within its dedup
+    window is created again."""
+
+    def blind(tx: object, inserted: object, now_ms: float) -> dict[str, int]:
+        return {}
+
+    mutate(StoreKernel, "_fired_within", staticmethod(blind))
+    _finds("within its dedup window", range(1, 41))
+
+
+def test_it_finds_a_confirm_that_leaves_no_record(mutate: Callable[..., None]) -> None:
+    """R5d without its record: the row deleted, the id open again at once."""
+    rows_of = rows.fired_rows  # as the kernel imported it
+
+    def unrecorded(*args: Any) -> tuple[list[str], list[Any]]:
+        gone, _records = rows_of(*args)
+        return gone, []
+
+    mutate(kernel, "fired_rows", unrecorded)
+    _finds("within its dedup window", range(1, 41))
+
+
+def test_it_finds_a_confirm_that_forgets_the_window(mutate: Callable[..., None]) -> None:
+    """The confirmer sends a task with a window to the plain delete (R5):
+    its id could be created again at once."""
+    confirmed = Confirmer.confirmed
+
+    def plain(self: Confirmer, tasks: Sequence[Task]) -> None:
+        confirmed(
+            self, [t.replace(meta=dataclasses.replace(t.meta, dedup_window_ms=0)) for t in tasks]
+        )
+
+    mutate(Confirmer, "confirmed", plain)
+    _finds("deleted without its record", range(1, 41))

@@ -274,11 +274,18 @@ class FakeStore(SQLiteStore):
     # -- TaskStore: each call may fail first, and some are recorded -----------------
     # (self._lock is re-entrant: it is the store's own, held for each transaction)
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
+    def insert(
+        self,
+        rows: Sequence[NewRow],
+        atomic: bool,
+        now_ms: float | None = None,
+        *,
+        fired_ok: bool = False,
+    ) -> list[Inserted]:
         with self._lock:
             self._maybe_fail("insert")
             self.insert_calls.append(list(rows))
-            return super().insert(rows, atomic)
+            return super().insert(rows, atomic, now_ms, fired_ok=fired_ok)
 
     def arm(
         self,

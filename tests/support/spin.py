@@ -1,5 +1,7 @@
-"""Spin runs of the ownership protocol's model (models/ownership.pml) for
-the tests in tests/model: generate, compile and run the verifier."""
+"""Spin runs of the project's Promela models for the tests in tests/model:
+generate, compile and run the verifier. The ownership protocol's model
+(models/ownership.pml) is the default; the outbox's (models/outbox.pml) is
+given as ``model=OUTBOX``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "ownership.pml"
+OUTBOX = MODEL.with_name("outbox.pml")
 DEPTH_LIMIT = 1_000_000
 TIMEOUT_S = 1200  # the longest search (I4 with R8p) took 11 minutes on a loaded 2-core machine
 
@@ -22,12 +25,14 @@ class Verdict:
     output: str
 
 
-def check(tmp_path: Path, *, liveness: bool, defines: tuple[str, ...] = ()) -> Verdict:
-    """Generate, compile and run the verifier for ``MODEL`` with ``defines``."""
+def check(
+    tmp_path: Path, *, liveness: bool, defines: tuple[str, ...] = (), model: Path = MODEL
+) -> Verdict:
+    """Generate, compile and run the verifier for ``model`` (``MODEL`` unless
+    given) with ``defines``."""
     for tool in ("spin", "gcc"):
         assert shutil.which(tool), f"{tool} is missing: scripts/test installs it"
-    model = tmp_path / MODEL.name
-    shutil.copy(MODEL, model)
+    shutil.copy(model, tmp_path / model.name)
 
     def run(*command: str) -> str:
         done = subprocess.run(

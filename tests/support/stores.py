@@ -13,10 +13,13 @@ to :data:`DEFAULT_ROUTING_KEY`.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from support.mysql import connect, with_driver
 from triggerhook.domain.arming import shard_of
@@ -57,6 +60,9 @@ class Backend:
     # Make the stored routing key of a row NULL, as a row written without one
     # (or by hand) has it: below the TaskStore interface, so per store.
     null_routing_key: Callable[[str], None]
+    # A caller's own connection to the store's database (the outbox's, R6o),
+    # in a transaction: committed when the block ends, rolled back if it raises.
+    caller: Callable[[], AbstractContextManager[Any]]
 
 
 def memory_backend(shard_count: int = SHARD_COUNT) -> Backend:
@@ -66,7 +72,13 @@ def memory_backend(shard_count: int = SHARD_COUNT) -> Backend:
         with store._transaction() as cur:  # the one connection to this database
             cur.execute("UPDATE th_tasks SET routing_key = NULL WHERE id = ?", (task_id,))
 
-    return Backend("memory", store, null_routing_key)
+    @contextlib.contextmanager
+    def caller() -> Iterator[Any]:
+        # The one connection to an in-memory database, in a transaction of the store's.
+        with store._transaction():
+            yield store._sqlite.conn
+
+    return Backend("memory", store, null_routing_key, caller)
 
 
 def mysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backend:
@@ -81,7 +93,21 @@ def mysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backend:
         finally:
             conn.close()
 
-    return Backend("mysql", MySQLStore(database_url, DEFAULT_ROUTING_KEY), null_routing_key)
+    @contextlib.contextmanager
+    def caller() -> Iterator[Any]:
+        conn = connect(database_url)
+        try:
+            conn.begin()
+            yield conn
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+    store = MySQLStore(database_url, DEFAULT_ROUTING_KEY)
+    return Backend("mysql", store, null_routing_key, caller)
 
 
 def pymysql_backend(database_url: str, shard_count: int = SHARD_COUNT) -> Backend:
@@ -103,4 +129,13 @@ def sqlite_backend(path: Path, shard_count: int = SHARD_COUNT) -> Backend:
         finally:
             conn.close()
 
-    return Backend("sqlite", store, null_routing_key)
+    @contextlib.contextmanager
+    def caller() -> Iterator[Any]:
+        conn = sqlite3.connect(path)
+        try:
+            with conn:  # commits, or rolls back on an exception
+                yield conn
+        finally:
+            conn.close()
+
+    return Backend("sqlite", store, null_routing_key, caller)

@@ -58,6 +58,7 @@ def every_meta(recur: Recurrence | None) -> Meta:
         headers={"tenant": "7", "attempt": 3, "urgent": True},
         late=LatePolicy(LateKind.DEADLINE, 1_900_000_000_123),
         recur=recur,
+        dedup_window_ms=86_400_000,
     )
 
 

@@ -11,7 +11,9 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from support.dedup import refuse_as_fired
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher
+from triggerhook_client import AlreadyFired, InvalidRequest
 
 from triggerhook import cli
 from triggerhook.cli import (
@@ -37,7 +39,7 @@ from triggerhook.cli.task_args import LateArg, Metadata
 from triggerhook.client import TaskSummary
 from triggerhook.domain.listing import BulkCancelled
 from triggerhook.domain.meta import FIRE, LateKind, LatePolicy, Meta
-from triggerhook.domain.outcomes import Outcome
+from triggerhook.domain.outcomes import Outcome, error_outcome
 from triggerhook.domain.recurrence import Recurrence
 from triggerhook.domain.task import TaskState
 from triggerhook.errors import ValidationError
@@ -133,6 +135,123 @@ def test_schedule_on_conflict_takes_only_its_three_values(
         _parser().parse_args(["schedule", "--in", "1m", "--on-conflict", "later"])
     assert info.value.code == EXIT_USAGE
     assert "choose from 'error', 'keep', 'replace'" in capsys.readouterr().err
+
+
+# -- the dedup window ----------------------------------------------------------------------
+
+FIRED_MS = NOW_MS - 5_000
+DAY_MS = 86_400_000
+
+
+def test_schedule_dedup_window_takes_a_duration_with_its_unit(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def sched(task_id: str, *window: str) -> dict[str, object]:
+        return run(backend, capsys, "schedule", "--id", task_id, "--at", AT, *window)[1]
+
+    assert sched("w-1", "--dedup-window", "24h")["outcome"] == "created"
+    assert run(backend, capsys, "get", "w-1")[1]["dedup_window_ms"] == DAY_MS
+    # The same window, written otherwise: a safe repeat.
+    assert sched("w-1", "--dedup-window", "1d")["outcome"] == "exists"
+    assert sched("w-2", "--dedup-window", "1500ms")["outcome"] == "created"
+    assert run(backend, capsys, "get", "w-2")[1]["dedup_window_ms"] == 1500
+    assert sched("w-3")["outcome"] == "created"
+    assert "dedup_window_ms" not in run(backend, capsys, "get", "w-3")[1]  # none
+    with pytest.raises(BackendError) as info:
+        sched("w-1", "--dedup-window", "1h")
+    assert info.value.outcome is Outcome.CONFLICT
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("1500", "dedup_window: give its unit: 1500ms, or 90s, 24h, 7d"),
+        ("2.5", "dedup_window: give its unit: 2.5ms, or 90s, 24h, 7d"),
+        ("soon", "dedup_window: 'soon' is not a duration like 250ms, 5s, 2h or 1h30m"),
+        ("-5s", "dedup_window: '-5s' is not a duration like 250ms, 5s, 2h or 1h30m"),
+    ],
+)
+def test_schedule_dedup_window_refuses_a_bare_number_or_no_duration(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str], given: str, message: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        run(backend, capsys, "schedule", "--id", "w", "--at", AT, f"--dedup-window={given}")
+    assert str(info.value) == message
+    assert error_outcome(info.value) is Outcome.INVALID  # exit 2, as any bad flag
+
+
+def test_schedule_dedup_window_over_30_days_is_refused_naming_the_flag(
+    backend: LibraryBackend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(BackendError) as info:
+        run(backend, capsys, "schedule", "--id", "w", "--at", AT, "--dedup-window", "31d")
+    assert info.value.outcome is Outcome.INVALID
+    assert str(info.value) == "dedup_window: at most 2592000000 ms (30 days)"
+
+
+def test_schedule_of_an_id_fired_within_its_window_is_refused_saying_when(
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refuse_as_fired(store, {"f-1": FIRED_MS})
+    with pytest.raises(BackendError) as info:
+        run(backend, capsys, "schedule", "--id", "f-1", "--at", AT, "--dedup-window", "1d")
+    assert info.value.outcome is Outcome.ALREADY_FIRED
+    assert str(info.value) == (
+        f"task 'f-1' fired at {FIRED_MS} (epoch ms), within its dedup window"
+    )
+    assert CLI_RENDERING[Outcome.ALREADY_FIRED].exit == EXIT_USAGE  # as a conflict
+    assert backend.get("f-1") is None  # nothing written
+
+
+def test_main_prints_an_already_fired_refusal_as_one_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], store: SQLiteStore
+) -> None:
+    settings = Settings(instance_id="unit", max_payload_bytes=64, default_routing_key="rk")
+    hook = assemble(settings, store, FakeClock(), lambda buffer, sink, retry, fail: FakePublisher())
+    refuse_as_fired(store, {"f-1": FIRED_MS})
+    monkeypatch.setattr(cli, "build", lambda _settings: hook)
+    assert cli.main(["schedule", "--id", "f-1", "--at", AT, "--dedup-window", "24h"]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"triggerhook: error: task 'f-1' fired at {FIRED_MS} (epoch ms), within its dedup window\n"
+    )
+
+
+def test_the_http_backend_reads_already_fired_and_names_the_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    remote = backends.HttpBackend("http://127.0.0.1:9", Settings())
+    message = f"task 'f-1' fired at {FIRED_MS} (epoch ms), within its dedup window"
+    answers: list[Exception] = [
+        AlreadyFired(409, "already_fired", message, "id", FIRED_MS),
+        InvalidRequest(422, "invalid", "at most 2592000000 ms (30 days)", "dedup_window_ms"),
+    ]
+    sent: list[dict[str, object]] = []
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        sent.append(kwargs)
+        raise answers.pop(0)
+
+    monkeypatch.setattr(remote._client, "schedule", refuse)
+    meta = Metadata(dedup_window_ms=DAY_MS)
+    call = {"at": AT, "delay_ms": None, "routing_key": None, "payload": None, "meta": meta}
+    with remote, pytest.raises(BackendError) as fired:
+        remote.schedule("f-1", **call)  # type: ignore[arg-type]
+    assert (fired.value.outcome, str(fired.value)) == (Outcome.ALREADY_FIRED, message)
+    assert sent[0]["dedup_window_ms"] == DAY_MS
+    with pytest.raises(BackendError) as invalid:
+        remote.schedule("f-1", **call)  # type: ignore[arg-type]
+    assert (invalid.value.outcome, str(invalid.value)) == (
+        Outcome.INVALID,
+        "dedup_window: at most 2592000000 ms (30 days)",
+    )
+
+
+def test_the_http_backend_shows_a_tasks_dedup_window() -> None:
+    summary = TaskSummary("t", AT_MS, "k", TaskState.SCHEDULED, dedup_window_ms=1500)
+    assert backends._meta_of(summary).dedup_window_ms == 1500
+    assert backends._meta_of(TaskSummary("t", AT_MS, "k", TaskState.SCHEDULED)) == Meta()
 
 
 def test_schedule_with_a_delay_and_a_new_id(backend: LibraryBackend) -> None:

@@ -26,6 +26,7 @@ read by the client's, and each result is checked against what the store holds.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
+from support.dedup import refuse_as_fired
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
 from triggerhook_client import (
+    AlreadyFired,
     ApiError,
     AsyncClient,
     BulkCancelled,
@@ -104,6 +107,7 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
     Outcome.NOT_FOUND: (NotFound, False),
     Outcome.TOO_LATE: (TooLate, False),
     Outcome.NOT_A_SERIES: (NotASeries, False),
+    Outcome.ALREADY_FIRED: (AlreadyFired, False),  # a Conflict, with fired_ms
     Outcome.INVALID: (InvalidRequest, False),
     Outcome.MALFORMED_JSON: (InvalidRequest, False),
     Outcome.UNSUPPORTED_MEDIA_TYPE: (InvalidRequest, False),
@@ -124,7 +128,12 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
 KNOWN_GAPS: dict[Outcome, str] = {}
 
 # The fields the daemon names in these answers (the client renames them to the caller's).
-FIELDS: dict[Outcome, str] = {Outcome.INVALID: "at_ms", Outcome.CONFLICT: "id"}
+FIELDS: dict[Outcome, str] = {
+    Outcome.INVALID: "at_ms",
+    Outcome.CONFLICT: "id",
+    Outcome.ALREADY_FIRED: "id",
+}
+FIRED_MS = 1_893_455_999_000
 RENAME = {"at_ms": "delay_ms"}
 
 
@@ -139,6 +148,7 @@ def daemon_answer(outcome: Outcome) -> tuple[httpx.Response, DaemonError]:
         what="database",
         limit=1024,
         timeout_s=60,
+        fired_ms=FIRED_MS,
     )
     return as_received(error.response()), error
 
@@ -192,6 +202,32 @@ def test_an_error_answer_raises_the_class_the_daemon_means(outcome: Outcome) -> 
         sent.message,
         RENAME.get(field, field) if field is not None else None,
     )
+
+
+def test_already_fired_is_a_conflict_that_says_when_it_fired() -> None:
+    response, sent = daemon_answer(Outcome.ALREADY_FIRED)
+    assert (sent.status, sent.code) == (409, "already_fired")
+    assert response.json()["error"] == {
+        "code": "already_fired",
+        "message": f"task 't-1' fired at {FIRED_MS} (epoch ms), within its dedup window",
+        "field": "id",
+        "fired_ms": FIRED_MS,
+    }
+    error = error_from(response, {})
+    assert isinstance(error, AlreadyFired) and isinstance(error, Conflict)
+    assert error.fired_ms == FIRED_MS
+    # An answer without it (a proxy's rewrite, say) is still already_fired, when unknown.
+    bare = httpx.Response(409, json={"error": {"code": "already_fired", "message": "m"}})
+    unknown = error_from(bare, {})
+    assert isinstance(unknown, AlreadyFired) and unknown.fired_ms is None
+    odd = httpx.Response(
+        409, json={"error": {"code": "already_fired", "message": "m", "fired_ms": "soon"}}
+    )
+    assert getattr(error_from(odd, {}), "fired_ms", "absent") is None
+    # No other error's answer carries it.
+    for outcome in ERRORS:
+        if outcome is not Outcome.ALREADY_FIRED:
+            assert "fired_ms" not in daemon_answer(outcome)[0].json()["error"], outcome
 
 
 @pytest.mark.parametrize("outcome", each(ERRORS, {}))
@@ -407,6 +443,7 @@ class InProcess:
     hook: TriggerHook
     app: web.Application
     clock: FakeClock
+    store: FakeStore
 
     def serve(self, scenario: Callable[[AsyncClient], Awaitable[None]]) -> None:
         """Run ``scenario`` with the real client of this daemon (no retries:
@@ -444,7 +481,7 @@ def daemon() -> Iterator[InProcess]:
     api = HttpApi(hook, http_config(settings), list, executor)
     hook.start()
     try:
-        yield InProcess(hook, api.app, clock)
+        yield InProcess(hook, api.app, clock, store)
         assert hook.health().failure is None
     finally:
         clock.advance(10 * settings.shard_lease_ms)  # past anything armed: a quick stop
@@ -668,9 +705,94 @@ def test_listing_counting_the_timeline_and_bulk_cancel(daemon: InProcess) -> Non
     assert daemon.hook.get("other-1") is not None  # never named: untouched
 
 
+# -- the dedup window ---------------------------------------------------------------------------
+
+DAY_MS = 86_400_000
+
+
+def _sent(call: Call[Any]) -> Any:
+    assert call.body is not None
+    return json.loads(call.body)
+
+
+def test_the_client_sends_a_dedup_window_only_when_given() -> None:
+    # An older daemon refuses a field it does not know: none is sent unless asked for.
+    plain = _sent(BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS)))
+    assert "dedup_window_ms" not in plain
+    given = BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS, dedup_window_ms=0))
+    assert _sent(given)["dedup_window_ms"] == 0  # given: "none", whatever the daemon's default
+    batch = BaseClient._schedule_many_call(
+        [TaskRequest("a", at_ms=AT_MS), TaskRequest("b", at_ms=AT_MS, dedup_window_ms=DAY_MS)]
+    )
+    assert [t.get("dedup_window_ms") for t in _sent(batch)["tasks"]] == [None, DAY_MS]
+    for wrong in (1.5, "60000", True):
+        with pytest.raises(InvalidRequest) as refused:
+            BaseClient._schedule_call(TaskRequest("t-1", at_ms=AT_MS, dedup_window_ms=wrong))  # type: ignore[arg-type]
+        assert (refused.value.status, refused.value.field) == (None, "dedup_window_ms")
+
+
+def test_a_dedup_window_is_stored_as_sent_and_read_back(daemon: InProcess) -> None:
+    async def scenario(client: AsyncClient) -> None:
+        sent = await client.schedule("w-1", at_ms=AT_MS, dedup_window_ms=DAY_MS)
+        assert sent == Scheduled("w-1", AT_MS, True, "created")
+        assert daemon.meta("w-1").dedup_window_ms == DAY_MS
+        status = await client.get("w-1")
+        assert status == TaskStatus(
+            "w-1", AT_MS, DEFAULT_KEY, TaskState.SCHEDULED, dedup_window_ms=DAY_MS
+        )
+        [listed] = [task async for task in client.list(prefix="w-")]
+        assert listed.dedup_window_ms == DAY_MS
+        # As shown, sent again: the same task. Without it (the daemon's default, none): other.
+        again = await client.schedule("w-1", at_ms=AT_MS, dedup_window_ms=status.dedup_window_ms)
+        assert again.outcome == "exists"
+        with pytest.raises(Conflict) as conflict:
+            await client.schedule("w-1", at_ms=AT_MS)
+        assert not isinstance(conflict.value, AlreadyFired)
+        assert await client.schedule_many(
+            [TaskRequest("w-2", at_ms=AT_MS, dedup_window_ms=1500)]
+        ) == ["w-2"]
+        assert daemon.meta("w-2").dedup_window_ms == 1500
+
+    daemon.serve(scenario)
+
+
+def test_a_create_of_an_id_fired_within_its_window_raises_already_fired(
+    daemon: InProcess,
+) -> None:
+    fired_ms = NOW_MS - 1000
+    refuse_as_fired(daemon.store, {"f-1": fired_ms})
+
+    async def scenario(client: AsyncClient) -> None:
+        with pytest.raises(AlreadyFired) as fired:
+            await client.schedule("f-1", at_ms=AT_MS, dedup_window_ms=DAY_MS)
+        assert (fired.value.status, fired.value.code, fired.value.field) == (
+            409,
+            "already_fired",
+            "id",
+        )
+        assert fired.value.fired_ms == fired_ms
+        assert await client.get("f-1") is None  # nothing written
+        with pytest.raises(AlreadyFired) as in_batch:
+            await client.schedule_many(
+                [TaskRequest("f-0", at_ms=AT_MS), TaskRequest("f-1", at_ms=AT_MS)]
+            )
+        assert (in_batch.value.field, in_batch.value.fired_ms) == ("tasks[1].id", fired_ms)
+        assert await client.get("f-0") is None  # all or nothing
+
+    daemon.serve(scenario)
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [
+        (lambda c: c.schedule(at_ms=AT_MS, dedup_window_ms=31 * DAY_MS), "dedup_window_ms"),
+        (lambda c: c.schedule(at_ms=AT_MS, dedup_window_ms=-1), "dedup_window_ms"),
+        (
+            lambda c: c.schedule_many(
+                [TaskRequest(at_ms=AT_MS), TaskRequest(at_ms=AT_MS, dedup_window_ms=-1)]
+            ),
+            "tasks[1].dedup_window_ms",
+        ),
         (lambda c: c.list_page(limit=1001), "limit"),
         (lambda c: c.list_page(cursor="bm9wZQ"), "cursor"),
         (lambda c: c.count(prefix="bad prefix"), "prefix"),

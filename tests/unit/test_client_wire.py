@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import httpx
 import pytest
 from triggerhook_client import (
+    AlreadyFired,
     ApiError,
     AsyncClient,
     BulkCancelled,
@@ -273,6 +274,7 @@ def test_batch_errors_name_the_callers_fields(clients: Callable[..., Client]) ->
         (error(404, "not_found"), NotFound),
         (error(409, "conflict", "id"), Conflict),
         (error(409, "too_late"), TooLate),
+        (error(409, "already_fired", "id"), AlreadyFired),
         (error(405, "method_not_allowed"), ApiError),
         (error(500, "internal"), ApiError),
         (httpx.Response(500, text="<html>oops</html>"), ApiError),
@@ -287,6 +289,19 @@ def test_error_answers_map_to_exceptions_and_are_not_retried(
     assert type(caught.value) is cls
     assert caught.value.status == answer.status_code
     assert len(script.requests) == 1
+
+
+def test_a_schedule_of_an_id_fired_within_its_window_raises_already_fired_once(
+    clients: Callable[..., Client],
+) -> None:
+    body = {"code": "already_fired", "message": "fired", "field": "id", "fired_ms": AT_MS - 1}
+    script = Script(httpx.Response(409, json={"error": body}))
+    with pytest.raises(Conflict) as caught:  # a Conflict: code that catches those catches it
+        clients(script, backoff_s=0).schedule("t", at_ms=AT_MS, dedup_window_ms=60_000)
+    assert isinstance(caught.value, AlreadyFired)
+    assert (caught.value.field, caught.value.fired_ms) == ("id", AT_MS - 1)
+    assert len(script.requests) == 1  # never retried
+    assert json.loads(script.requests[0].content)["dedup_window_ms"] == 60_000
 
 
 def test_an_html_error_page_keeps_its_status_line(clients: Callable[..., Client]) -> None:

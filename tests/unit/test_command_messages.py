@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from support.dedup import refuse_as_fired
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
 
 from triggerhook.api.command_messages import Command, Rejected, execute, max_body_bytes
@@ -329,6 +330,63 @@ def test_a_trigger_whose_copy_id_holds_other_content_is_a_conflict(
     _series(hook)
     store.put(Task(f"s:{NOW_MS}", NOW_MS + 60_000, "other"))
     assert _code(run(hook, "trigger", {"id": "s"})) == "conflict"
+
+
+# -- the dedup window ---------------------------------------------------------------------
+
+FIRED_MS = NOW_MS - 5_000
+DAY_MS = 86_400_000
+
+
+def test_a_create_takes_a_dedup_window_as_the_http_api_does(
+    hook: TriggerHook, store: FakeStore
+) -> None:
+    body = {"id": "w", "at_ms": NOW_MS + 60_000, "dedup_window_ms": DAY_MS}
+    assert run(hook, "create", body)["outcome"] == "created"
+    row = store.row("w")
+    assert row is not None and row.task.meta.dedup_window_ms == DAY_MS
+    assert run(hook, "create", body)["outcome"] == "exists"
+    assert _code(run(hook, "create", {**body, "dedup_window_ms": 1})) == "conflict"
+    for bad in (-1, 30 * DAY_MS + 1, "1d", None):
+        error = rejected(hook, "create", {**body, "id": "bad", "dedup_window_ms": bad})
+        assert (error.code, error.field) == ("invalid", "dedup_window_ms")
+    assert store.ids() == {"w"}
+
+
+def test_a_create_of_an_id_fired_within_its_window_is_answered_already_fired(
+    hook: TriggerHook, store: FakeStore
+) -> None:
+    refuse_as_fired(store, {"f": FIRED_MS})
+    expected = {
+        "ok": False,
+        "error": {
+            "code": "already_fired",
+            "message": f"task 'f' fired at {FIRED_MS} (epoch ms), within its dedup window",
+            "fired_ms": FIRED_MS,
+        },
+    }
+    body = {"id": "f", "at_ms": NOW_MS + 60_000, "dedup_window_ms": DAY_MS}
+    assert run(hook, "create", body) == expected
+    # A redelivery too (its first delivery's task may be the one that fired).
+    assert run(hook, "create", body, redelivered=True) == expected
+    assert run(hook, "create", {"delay_ms": 1000}, message_id="f") == expected
+    assert store.ids() == set()
+
+
+def test_a_backfill_answers_a_copy_fired_within_the_window_and_writes_the_others(
+    hook: TriggerHook, store: FakeStore
+) -> None:
+    _series(hook)
+    span = {"id": "s", "from_ms": NOW_MS - 120_000, "to_ms": NOW_MS}
+    fired, other = f"s:{NOW_MS - 60_000}", f"s:{NOW_MS - 120_000}"
+    refuse_as_fired(store, {fired: FIRED_MS})
+    reply = run(hook, "backfill", span)
+    assert reply["ok"] is True, reply
+    copies = reply["copies"]
+    assert isinstance(copies, list)
+    outcomes = {copy["id"]: copy["outcome"] for copy in copies}
+    assert outcomes == {other: "created", fired: "already_fired"}
+    assert store.ids() == {"s", other}  # the fired copy not written again
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from support.dedup import refuse_as_fired
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
 
 from triggerhook.api import openapi
@@ -638,6 +639,130 @@ def test_a_batch_giving_one_id_twice_with_the_same_content_stores_it_once(
 
     daemon.serve(scenario)
     assert daemon.store.ids() == {"y"}
+
+
+# -- the dedup window ------------------------------------------------------------------
+
+FIRED_MS = NOW_MS - 5_000
+DAY_MS = 86_400_000
+MAX_WINDOW_MS = 30 * DAY_MS
+
+
+def test_a_dedup_window_is_stored_shown_and_part_of_the_content(daemon: Daemon) -> None:
+    body = task_body(dedup_window_ms=DAY_MS)
+
+    async def scenario(client: Client) -> None:
+        assert await answer(client.post("/v1/tasks", json=body)) == (201, created("t-1", AT_MS))
+        status, shown = await answer(client.get("/v1/tasks/t-1"))
+        assert (status, shown["dedup_window_ms"]) == (200, DAY_MS)
+        status, page = await answer(client.get("/v1/tasks?prefix=t-"))
+        assert (status, page["tasks"][0]["dedup_window_ms"]) == (200, DAY_MS)
+        # The same again (5.0 is 5 in JSON) is a safe repeat; another window, other content.
+        again = task_body(dedup_window_ms=float(DAY_MS))
+        assert await answer(client.post("/v1/tasks", json=again)) == (
+            200,
+            created("t-1", AT_MS, "exists"),
+        )
+        for other in (task_body(dedup_window_ms=DAY_MS + 1), task_body()):
+            assert (await answer(client.post("/v1/tasks", json=other)))[0] == 409
+        # No window (0, or none given) shows none.
+        none = task_body("t-0", dedup_window_ms=0)
+        assert (await answer(client.post("/v1/tasks", json=none)))[0] == 201
+        assert "dedup_window_ms" not in (await answer(client.get("/v1/tasks/t-0")))[1]
+
+    daemon.serve(scenario)
+    assert row(daemon.store, "t-1")[0].meta.dedup_window_ms == DAY_MS
+    assert row(daemon.store, "t-0")[0].meta.dedup_window_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "must be a non-negative integer number of milliseconds"),
+        (1.5, "must be a non-negative integer number of milliseconds"),
+        ("60000", "must be a non-negative integer number of milliseconds"),
+        (True, "must be a non-negative integer number of milliseconds"),
+        (MAX_WINDOW_MS + 1, f"at most {MAX_WINDOW_MS} ms (30 days)"),
+        (None, "must not be null (leave the field out)"),
+    ],
+    ids=str,
+)
+def test_a_bad_dedup_window_is_422_naming_it_single_and_in_a_batch(
+    daemon: Daemon, value: object, message: str
+) -> None:
+    async def scenario(client: Client) -> None:
+        assert await answer(client.post("/v1/tasks", json=task_body(dedup_window_ms=value))) == (
+            422,
+            error("invalid", message, "dedup_window_ms"),
+        )
+        batch = {"tasks": [task_body("a"), task_body("b", dedup_window_ms=value)]}
+        assert await answer(client.post("/v1/tasks/batch", json=batch)) == (
+            422,
+            error("invalid", message, "tasks[1].dedup_window_ms"),
+        )
+        ok = task_body("max", dedup_window_ms=MAX_WINDOW_MS)
+        assert (await answer(client.post("/v1/tasks", json=ok)))[0] == 201
+
+    daemon.serve(scenario)
+    assert daemon.store.ids() == {"max"}
+
+
+def test_a_create_of_an_id_fired_within_its_window_is_409_already_fired_with_fired_ms(
+    daemon: Daemon,
+) -> None:
+    refuse_as_fired(daemon.store, {"t-1": FIRED_MS})
+    refused = error(
+        "already_fired",
+        f"task 't-1' fired at {FIRED_MS} (epoch ms), within its dedup window",
+        "id",
+    )
+    refused["error"]["fired_ms"] = FIRED_MS
+
+    async def scenario(client: Client) -> None:
+        body = task_body(dedup_window_ms=DAY_MS)
+        assert await answer(client.post("/v1/tasks", json=body)) == (409, refused)
+        assert (await answer(client.get("/v1/tasks/t-1")))[0] == 404  # nothing written
+        # Whatever the create says (its own window, on_conflict): the id fired.
+        for other in (task_body(), task_body(on_conflict="replace")):
+            assert await answer(client.post("/v1/tasks", json=other)) == (409, refused)
+
+    daemon.serve(scenario)
+    assert daemon.store.ids() == set()
+
+
+def test_a_batch_with_an_id_fired_within_its_window_is_409_naming_it_and_writes_nothing(
+    daemon: Daemon,
+) -> None:
+    refuse_as_fired(daemon.store, {"b": FIRED_MS})
+
+    async def scenario(client: Client) -> None:
+        batch = {"tasks": [task_body("a"), task_body("b"), task_body("c")]}
+        status, data = await answer(client.post("/v1/tasks/batch", json=batch))
+        assert status == 409
+        assert data["error"] == {
+            "code": "already_fired",
+            "message": f"task 'b' fired at {FIRED_MS} (epoch ms), within its dedup window",
+            "field": "tasks[1].id",
+            "fired_ms": FIRED_MS,
+        }
+
+    daemon.serve(scenario)
+    assert daemon.store.ids() == set()
+
+
+def test_the_dedup_window_setting_is_the_window_of_a_task_without_one(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = make_daemon(dedup_window_ms=DAY_MS)
+
+    async def scenario(client: Client) -> None:
+        assert (await answer(client.post("/v1/tasks", json=task_body("dflt"))))[0] == 201
+        explicit = task_body("none", dedup_window_ms=0)
+        assert (await answer(client.post("/v1/tasks", json=explicit)))[0] == 201
+
+    daemon.serve(scenario)
+    assert row(daemon.store, "dflt")[0].meta.dedup_window_ms == DAY_MS
+    assert row(daemon.store, "none")[0].meta.dedup_window_ms == 0
 
 
 # -- get ------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from triggerhook.domain.listing import (
     page_limit,
     timeline_span,
 )
-from triggerhook.domain.meta import LateKind, LatePolicy, make_meta
+from triggerhook.domain.meta import MAX_DEDUP_WINDOW_MS, LateKind, LatePolicy, make_meta
 from triggerhook.domain.recurrence import (
     Recurrence,
     every_text,
@@ -246,6 +246,10 @@ def test_the_document_loads_in_schemathesis() -> None:
         {"late": {"deadline_ms": 1_800_000_000_000.0}},  # JSON Schema: an integer
         {"late": {"deadline_ms": -5}},  # past
         {"late": {"deadline_ms": LATEST_MS}},
+        {"dedup_window_ms": 0},
+        {"dedup_window_ms": 1},
+        {"dedup_window_ms": 86_400_000.0},  # JSON Schema: an integer
+        {"dedup_window_ms": 30 * 86_400_000},
     ],
 )
 def test_metadata_the_document_admits_is_accepted(extra: dict[str, object]) -> None:
@@ -297,6 +301,12 @@ def test_metadata_the_document_admits_is_accepted(extra: dict[str, object]) -> N
         {"late": {"deadline_ms": LATEST_MS + 1}},
         {"late": {"deadline_ms": 5, "deadline": 5}},
         {"late": {"never": 1}},
+        {"dedup_window_ms": -1},
+        {"dedup_window_ms": 30 * 86_400_000 + 1},
+        {"dedup_window_ms": 1.5},
+        {"dedup_window_ms": "1000"},
+        {"dedup_window_ms": True},
+        {"dedup_window_ms": {"ms": 1}},
     ],
 )
 def test_metadata_the_document_refuses_is_refused(extra: dict[str, object]) -> None:
@@ -433,6 +443,7 @@ NULLABLE_NOWHERE = [
     "content_encoding",
     "headers",
     "late",
+    "dedup_window_ms",
     "every",
     "cron",
     "timezone",
@@ -462,6 +473,18 @@ def test_an_integral_float_is_an_integer(extra: dict[str, object]) -> None:
     body = {"at": FAR_S, **extra}
     assert CREATE.is_valid(body)  # JSON Schema: 5.0 is an integer
     assert created(body)
+
+
+def test_the_dedup_window_has_the_domains_bounds_and_the_rules_default() -> None:
+    schema = fields_task.DEDUP_WINDOW_SCHEMA
+    assert (schema["minimum"], schema["maximum"]) == (0, MAX_DEDUP_WINDOW_MS)
+    task = resolve(parse_create({"at": FAR_S, "dedup_window_ms": 1500.0}), NOW_MS, RULES)
+    assert task.meta.dedup_window_ms == 1500 and type(task.meta.dedup_window_ms) is int
+    # Absent: the rules' default; given (0 too): as given.
+    windowed = TaskRules("k", 64, default_dedup_window_ms=60_000)
+    assert resolve(parse_create({"at": FAR_S}), NOW_MS, windowed).meta.dedup_window_ms == 60_000
+    none = parse_create({"at": FAR_S, "dedup_window_ms": 0})
+    assert resolve(none, NOW_MS, windowed).meta.dedup_window_ms == 0
 
 
 def test_an_integral_float_is_kept_as_the_integer() -> None:
@@ -1165,6 +1188,7 @@ def full_task(payload: bytes) -> TaskInfo:
         content_encoding="identity",
         headers={"tenant": "7", "attempt": 3, "urgent": True},
         late=LatePolicy(LateKind.DEADLINE, 1_900_000_000_123),
+        dedup_window_ms=86_400_000,
     )
     task = Task("t-1", 1_800_000_000_500, "fire.a", payload, meta=meta)
     return TaskInfo(task, TaskState.FIRING)

@@ -32,6 +32,7 @@ from triggerhook.domain.outcomes import (
 )
 from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult
 from triggerhook.errors import (
+    AlreadyFiredError,
     BrokerUnavailable,
     ConfigError,
     ConflictError,
@@ -131,6 +132,7 @@ def test_http_rendering() -> None:
         Outcome.NOT_FOUND: 404,
         Outcome.TOO_LATE: 409,
         Outcome.NOT_A_SERIES: 409,
+        Outcome.ALREADY_FIRED: 409,
         Outcome.INVALID: 422,
         Outcome.TOO_COSTLY: 422,
         Outcome.MALFORMED_JSON: 400,
@@ -189,6 +191,7 @@ def test_amqp_rendering() -> None:
         Outcome.NOT_FOUND,
         Outcome.TOO_LATE,
         Outcome.NOT_A_SERIES,
+        Outcome.ALREADY_FIRED,
     }
     assert {o for o, d in fates.items() if d is Disposition.RETRIED} == {
         Outcome.UNAVAILABLE,
@@ -221,6 +224,27 @@ def test_amqp_replies_as_answered() -> None:
         "code": "not_a_series",
         "message": "task 't-1' is not a series (no every or cron)",
     }
+    # The one answer with a field of its own: when the id fired (as the HTTP API's).
+    assert answer(Outcome.ALREADY_FIRED, id="t-1", fired_ms=1_800_000_000_000) == {
+        "ok": False,
+        "error": {
+            "code": "already_fired",
+            "message": "task 't-1' fired at 1800000000000 (epoch ms), within its dedup window",
+            "fired_ms": 1_800_000_000_000,
+        },
+    }
+
+
+def test_already_fired_shows_fired_ms_on_both_channels_and_no_other_outcome_shows_a_value() -> None:
+    fired = ApiError(Outcome.ALREADY_FIRED, field="id", id="t-1", fired_ms=1_800_000_000_000)
+    assert (fired.status, fired.code, fired.shown) == (
+        409,
+        "already_fired",
+        {"fired_ms": 1_800_000_000_000},
+    )
+    http_shows = {o: r.shows for o, r in HTTP_RENDERING.items() if r is not None and r.shows}
+    amqp_shows = {o: r.shows for o, r in AMQP_RENDERING.items() if r is not None and r.shows}
+    assert http_shows == amqp_shows == {Outcome.ALREADY_FIRED: ("fired_ms",)}
 
 
 def test_cli_rendering() -> None:
@@ -230,7 +254,13 @@ def test_cli_rendering() -> None:
     assert exits[Outcome.NOT_FOUND] == EXIT_NOT_FOUND
     assert exits[Outcome.TOO_LATE] == EXIT_TOO_LATE
     # A series' operation on a one-off task is refused like a conflict.
-    for outcome in (Outcome.CONFLICT, Outcome.NOT_A_SERIES, Outcome.INVALID, Outcome.UNAUTHORIZED):
+    for outcome in (
+        Outcome.CONFLICT,
+        Outcome.NOT_A_SERIES,
+        Outcome.ALREADY_FIRED,
+        Outcome.INVALID,
+        Outcome.UNAUTHORIZED,
+    ):
         assert exits[outcome] == EXIT_USAGE, outcome
     for outcome in (Outcome.UNAVAILABLE, Outcome.OVERLOADED, Outcome.STOPPING, Outcome.INTERNAL):
         assert exits[outcome] == EXIT_FAILURE, outcome
@@ -256,6 +286,14 @@ def test_library_results_map_to_outcomes_of_the_same_word() -> None:
 
 def test_conflict_message_is_the_errors() -> None:
     assert Outcome.CONFLICT.message(id="a.b") == str(ConflictError("a.b"))
+
+
+def test_an_id_fired_within_its_window_is_its_own_outcome_a_conflict() -> None:
+    fired = AlreadyFiredError("a.b", 1_800_000_000_000, 3)
+    assert error_outcome(fired) is Outcome.ALREADY_FIRED
+    assert isinstance(fired, ConflictError)
+    assert (fired.task_id, fired.fired_ms, fired.index) == ("a.b", 1_800_000_000_000, 3)
+    assert INSERT_OUTCOMES[InsertOutcome.ALREADY_FIRED] is Outcome.ALREADY_FIRED
 
 
 def test_a_replace_too_late_is_its_own_outcome() -> None:

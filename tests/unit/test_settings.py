@@ -32,6 +32,7 @@ CONFIG_FILE = REPO / "config" / "triggerhook.toml"
 INT_FIELDS = [name for name, f in FIELDS.items() if f.type in ("int", int)]
 STR_FIELDS = [name for name, f in FIELDS.items() if f.type in ("str", str)]
 BOOL_FIELDS = [name for name, f in FIELDS.items() if f.type in ("bool", bool)]
+FLOAT_FIELDS = [name for name, f in FIELDS.items() if f.type in ("float", float)]
 
 
 def write_toml(tmp_path: Path, text: str) -> Path:
@@ -43,8 +44,8 @@ def write_toml(tmp_path: Path, text: str) -> Path:
 # -- the documented file ------------------------------------------------------------
 
 
-def test_every_field_is_an_int_a_str_or_a_bool_with_help() -> None:
-    assert sorted(INT_FIELDS + STR_FIELDS + BOOL_FIELDS) == sorted(FIELDS)
+def test_every_field_is_an_int_a_float_a_str_or_a_bool_with_help() -> None:
+    assert sorted(INT_FIELDS + FLOAT_FIELDS + STR_FIELDS + BOOL_FIELDS) == sorted(FIELDS)
     for name, spec in FIELDS.items():
         assert spec.metadata["help"], name
 
@@ -730,3 +731,115 @@ def test_a_bad_rate_is_refused_naming_it(name: str, text: str, message: str) -> 
     with pytest.raises(ConfigError) as raised:
         load_settings(environ={}, overrides={name: text})
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+# -- the dedup window: dedup_window_ms (int) and dedup_sweep_s (a float setting) ------------------
+
+DAY_MS = 86_400_000
+
+
+def test_the_dedup_settings_default_to_no_window_and_a_minute_sweep() -> None:
+    settings = Settings()
+    assert (settings.dedup_window_ms, settings.dedup_sweep_s) == (0, 60.0)
+    assert type(settings.dedup_sweep_s) is float
+
+
+def test_the_dedup_settings_from_every_source(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, "dedup_window_ms = 86400000\ndedup_sweep_s = 30\n")
+    from_file = load_settings(path, environ={})
+    assert (from_file.dedup_window_ms, from_file.dedup_sweep_s) == (DAY_MS, 30.0)
+    assert type(from_file.dedup_sweep_s) is float  # TOML's 30 is an integer: taken as 30.0
+    env = {"TRIGGERHOOK_DEDUP_WINDOW_MS": "1500", "TRIGGERHOOK_DEDUP_SWEEP_S": " 0.25\n"}
+    from_env = load_settings(path, environ=env)
+    assert (from_env.dedup_window_ms, from_env.dedup_sweep_s) == (1500, 0.25)
+    flags = {"dedup_window_ms": 0, "dedup_sweep_s": 2.5}
+    assert load_settings(path, environ=env, overrides=flags).dedup_sweep_s == 2.5
+    assert Settings(dedup_sweep_s=5).dedup_sweep_s == 5.0  # an int, built directly
+    assert type(Settings(dedup_sweep_s=5).dedup_sweep_s) is float
+    # The most a task may carry (30 days) is the most the setting takes.
+    assert Settings(dedup_window_ms=30 * DAY_MS).dedup_window_ms == 30 * DAY_MS
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "message"),
+    [
+        ("TRIGGERHOOK_DEDUP_WINDOW_MS", "-1", "must be at least 0"),
+        ("TRIGGERHOOK_DEDUP_WINDOW_MS", str(30 * DAY_MS + 1), "must be at most 2592000000"),
+        ("TRIGGERHOOK_DEDUP_WINDOW_MS", "1d", "expected an integer"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "0", "must be more than 0"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "-5", "must be more than 0"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "nan", "expected a finite number"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "inf", "expected a finite number"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "1e400", "expected a finite number"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "soon", "expected a number"),
+        ("TRIGGERHOOK_DEDUP_SWEEP_S", "", "expected a number"),
+    ],
+)
+def test_a_bad_dedup_setting_from_the_environment_names_the_variable(
+    variable: str, raw: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(environ={variable: raw})
+    assert str(info.value).startswith(f"{variable}: {message}"), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("dedup_sweep_s = 0.0", "dedup_sweep_s: must be more than 0"),
+        ('dedup_sweep_s = "60"', "dedup_sweep_s: expected a number"),
+        ("dedup_sweep_s = true", "dedup_sweep_s: expected a number"),
+        ("dedup_sweep_s = nan", "dedup_sweep_s: expected a finite number"),
+        ("dedup_window_ms = 1.5", "dedup_window_ms: expected an integer"),
+        ("dedup_window_ms = -1", "dedup_window_ms: must be at least 0"),
+    ],
+)
+def test_a_bad_dedup_setting_in_the_file_names_the_key(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    path = write_toml(tmp_path, line + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={})
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"dedup_sweep_s": 0}, "--dedup-sweep-s: must be more than 0"),
+        ({"dedup_sweep_s": "1"}, "--dedup-sweep-s: expected a number"),
+        ({"dedup_window_ms": 30 * DAY_MS + 1}, "--dedup-window-ms: must be at most"),
+    ],
+)
+def test_a_bad_dedup_flag_names_the_flag(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(environ={}, overrides=overrides)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0.0, "dedup_sweep_s: must be more than 0"),
+        (float("inf"), "dedup_sweep_s: expected a finite number"),
+        (True, "dedup_sweep_s: expected a number"),
+    ],
+)
+def test_a_bad_sweep_built_directly_names_the_key(value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings(dedup_sweep_s=value)  # type: ignore[arg-type]
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_the_sweep_is_shown_and_flagged_as_a_float(tmp_path: Path) -> None:
+    assert "\ndedup_sweep_s = 60.0\n" in render_toml()
+    assert "| `dedup_sweep_s` | `TRIGGERHOOK_DEDUP_SWEEP_S` | `--dedup-sweep-s` | float |" in (
+        render_reference()
+    )
+    assert "More than 0." in render_reference()
+    settings, sources = load_with_sources(environ={"TRIGGERHOOK_DEDUP_SWEEP_S": "0.5"})
+    assert "dedup_sweep_s = 0.5  # env TRIGGERHOOK_DEDUP_SWEEP_S" in render_effective(
+        settings, sources
+    )
+    # What render_toml writes, TOML reads back as the same float.
+    assert tomllib.loads(render_toml())["dedup_sweep_s"] == 60.0

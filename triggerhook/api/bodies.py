@@ -84,9 +84,9 @@ class When:
 def parse_create(body: object, prefix: str = "") -> TaskSpec:
     """A create body: ``{"id"?, "at" | "at_ms" | "delay_ms" | "delay",
     "routing_key"?, "payload"? | "payload_b64"?, "tags"?, "content_type"?,
-    "content_encoding"?, "headers"?, "late"?, "every"? | "cron"?, "timezone"?,
-    "until"? | "until_ms"?, "dst_repeated"?, "dst_skipped"?, "catch_up"?, "catch_up_max"?,
-    "on_conflict"?}``
+    "content_encoding"?, "headers"?, "late"?, "dedup_window_ms"?, "every"? | "cron"?,
+    "timezone"?, "until"? | "until_ms"?, "dst_repeated"?, "dst_skipped"?, "catch_up"?,
+    "catch_up_max"?, "on_conflict"?}``
     (the metadata is checked by domain/meta.py, a series by
     domain/recurrence.py, which also gives its first time when it has none of
     the due-time fields; ``on_conflict`` by domain/spec.py)."""
@@ -115,6 +115,7 @@ def parse_create(body: object, prefix: str = "") -> TaskSpec:
         content_encoding=_unchecked(fields, "content_encoding", prefix),
         headers=_unchecked(fields, "headers", prefix),
         late=_late(fields["late"], _name(prefix, "late")) if "late" in fields else None,
+        dedup_window_ms=_unchecked(fields, "dedup_window_ms", prefix),  # by make_meta
         every=_every(fields, prefix),
         cron=_unchecked(fields, "cron", prefix),
         timezone=_unchecked(fields, "timezone", prefix),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from triggerhook.api.bodies import (
@@ -33,7 +33,7 @@ from triggerhook.domain.outcomes import (
     Outcome,
 )
 from triggerhook.domain.task import ID_PATTERN, RescheduleResult, SeriesResult, Task, TaskInfo
-from triggerhook.errors import ConflictError, TooLateError, ValidationError
+from triggerhook.errors import AlreadyFiredError, ConflictError, TooLateError, ValidationError
 
 # A series' life: pause, resume, trigger, backfill (docs/api.md, "A series' life").
 SERIES_TYPES = ("pause", "resume", "trigger", "backfill")
@@ -56,12 +56,15 @@ class Disposition(enum.Enum):
 class AmqpRendering:
     """An outcome on the command channel: the reply's ``ok``, its ``error.code``
     (``code``, else the outcome's) and message (``message``: this channel's
-    template where it words the outcome its own way), and the message's fate."""
+    template where it words the outcome its own way), the message's fate, and
+    the values of its message the error object carries as fields of their own
+    (``shows``: ``fired_ms`` of ``already_fired``, as the HTTP API's)."""
 
     ok: bool
     disposition: Disposition
     code: str | None = None
     message: str | None = None
+    shows: tuple[str, ...] = ()
 
 
 _ANSWERED = AmqpRendering(True, Disposition.ANSWERED)
@@ -93,6 +96,8 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     ),
     # The task's state says no, as not_found does: answered, never dead-lettered.
     Outcome.NOT_A_SERIES: AmqpRendering(False, Disposition.ANSWERED),
+    # Refused like a conflict (answered), saying when the id fired.
+    Outcome.ALREADY_FIRED: AmqpRendering(False, Disposition.ANSWERED, shows=("fired_ms",)),
     Outcome.INVALID: _DEAD,  # an oversized body too: field "body"
     Outcome.MALFORMED_JSON: _DEAD,
     Outcome.UNSUPPORTED_MEDIA_TYPE: None,  # HTTP's
@@ -130,9 +135,11 @@ def message_of(outcome: Outcome, **values: object) -> str:
 
 
 def answer(outcome: Outcome, field: str | None = None, **values: object) -> Reply:
-    """The reply of an outcome that is not a success."""
-    assert not _rendering(outcome).ok, f"{outcome} is a success"
-    return _error(code_of(outcome), message_of(outcome, **values), field)
+    """The reply of an outcome that is not a success (with the values it ``shows``)."""
+    rendering = _rendering(outcome)
+    assert not rendering.ok, f"{outcome} is a success"
+    shown = {name: values[name] for name in rendering.shows}
+    return _error(code_of(outcome), message_of(outcome, **values), field, shown)
 
 
 def _success(outcome: Outcome, /, **fields: object) -> Reply:
@@ -182,10 +189,13 @@ class Rejected(Exception):
         return cls(code_of(outcome), message_of(outcome, **values), field)
 
 
-def _error(code: str, message: str, field: str | None = None) -> Reply:
+def _error(
+    code: str, message: str, field: str | None = None, shown: Mapping[str, object] | None = None
+) -> Reply:
     error: dict[str, object] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
+    error.update(shown or {})
     return {"ok": False, "error": error}
 
 
@@ -246,12 +256,18 @@ def _create(hook: TriggerHook, document: object, command: Command) -> Reply:
         raise _invalid(exc) from None
     except TooLateError as exc:
         return answer(Outcome.TOO_LATE, id=exc.task_id, action="replace")
+    except AlreadyFiredError as exc:  # a redelivery's own task, fired since, too
+        return _already_fired(exc)
     except ConflictError as exc:
         stored = _redelivered_delay(hook, command, spec)
         if stored is None:
             return answer(Outcome.CONFLICT, id=exc.task_id)
         return _created(Outcome.EXISTS, stored)
     return _created(INSERT_OUTCOMES[scheduled.outcome], scheduled.task)
+
+
+def _already_fired(exc: AlreadyFiredError) -> Reply:
+    return answer(Outcome.ALREADY_FIRED, id=exc.task_id, fired_ms=exc.fired_ms)
 
 
 def _created(outcome: Outcome, task: Task) -> Reply:
@@ -323,6 +339,8 @@ def _series(hook: TriggerHook, type_: str, document: object) -> Reply:
             done = _SERIES_CALLS[type_](hook, task_id)
     except ValidationError as exc:
         raise _invalid(exc) from None
+    except AlreadyFiredError as exc:  # a trigger's copy fired within the series' window
+        return _already_fired(exc)
     except ConflictError as exc:  # a copy's id holds another task
         return answer(Outcome.CONFLICT, id=exc.task_id)
     result, copies = (done.result, done.copies) if isinstance(done, Copied) else (done, None)

@@ -13,8 +13,9 @@ task's ``"id"`` (a backfill also ``from_ms`` and ``to_ms``).
   = ``reply_to``, same ``correlation_id``): ``{"ok": true, "id": ...}`` (a
   series' operation adds its ``outcome``, and a trigger's or backfill's
   ``copies``, as the HTTP API answers them) or ``{"ok": false, "error":
-  {"code", "message", "field"?}}``. Outcomes (``conflict``, ``not_found``,
-  ``too_late``, ``not_a_series``) are answers: replied and acked.
+  {"code", "message", "field"?}}`` (``already_fired`` with ``fired_ms`` too).
+  Outcomes (``conflict``, ``not_found``, ``too_late``, ``not_a_series``,
+  ``already_fired``) are answers: replied and acked.
 * Before the body is read (:mod:`triggerhook.api.command_auth`): with
   ``api_token`` set, a command without ``authorization: Bearer <token>`` or an
   allowed ``user_id`` is dead-lettered as ``unauthorized`` (no reply, nothing
@@ -39,7 +40,8 @@ task's ``"id"`` (a backfill also ``from_ms`` and ``to_ms``).
 Delivery is at-least-once, so a command may be applied again if the daemon
 dies between its commit and its ack: a create with an ``"id"`` (or, without
 one, a valid ``message_id``, which becomes the task id) is then a no-op
-answered ``created: false``; a create with neither gets a new UUID and may
+answered ``created: false`` (``already_fired`` when the task has a dedup
+window and fired in between); a create with neither gets a new UUID and may
 create a second task; a repeated cancel answers ``not_found``; a repeated
 reschedule with ``delay`` moves the task again from the redelivery time; a
 repeated pause, resume or backfill changes nothing more (a backfill's copies

@@ -26,7 +26,13 @@ from triggerhook.api.openapi_parts import (
 )
 from triggerhook.api.openapi_schedule import CRON_SPACE, EVERY_SCHEMA, cron_schema
 from triggerhook.domain.bounds import MAX_DUE_MS, MIN_DUE_MS
-from triggerhook.domain.meta import MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_TAGS
+from triggerhook.domain.meta import (
+    MAX_DEDUP_WINDOW_MS,
+    MAX_HEADER_VALUE_BYTES,
+    MAX_HEADERS,
+    MAX_HEADERS_BYTES,
+    MAX_TAGS,
+)
 from triggerhook.domain.recurrence import (
     CATCH_UP,
     DEFAULT_CATCH_UP_MAX,
@@ -144,9 +150,21 @@ SHOWN_DEADLINES = [
 ]
 
 
+DEDUP_WINDOW_SCHEMA = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": MAX_DEDUP_WINDOW_MS,
+    "description": "A dedup window in milliseconds (at most 30 days; 0: none). Once the task "
+    "fired, a create of its id within this long of the fire is answered 409 already_fired "
+    "(with fired_ms) and writes nothing; after it, the id can be created again. A series' "
+    "own id stays while it runs: its window applies to its one-off copies (trigger, "
+    "backfill, catch_up all). Absent: the daemon's dedup_window_ms (0).",
+}
+
+
 def metadata_fields(late_deadline: list[Schema]) -> Fields:
-    """Tags, AMQP properties, headers and late-fire policy of a task (a
-    deadline as given, or as shown)."""
+    """Tags, AMQP properties, headers, late-fire policy and dedup window of a
+    task (a deadline as given, or as shown)."""
     return (
         Field(
             "tags",
@@ -161,6 +179,7 @@ def metadata_fields(late_deadline: list[Schema]) -> Fields:
         Field("content_encoding", PROPERTY_SCHEMA),
         Field("headers", HEADERS_SCHEMA),
         Field("late", _late_schema(late_deadline)),
+        Field("dedup_window_ms", DEDUP_WINDOW_SCHEMA),
     )
 
 

@@ -71,6 +71,7 @@ from triggerhook.domain.outcomes import (
 )
 from triggerhook.domain.task import CancelResult, validate_id
 from triggerhook.errors import (
+    AlreadyFiredError,
     ConflictError,
     StoreUnavailable,
     TransientError,
@@ -120,11 +121,19 @@ def _library_error(exc: TriggerHookError) -> ApiError:
     if isinstance(exc, ValidationError):
         return ApiError(outcome, exc.message, exc.field)
     if isinstance(exc, ConflictError):
-        return ApiError(outcome, field="id", id=exc.task_id)
+        return _refused_create(exc, "id")
     if outcome is Outcome.UNAVAILABLE:
         assert isinstance(exc, TransientError)
         return ApiError(outcome, what=unavailable_what(exc))
     return ApiError(outcome, detail=exc)  # TOO_COSTLY says which bound; the rest ignore it
+
+
+def _refused_create(exc: ConflictError, field: str) -> ApiError:
+    """A create (or a series' copy) refused by what its id holds: conflict,
+    too_late, or already_fired with when it fired (``fired_ms``); ``field``
+    names the id as the request gave it (``tasks[3].id`` in a batch)."""
+    fired_ms = exc.fired_ms if isinstance(exc, AlreadyFiredError) else None
+    return ApiError(error_outcome(exc), field=field, id=exc.task_id, fired_ms=fired_ms)
 
 
 def _created(scheduled: Scheduled) -> tuple[int, dict[str, Any]]:
@@ -388,11 +397,9 @@ class HttpApi:
         specs = parse_batch(body, self._config.max_batch_tasks)
         try:
             return self._hook.schedule_many(specs)
-        except ConflictError as exc:  # TooLateError too: its own outcome
+        except ConflictError as exc:  # TooLateError, AlreadyFiredError too: their own outcomes
             assert exc.index is not None  # schedule_many names the task
-            raise ApiError(
-                error_outcome(exc), field=f"tasks[{exc.index}].id", id=exc.task_id
-            ) from None
+            raise _refused_create(exc, f"tasks[{exc.index}].id") from None
 
     async def get(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)

@@ -20,11 +20,14 @@ JSON = "application/json"
 @dataclass(frozen=True, slots=True)
 class HttpRendering:
     """An outcome over HTTP: the status, and for an error the outcome whose code
-    the body carries (``{"error": {"code", ...}}``) and extra headers."""
+    the body carries (``{"error": {"code", ...}}``), extra headers, and the
+    values of its message the error object carries as fields of their own
+    (``shows``: ``fired_ms`` of ``already_fired``)."""
 
     status: int
     reported_as: Outcome | None = None  # None: a success, no error body
     headers: tuple[tuple[str, str], ...] = ()
+    shows: tuple[str, ...] = ()
 
     @property
     def code(self) -> str | None:
@@ -53,6 +56,8 @@ HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
     Outcome.NOT_FOUND: HttpRendering(404, Outcome.NOT_FOUND),
     Outcome.TOO_LATE: HttpRendering(409, Outcome.TOO_LATE),
     Outcome.NOT_A_SERIES: HttpRendering(409, Outcome.NOT_A_SERIES),
+    # Refused like a conflict; the body says when it fired (epoch ms).
+    Outcome.ALREADY_FIRED: HttpRendering(409, Outcome.ALREADY_FIRED, shows=("fired_ms",)),
     Outcome.INVALID: HttpRendering(422, Outcome.INVALID),
     Outcome.MALFORMED_JSON: HttpRendering(400, Outcome.MALFORMED_JSON),
     Outcome.UNSUPPORTED_MEDIA_TYPE: HttpRendering(415, Outcome.UNSUPPORTED_MEDIA_TYPE),
@@ -100,7 +105,8 @@ class ApiError(Exception):
         close: bool = False,
         **values: object,
     ) -> None:
-        """``message``, or else the outcome's template filled with ``values``."""
+        """``message``, or else the outcome's template filled with ``values``;
+        the values the outcome ``shows`` are fields of the error object too."""
         rendering = _rendering(outcome)
         assert rendering.code is not None, f"{outcome} is not an error"
         text = outcome.message(**values) if message is None else message
@@ -110,12 +116,14 @@ class ApiError(Exception):
         self.message = text
         self.field = field
         self.headers = dict(rendering.headers)
+        self.shown = {name: values[name] for name in rendering.shows}
         self.close = close  # answer with Connection: close (the body was not read)
 
     def response(self) -> web.Response:
-        error: dict[str, str] = {"code": self.code, "message": self.message}
+        error: dict[str, object] = {"code": self.code, "message": self.message}
         if self.field is not None:
             error["field"] = self.field
+        error.update(self.shown)
         response = json_answer(self.status, {"error": error}, self.headers)
         if self.close:
             response.force_close()

@@ -128,8 +128,10 @@ def _create_operation() -> Schema:
                 **json_content(_CREATE),
             },
             "409": error(
-                "The id exists with different content (conflict; on_conflict error), or the "
-                "task is being published (too_late; on_conflict replace): nothing written."
+                "The id exists with different content (conflict; on_conflict error), the "
+                "task is being published (too_late; on_conflict replace), or the id fired "
+                "within its dedup window (already_fired; the error's fired_ms says when): "
+                "nothing written."
             ),
             **BODY_ERRORS,
             **COMMON,
@@ -161,8 +163,9 @@ def _batch_operation(max_batch_tasks: int) -> Schema:
                 **json_content(open_answer(IDS)),
             },
             "409": error(
-                "A task conflicts or is too late to replace (as one create's 409; field: "
-                "tasks[i].id); nothing stored."
+                "A task conflicts, is too late to replace, or fired within its dedup window "
+                "(already_fired, with fired_ms): as one create's 409, field tasks[i].id (the "
+                "first task refused); nothing stored."
             ),
             **BODY_ERRORS,
             **COMMON,

@@ -163,14 +163,16 @@ def _backfill() -> Schema:
         "Each occurrence of the series' schedule in [from_ms, to_ms) (epoch ms; to_ms not "
         f"after now; at most {MAX_BACKFILL}) as a one-off copy <id>:<due ms>, all in one "
         "transaction; a repeated backfill finds those still pending (exists), but writes, "
-        "and fires, again those that fired already (deleted once confirmed).",
+        "and fires, again those that fired already (deleted once confirmed), but a copy "
+        "that fired within the series' dedup window is answered already_fired, not "
+        "written again.",
         {
             "200": {
                 "description": "Backfilled: the copies (none: none in the range).",
                 **json_content(answer),
             },
             "409": error(
-                f"{_NOT_A_SERIES}; or conflict: a copy's id holds another task (none written)."
+                f"{_NOT_A_SERIES}; or conflict: a copy's id holds another task. None written."
             ),
         },
         {"required": True, **json_content(body)},

@@ -70,7 +70,8 @@ def series_json(
 ) -> dict[str, Any]:
     """A series' pause, resume, trigger or backfill that applied: its id and
     outcome, and (a trigger, a backfill) the one-off copies it wrote, each with
-    its id, due time and what became of it (created; exists: a retry found it)."""
+    its id, due time and what became of it (created; exists: a retry found it;
+    already_fired: a backfill's copy fired within the series' dedup window)."""
     data: dict[str, Any] = {"id": task_id, "outcome": outcome.code}
     if copies is not None:
         data["copies"] = [

@@ -58,7 +58,7 @@ from triggerhook.cli.rendering import print_json as _print_json
 from triggerhook.cli.rendering import print_outcome as _outcome
 from triggerhook.cli.series_cmd import SERIES_COMMANDS, add_catch_up_arguments, add_series_parsers
 from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
-from triggerhook.cli.task_args import LateArg, Metadata
+from triggerhook.cli.task_args import LateArg, Metadata, parse_dedup_window
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.meta import meta_json
 from triggerhook.domain.outcomes import Outcome, error_outcome
@@ -205,6 +205,13 @@ def _schedule_arguments(sched: argparse.ArgumentParser) -> None:
         choices=[rule.value for rule in OnConflict],
         help="when the id exists with other content: error (exit 2), keep the stored task, "
         "or replace it (exit 4 when it is being published) (default: error)",
+    )
+    sched.add_argument(
+        "--dedup-window",
+        metavar="DURATION",
+        help="a dedup window, with its unit as --in takes it (1500ms, 90s, 24h, 7d; at most "
+        "30d): once the task fired, scheduling its id again within it is refused as "
+        "already fired (exit 2, nothing written) (default: the dedup_window_ms setting)",
     )
     sched.add_argument("--content-type", help="its event's content type, e.g. application/json")
     sched.add_argument("--content-encoding", help="its event's content encoding, e.g. gzip")
@@ -413,6 +420,10 @@ def _delay_ms(args: argparse.Namespace) -> int | None:
     return None if args.delay is None else parse_duration_ms(args.delay)
 
 
+def _dedup_window_ms(args: argparse.Namespace) -> int | None:
+    return None if args.dedup_window is None else parse_dedup_window(args.dedup_window)
+
+
 def _schedule(backend: Backend, args: argparse.Namespace) -> int:
     delay_ms = _delay_ms(args)
     meta = _metadata(args)
@@ -453,6 +464,7 @@ def _metadata(args: argparse.Namespace) -> Metadata:
         catch_up=args.catch_up,
         catch_up_max=args.catch_up_max,
         on_conflict=args.on_conflict,
+        dedup_window_ms=_dedup_window_ms(args),
     )
 
 

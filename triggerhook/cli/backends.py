@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar, cast
 
 from triggerhook_client import (
+    AlreadyFired,
     ApiError,
     Client,
     Conflict,
@@ -56,13 +57,24 @@ from triggerhook.domain.recurrence import (
     parse_every,
 )
 from triggerhook.domain.task import TaskInfo, TaskState
-from triggerhook.errors import ConfigError, SchemaError, TriggerHookError, ValidationError
+from triggerhook.errors import (
+    AlreadyFiredError,
+    ConfigError,
+    SchemaError,
+    TriggerHookError,
+    ValidationError,
+)
 from triggerhook.settings import Settings
 
 T = TypeVar("T")
 # The library's and the client's names of the fields the CLI takes as flags
 # of other names: errors name the flag (``--in``, ``--from``, ``--to``).
-_FLAG_NAMES = {"delay_ms": "in", "from_ms": "from", "to_ms": "to"}
+_FLAG_NAMES = {
+    "delay_ms": "in",
+    "from_ms": "from",
+    "to_ms": "to",
+    "dedup_window_ms": "dedup_window",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +318,9 @@ def _library_errors() -> Iterator[None]:
     except ValidationError as exc:
         renamed = ValidationError(_FLAG_NAMES.get(exc.field, exc.field), exc.message)
         raise BackendError(Outcome.INVALID, str(renamed)) from None
+    except AlreadyFiredError as exc:  # its message says when, as the daemon's answer does
+        message = Outcome.ALREADY_FIRED.message(id=exc.task_id, fired_ms=exc.fired_ms)
+        raise BackendError(Outcome.ALREADY_FIRED, message) from None
     except TriggerHookError as exc:
         raise BackendError(error_outcome(exc), str(exc)) from None
 
@@ -314,6 +329,7 @@ def _library_errors() -> Iterator[None]:
 # from a proxy, is a failure like any other unexpected answer).
 _CLIENT_OUTCOMES: tuple[tuple[type[ApiError], Outcome], ...] = (
     (InvalidRequest, Outcome.INVALID),
+    (AlreadyFired, Outcome.ALREADY_FIRED),  # a Conflict: first
     (Conflict, Outcome.CONFLICT),
     (Unauthorized, Outcome.UNAUTHORIZED),
     (Unavailable, Outcome.UNAVAILABLE),
@@ -500,6 +516,7 @@ def _meta_of(task: TaskSummary) -> Meta:
         headers=tuple(sorted(task.headers.items())),
         late=_policy(task.late),
         recur=_recurrence(task),
+        dedup_window_ms=task.dedup_window_ms or 0,
     )
 
 

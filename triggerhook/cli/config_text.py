@@ -72,6 +72,9 @@ def render_reference() -> str:
         maximum = spec.metadata["maximum"]
         if maximum is not None:
             meaning += f" Maximum {maximum}."
+        above = spec.metadata["above"]
+        if above is not None:
+            meaning += f" More than {above}."
         env = f"`{env_var(name)}`"
         if is_secret(name):
             env += f", `{env_var(name)}{FILE_SUFFIX}`"
@@ -105,12 +108,15 @@ def shown(name: str, value: object) -> object:
 
 
 def toml_literal(value: object) -> str:
-    """``value`` (bool, int or str) as a TOML value; a string as a basic
-    string, with quotes, backslashes and control characters escaped."""
+    """``value`` (bool, int, float or str) as a TOML value; a float always
+    with its point (``60.0``: TOML reads ``60`` as an integer); a string as a
+    basic string, with quotes, backslashes and control characters escaped."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        return repr(value)  # finite (settings.py refuses the rest): 60.0, 0.5, 1e-05
     text = str(value)
     escaped = "".join(
         f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c

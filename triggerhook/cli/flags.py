@@ -37,6 +37,7 @@ def _flag_bool(text: str) -> bool:
 # the flag's converter and metavar.
 _FLAG_TYPES: dict[str, tuple[Callable[[str], object], str]] = {
     "int": (int, "N"),
+    "float": (float, "N"),
     "bool": (_flag_bool, "true|false"),
     "str": (str, "VALUE"),
 }

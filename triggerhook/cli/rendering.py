@@ -4,8 +4,8 @@ by the task commands of :mod:`triggerhook.cli` and :mod:`triggerhook.cli.series_
 
 Exit codes: 0 success; 1 runtime failure (database, engine, or daemon
 unreachable); 2 bad input or configuration, or a refusal the input caused (a
-conflict, a series' operation on a one-off task); 3 task not found; 4 too
-late to cancel or reschedule.
+conflict, an id that fired within its dedup window, a series' operation on a
+one-off task); 3 task not found; 4 too late to cancel or reschedule.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ CLI_RENDERING: dict[Outcome, CliRendering] = {
     Outcome.TOO_LATE: CliRendering(EXIT_TOO_LATE, result=True),
     # A refusal, like a conflict: the id names a task, but not a series.
     Outcome.NOT_A_SERIES: CliRendering(EXIT_USAGE, result=True),
+    # A refusal, like a conflict: the id fired within its dedup window (the
+    # error line says when).
+    Outcome.ALREADY_FIRED: CliRendering(EXIT_USAGE),
     Outcome.INVALID: CliRendering(EXIT_USAGE),
     Outcome.MALFORMED_JSON: CliRendering(EXIT_USAGE),
     Outcome.UNSUPPORTED_MEDIA_TYPE: CliRendering(EXIT_USAGE),

@@ -12,7 +12,7 @@ from typing import TypedDict
 from triggerhook_client import Late
 
 from triggerhook.domain.meta import LateKind, LatePolicy
-from triggerhook.domain.timeparse import parse_at
+from triggerhook.domain.timeparse import parse_at, parse_duration_ms
 from triggerhook.errors import ValidationError
 
 _WHOLE_MS = re.compile(r"[0-9]{1,18}")  # below 2**63: the API's 64-bit integer
@@ -24,8 +24,9 @@ class Metadata:
     ``--content-type``, ``--content-encoding``, ``--header`` and ``--late``
     (:class:`LateArg`), and a series' ``--every`` or ``--cron``,
     ``--timezone``, ``--dst-repeated``, ``--dst-skipped``, ``--until``
-    (as ``--at`` takes it), ``--catch-up`` and ``--catch-up-max``, and
-    ``--on-conflict``, as given."""
+    (as ``--at`` takes it), ``--catch-up`` and ``--catch-up-max``,
+    ``--on-conflict``, as given, and ``--dedup-window`` in milliseconds
+    (:func:`parse_dedup_window`)."""
 
     tags: tuple[str, ...] = ()
     content_type: str | None = None
@@ -41,6 +42,7 @@ class Metadata:
     catch_up: str | None = None
     catch_up_max: int | None = None
     on_conflict: str | None = None
+    dedup_window_ms: int | None = None
 
     @property
     def series(self) -> bool:
@@ -63,6 +65,7 @@ class Metadata:
             catch_up=self.catch_up,
             catch_up_max=self.catch_up_max,
             on_conflict=self.on_conflict,
+            dedup_window_ms=self.dedup_window_ms,
         )
 
 
@@ -82,9 +85,26 @@ class MetaArguments(TypedDict):
     catch_up: str | None
     catch_up_max: int | None
     on_conflict: str | None
+    dedup_window_ms: int | None
 
 
 NO_METADATA = Metadata()
+
+# A bare number: --in reads it as seconds, the API's dedup_window_ms as milliseconds.
+_BARE_NUMBER = re.compile(r"\s*[+-]?[0-9]+(\.[0-9]*)?\s*")
+
+
+def parse_dedup_window(text: str) -> int:
+    """``--dedup-window``: a duration as ``--in`` takes it, with its unit
+    (``1500ms``, ``90s``, ``24h``, ``7d``), in milliseconds. A bare number is
+    refused rather than guessed at (seconds for ``--in``, milliseconds in the
+    API's ``dedup_window_ms``). Its bounds (0 to 30 days) are the library's
+    and the daemon's, which name ``dedup_window_ms``."""
+    if _BARE_NUMBER.fullmatch(text):
+        raise ValidationError(
+            "dedup_window", f"give its unit: {text.strip()[:20]}ms, or 90s, 24h, 7d"
+        )
+    return parse_duration_ms(text, "dedup_window")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,12 @@
 * the **late-fire policy** (:class:`LatePolicy`): what to do with a task
   found late when it is published; None: the engine's configured default;
 * a **schedule** (:class:`~triggerhook.domain.recurrence.Recurrence`): the
-  task is a series, one occurrence pending at a time.
+  task is a series, one occurrence pending at a time;
+* a **dedup window** (``dedup_window_ms``, at most :data:`MAX_DEDUP_WINDOW_MS`;
+  0: none): once the task fired, a create of its id within the window is
+  answered "already fired" and writes nothing (docs/design/flow-control.md,
+  section 2). A series' own row never leaves one (its id stays while it
+  runs); its one-off copies (trigger, backfill, catch-up) carry its window.
 
 All of it is part of a task's content: an idempotent re-create compares it.
 Every limit is checked before any work that grows with the input.
@@ -36,6 +41,9 @@ MAX_HEADER_VALUE_BYTES = 1024
 MAX_HEADERS_BYTES = 4096  # names and values, as UTF-8
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 RESERVED_HEADER_PREFIX = "x-"
+# A fired id's record is kept this long at most: the table stays bounded by
+# (fires per second) x (window), and a month covers every retry horizon asked for.
+MAX_DEDUP_WINDOW_MS = 30 * 24 * 3600 * 1000
 
 HeaderValue = str | int | bool
 Headers = tuple[tuple[str, HeaderValue], ...]
@@ -79,11 +87,20 @@ class Meta:
     headers: Headers = ()  # sorted by name
     late: LatePolicy | None = None
     recur: Recurrence | None = None
+    dedup_window_ms: int = 0
 
     def _key(self) -> tuple[object, ...]:
         # Headers compared with their types: True == 1 in Python, not on the wire.
         typed = tuple((name, type(value), value) for name, value in self.headers)
-        return (self.tags, self.content_type, self.content_encoding, typed, self.late, self.recur)
+        return (
+            self.tags,
+            self.content_type,
+            self.content_encoding,
+            typed,
+            self.late,
+            self.recur,
+            self.dedup_window_ms,
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Meta) and self._key() == other._key()
@@ -101,6 +118,7 @@ class Meta:
             or self.headers
             or self.late is not None
             or self.recur is not None
+            or self.dedup_window_ms != 0
         )
 
     def to_record(self) -> dict[str, object]:
@@ -110,6 +128,8 @@ class Meta:
             record["late"] = self.late.to_json()
         if self.recur is not None:
             record["recur"] = self.recur.to_record()
+        if self.dedup_window_ms:
+            record["dedup_window_ms"] = self.dedup_window_ms
         return record
 
 
@@ -146,6 +166,8 @@ def meta_json(meta: Meta, *, seconds: bool = False) -> dict[str, object]:
         data["late"] = late
     if meta.recur is not None:
         data.update(_series_json(meta.recur, seconds))
+    if meta.dedup_window_ms:
+        data["dedup_window_ms"] = meta.dedup_window_ms
     return data
 
 
@@ -204,6 +226,7 @@ def from_record(record: Mapping[str, object]) -> Meta:
         headers=headers if isinstance(headers, Mapping) else None,
         late=parse_late(record["late"]) if "late" in record else None,
         recur=recurrence.from_record(record["recur"]) if "recur" in record else None,
+        dedup_window_ms=record.get("dedup_window_ms"),
     )
 
 
@@ -215,6 +238,7 @@ def make_meta(
     headers: Mapping[str, object] | None = None,
     late: LatePolicy | None = None,
     recur: Recurrence | None = None,
+    dedup_window_ms: object = None,
 ) -> Meta:
     """Validated metadata; raises :class:`ValidationError` naming the field."""
     checked = _headers(headers)
@@ -225,6 +249,7 @@ def make_meta(
         headers=checked,
         late=_checked_late(late),
         recur=recur,
+        dedup_window_ms=dedup_window(dedup_window_ms),
     )
     return NO_META if meta == NO_META else meta
 
@@ -242,6 +267,16 @@ def parse_late(value: object, field: str = "late") -> LatePolicy:
     if key not in kinds:
         raise ValidationError(f"{field}.{key}", "unknown (allowed: skip_after_ms, deadline_ms)")
     return LatePolicy(kinds[key], _non_negative(number, f"{field}.{key}"))
+
+
+def dedup_window(value: object, field: str = "dedup_window_ms") -> int:
+    """A dedup window in milliseconds, 0 to :data:`MAX_DEDUP_WINDOW_MS` (None: 0)."""
+    if value is None:
+        return 0
+    number = _non_negative(value, field)
+    if number > MAX_DEDUP_WINDOW_MS:
+        raise ValidationError(field, f"at most {MAX_DEDUP_WINDOW_MS} ms (30 days)")
+    return number
 
 
 def _checked_late(late: LatePolicy | None) -> LatePolicy | None:

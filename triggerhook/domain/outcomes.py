@@ -22,6 +22,7 @@ from typing import Any
 
 from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, SeriesResult
 from triggerhook.errors import (
+    AlreadyFiredError,
     BrokerUnavailable,
     ConflictError,
     Interrupted,
@@ -57,6 +58,7 @@ class Outcome(enum.Enum):
     NOT_FOUND = "not_found"  # unknown, or fired already
     TOO_LATE = "too_late"  # being published: too late to cancel, move or replace
     NOT_A_SERIES = "not_a_series"  # a one-off task: a series' operation does not apply
+    ALREADY_FIRED = "already_fired"  # it fired within its dedup window: nothing written
     # bad input: nothing written, never worth retrying as is
     INVALID = "invalid"  # a field's value (``field`` names it)
     MALFORMED_JSON = "malformed_json"  # the body is not (UTF-8) JSON
@@ -130,6 +132,7 @@ MESSAGES: dict[Outcome, str] = {
     Outcome.NOT_FOUND: "task {id!r} is unknown or has fired",
     Outcome.TOO_LATE: "task {id!r} is being published",
     Outcome.NOT_A_SERIES: "task {id!r} is not a series (no every or cron)",
+    Outcome.ALREADY_FIRED: "task {id!r} fired at {fired_ms} (epoch ms), within its dedup window",
     Outcome.INVALID: "{detail}",  # the field's rule; the field is given apart
     Outcome.MALFORMED_JSON: "body is not {what}: {detail}",
     Outcome.UNSUPPORTED_MEDIA_TYPE: "Content-Type must be application/json",
@@ -175,6 +178,7 @@ INSERT_OUTCOMES: dict[InsertOutcome, Outcome] = {
     InsertOutcome.KEPT: Outcome.KEPT,
     InsertOutcome.CONFLICT: Outcome.CONFLICT,
     InsertOutcome.TOO_LATE: Outcome.TOO_LATE,
+    InsertOutcome.ALREADY_FIRED: Outcome.ALREADY_FIRED,
 }
 
 
@@ -184,6 +188,8 @@ def error_outcome(exc: BaseException) -> Outcome:
         return Outcome.INVALID
     if isinstance(exc, TooLateError):
         return Outcome.TOO_LATE
+    if isinstance(exc, AlreadyFiredError):
+        return Outcome.ALREADY_FIRED
     if isinstance(exc, ConflictError):
         return Outcome.CONFLICT
     if isinstance(exc, NotRunningError | Interrupted):  # Interrupted: by the daemon's stop

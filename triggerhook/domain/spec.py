@@ -54,6 +54,11 @@ class TaskSpec:
     (a conflict), ``keep`` (the stored task stays) or ``replace`` (the new
     content and due time replace it, unless it is being published: too late).
     It is not part of the task's content.
+
+    ``dedup_window_ms`` (None: the configured default, 0 unless set): once
+    the task fired, a create of its id within this many milliseconds is
+    answered ``already_fired`` and writes nothing (domain/meta.py). A
+    series' window is its copies'.
     """
 
     id: str | None = None
@@ -77,6 +82,7 @@ class TaskSpec:
     catch_up: str | None = None
     catch_up_max: int | None = None
     on_conflict: OnConflict | str | None = None
+    dedup_window_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,7 @@ class TaskRules:
 
     default_routing_key: str
     max_payload_bytes: int
+    default_dedup_window_ms: int = 0
 
 
 def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") -> Task:
@@ -110,6 +117,11 @@ def resolve(spec: TaskSpec, now_ms: float, rules: TaskRules, field: str = "") ->
                 headers=spec.headers,
                 late=spec.late,
                 recur=recur,
+                dedup_window_ms=(
+                    rules.default_dedup_window_ms
+                    if spec.dedup_window_ms is None
+                    else spec.dedup_window_ms
+                ),
             ),
         )
         if recur is not None and recur.catch_up == "all":

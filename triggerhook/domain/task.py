@@ -64,6 +64,7 @@ class InsertOutcome(enum.Enum):
     KEPT = "kept"  # same id, other content (KEEP): the stored task stays
     REPLACED = "replaced"  # same id, other content (REPLACE): now the new task
     TOO_LATE = "too_late"  # REPLACE of a task being published: nothing written
+    ALREADY_FIRED = "already_fired"  # fired within its dedup window: nothing written
 
 
 class OnConflict(enum.Enum):
@@ -177,6 +178,9 @@ def validate_routing_key(routing_key: object) -> str:
     if not isinstance(routing_key, str) or not ROUTING_KEY_PATTERN.fullmatch(routing_key):
         raise ValidationError("routing_key", "must be 1-255 characters from [A-Za-z0-9._:/-]")
     return routing_key
+
+
+DEFAULT_MAX_PAYLOAD_BYTES = 65536  # the max_payload_bytes setting's default
 
 
 def validate_payload(payload: object, max_payload_bytes: int) -> bytes:

@@ -12,6 +12,10 @@
   and leaves this instance's memory, so it can be cancelled meanwhile and holds
   no room; a row armed by an earlier owner (inherited) stays armed and is
   retried from memory instead.
+* A task with a dedup window: the delete writes its fired record in the
+  same transaction (R5d: ``TaskStore.delete_recorded``).
+* Between batches (and when idle), the expired fired records of this
+  instance's shards are swept (engine/sweep.py), at most every interval.
 * Held back by a rate limit past the arming horizon (R8p, :meth:`Confirmer.postpone`):
   the same write, flagged as a postponement (no failed attempt counted), to
   the token's instant; an inherited row's copy goes back into the
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.scheduler import Scheduler
+from triggerhook.engine.sweep import FiredSweep
 from triggerhook.errors import TransientError
 from triggerhook.interfaces import Clock, DeferOutcome, Deferral, TaskStore
 from triggerhook.runtime import progress
@@ -51,7 +56,7 @@ class _Batch:
     retry after a failure writes only what is left."""
 
     fired: list[list[tuple[str, int]]]  # (id, rev): delete, a transaction a part
-    series: list[Task]  # occurrences of series: advance
+    series: list[Task]  # occurrences of series (advance), tasks with a dedup window (R5d)
     deferred: list[_Deferred]  # store back
 
     def __len__(self) -> int:
@@ -84,6 +89,7 @@ class Confirmer(Worker):
         *,
         clock: Clock,
         lanes: int = 1,
+        sweep: FiredSweep | None = None,
     ) -> None:
         super().__init__("th-confirmer", on_failure)
         self._store = store
@@ -94,7 +100,9 @@ class Confirmer(Worker):
         self._batch_size = batch_size
         self._max_delay_s = max_delay_ms / 1000.0
         self._fired: deque[tuple[str, int]] = deque()  # (id, rev) confirmed
-        self._series: deque[Task] = deque()  # confirmed occurrences of series
+        # Confirmed occurrences of series, and tasks with a dedup window: more
+        # than a delete by revision.
+        self._series: deque[Task] = deque()
         self._deferred: deque[_Deferred] = deque()
         self._cond = threading.Condition()
         self._current: _Batch | None = None  # being settled (this thread's)
@@ -103,13 +111,16 @@ class Confirmer(Worker):
         self.deleted = 0
         self.deferred = 0
         self.postponed = 0  # rows of held copies rewritten to wait in the database (R8p)
+        self.recorded = 0  # rows deleted with a fired record (R5d)
+        self._sweep = sweep
+        self._sweeping = False
 
     def confirmed(self, tasks: Sequence[Task]) -> None:
         """Called by the publisher thread with the tasks the broker confirmed."""
         with self._cond:
             was_empty = not self._fired and not self._series
             for task in tasks:
-                if task.meta.recur is None:
+                if task.meta.recur is None and not task.meta.dedup_window_ms:
                     self._fired.append((task.id, task.rev))
                 else:
                     self._series.append(task)
@@ -131,6 +142,10 @@ class Confirmer(Worker):
             self._deferred.extend((task, at_ms, True) for task, at_ms in held)
             self._cond.notify()
 
+    def swept(self) -> int:
+        """Expired fired records this instance's sweeps deleted, since start."""
+        return 0 if self._sweep is None else self._sweep.swept
+
     def wake(self) -> None:
         with self._cond:
             self._cond.notify()
@@ -146,11 +161,13 @@ class Confirmer(Worker):
     def _wait_for_work(self) -> bool:
         """Wait for a full batch or the oldest id's deadline; False once stopped and empty."""
         with self._cond:
-            while not self._fired and not self._series and not self._deferred:
+            if not self._fired and not self._series and not self._deferred:
                 if self.stopping:
                     return False
                 self.beat()  # idle is not wedged (Worker.stalled, the watchdog's rule)
                 self._cond.wait(BEAT_S)
+                if not self._fired and not self._series and not self._deferred:
+                    return not self.stopping  # idle: a step that only sweeps
             deadline = time.monotonic() + self._max_delay_s
             while not self._deferred and self._queued() < self._batch_size and not self.stopping:
                 left = deadline - time.monotonic()
@@ -186,7 +203,9 @@ class Confirmer(Worker):
                 try:
                     self.step()
                 except TransientError as exc:
-                    self.back_off(exc, _doing(self._current))
+                    doing = "sweeping expired fired records" if self._sweeping else None
+                    self._sweeping = False
+                    self.back_off(exc, doing or _doing(self._current))
                     if self.past_deadline():
                         return  # the rows stay armed: they fire again later, at-least-once
                     continue
@@ -202,18 +221,26 @@ class Confirmer(Worker):
         if self._current is None:
             self._current = self._take_batch()
             if self._current is None:
+                self._swept()
                 return False
         batch = self._current
         if batch.fired:
             self._delete(batch.fired)
         if batch.series:
             self._advance(batch.series)
-            batch.series = []
         if batch.deferred:
             self._defer(batch.deferred)
             batch.deferred = []
         self._current = None
+        self._swept()
         return True
+
+    def _swept(self) -> None:
+        """The expired fired records' sweep, when one is due (engine/sweep.py)."""
+        if self._sweep is not None:
+            self._sweeping = True
+            self._sweep.step()
+            self._sweeping = False
 
     def _delete(self, parts: list[list[tuple[str, int]]]) -> None:
         """Each part in a transaction of its own, the first on this thread and
@@ -257,9 +284,21 @@ class Confirmer(Worker):
         self._inventory.forget(part)
         part.clear()
 
-    def _advance(self, series: list[Task]) -> None:
-        self.deleted += self._store.advance(series, self._clock.now_ms())
-        self._inventory.forget([(task.id, task.rev) for task in series])
+    def _advance(self, rewrites: list[Task]) -> None:
+        """R5d for the tasks with a dedup window, then R5s for the series'
+        occurrences, each a transaction; ``rewrites`` is emptied of each part
+        once written, so that a retry writes only what failed."""
+        windowed = [task for task in rewrites if task.meta.recur is None]
+        if windowed:
+            deleted = self._store.delete_recorded(windowed, self._clock.now_ms())
+            self.deleted += deleted
+            self.recorded += deleted
+            self._inventory.forget([(task.id, task.rev) for task in windowed])
+            rewrites[:] = [task for task in rewrites if task.meta.recur is not None]
+        if rewrites:
+            self.deleted += self._store.advance(rewrites, self._clock.now_ms())
+            self._inventory.forget([(task.id, task.rev) for task in rewrites])
+            rewrites.clear()
 
     def _defer(self, deferred: list[_Deferred]) -> None:
         # A new revision at each try: a retry after a lost answer finds the
@@ -287,4 +326,6 @@ def _doing(batch: _Batch | None) -> str:
     """What a failed step was doing, for its log line."""
     if batch is None or batch.fired:
         return "deleting confirmed"
-    return "advancing series" if batch.series else "deferring undelivered or postponed"
+    if batch.series:
+        return "advancing series or recording fired tasks"
+    return "deferring undelivered or postponed"

@@ -32,9 +32,11 @@ from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.naming import Claimant, NameClaim, released
+from triggerhook.engine.outbox import OutboxMover
 from triggerhook.engine.scheduler import Scheduler
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.shards import KeeperConfig, ShardKeeper, ShardTable
+from triggerhook.engine.sweep import FiredSweep
 from triggerhook.engine.writes import WriteLimits, Writes
 from triggerhook.errors import TriggerHookError
 from triggerhook.interfaces import (
@@ -82,6 +84,8 @@ class EngineConfig:
     rate_limits: tuple[RateLimit, ...] = ()  # per routing-key pattern (domain/ratelimits.py)
     catch_up: RateLimit | None = None  # per key, for tasks catch_up_after_ms late
     catch_up_after_ms: int = 1000
+    dedup_sweep_ms: int = 60_000  # how often expired fired records are swept
+    outbox_poll_ms: int = 50  # how often the outbox is read when it was empty; 0: never
 
 
 class Engine:
@@ -150,6 +154,7 @@ class Engine:
             self._fail,
             clock=clock,
             lanes=config.confirm_transactions,
+            sweep=FiredSweep(store, self._owned_shards, clock, config.dedup_sweep_ms),
         )
         # R8p: a copy held by a rate limit past the arming horizon waits in
         # the database, not in memory, where it would keep other keys' later
@@ -172,6 +177,10 @@ class Engine:
         else:
             owns, wake = _every_shard, wake_armer or _nobody
         self.writes = Writes(store, clock, owns, wake, limits, lambda: self.running, self._fail)
+        # R6o: tasks callers scheduled inside their own transactions.
+        self.outbox: OutboxMover | None = None
+        if config.outbox_poll_ms > 0:
+            self.outbox = OutboxMover(self.writes.move_outbox, config.outbox_poll_ms, self._fail)
         self._running = False
         self.publish_retries = 0  # the publisher's thread only
         self._more_counters: list[Callable[[], dict[str, int]]] = []
@@ -212,7 +221,15 @@ class Engine:
         if not self.config.fires:
             return []
         # Downstream first, so nothing is handed to a stage that is not running.
-        return [self.confirmer, self.publisher, self.scheduler, self.armer, self.keeper]
+        outbox = [] if self.outbox is None else [self.outbox]
+        return [self.confirmer, self.publisher, self.scheduler, self.armer, self.keeper, *outbox]
+
+    def _db_threads(self) -> list[Worker]:
+        """The firing engine's threads that write to the database."""
+        if not self.config.fires:
+            return []
+        outbox = [] if self.outbox is None else [self.outbox]
+        return [self.keeper, self.armer, self.confirmer, *outbox]
 
     def _share(self) -> float:
         """This instance's share of each rate limit: the fraction of the shards
@@ -231,8 +248,7 @@ class Engine:
         """How the database refuses this engine's writes now (``read-only``,
         ``out of space``: the kind, never the server's text), as the last
         failure of a thread or group commit said; None while it takes them."""
-        threads = (self.keeper, self.armer, self.confirmer) if self.config.fires else ()
-        refusals = [worker.refusal for worker in threads] + [self.writes.refusal()]
+        refusals = [worker.refusal for worker in self._db_threads()] + [self.writes.refusal()]
         return next((r.kind for r in refusals if r is not None), None)
 
     def alive(self) -> bool:
@@ -247,6 +263,7 @@ class Engine:
         named: list[tuple[str, Worker | EventPublisher]] = [
             ("th-publisher", self.publisher),
             *((w.name, w) for w in (self.confirmer, self.scheduler, self.armer, self.keeper)),
+            *(("th-outbox", w) for w in (self.outbox,) if w is not None),
         ]
         fires = self.config.fires
         return [name for name, w in named if fires and w.stalled(now_s, max_silence_s)]
@@ -279,6 +296,9 @@ class Engine:
         self.writes.stop()
         if not self.config.fires:
             return self.writes.join(_left(deadline)) and not self.failed.is_set()
+        if self.outbox is not None:  # a move is one transaction: whole or not at all
+            self.outbox.stop()
+            self.outbox.join(_left(deadline))
         self.armer.stop()
         self.writes.join(_left(deadline))
         self.armer.join(_left(deadline))
@@ -317,6 +337,10 @@ class Engine:
         self.publish_retries += 1
         self.confirmer.defer(task, int(self._clock.now_ms()) + delay_ms)
 
+    def _owned_shards(self) -> list[int]:
+        """The shards this instance holds now (the sweep's: any thread)."""
+        return [lease.shard for lease in self.shards.leases()]
+
     def count_also(self, counters: Callable[[], dict[str, int]]) -> None:
         """Add ``counters`` (totals since start, e.g. the API processes' writes)
         to :meth:`counters`; call before :meth:`start`."""
@@ -330,7 +354,7 @@ class Engine:
         return totals
 
     def _own_counters(self) -> dict[str, int]:
-        db_errors = sum(w.transient_errors for w in (self.keeper, self.armer, self.confirmer))
+        db_errors = sum(w.transient_errors for w in self._db_threads())
         db_errors += self.writes.failed_writes()
         return {
             **self.writes.counters(),
@@ -341,6 +365,8 @@ class Engine:
             "throttled": self.scheduler.throttled(),
             "postponed": self.confirmer.postponed,
             "deleted": self.confirmer.deleted,
+            "dedup_recorded": self.confirmer.recorded,
+            "dedup_swept": self.confirmer.swept(),
             "publish_retries": self.publish_retries,
             "db_errors": db_errors,
             **self.publisher.counters(),

@@ -1,4 +1,5 @@
-"""The write path: inserts, moves (reschedules), cancels, and a series' pause and resume.
+"""The write path: inserts, moves (reschedules), cancels, a series' pause
+and resume, and the outbox's moves (R6o).
 
 Each kind of change goes the same way, owned here and nowhere else:
 
@@ -17,6 +18,7 @@ whichever thread committed the change.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -24,7 +26,7 @@ from typing import Any, Generic, TypeVar
 from triggerhook.domain.arming import shard_of
 from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, SeriesResult, Task
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Ticket
-from triggerhook.errors import NotRunningError, StoreReadOnly
+from triggerhook.errors import AlreadyFiredError, NotRunningError, StoreReadOnly
 from triggerhook.interfaces import (
     Clock,
     Inserted,
@@ -36,7 +38,14 @@ from triggerhook.interfaces import (
 from triggerhook.runtime.counters import Tally
 from triggerhook.runtime.worker import FailureHandler
 
+log = logging.getLogger(__name__)
+
 Asked = TypeVar("Asked")
+# A move's answers that wrote nothing; at most _LOGGED of them logged a move.
+_NOT_WRITTEN = frozenset(
+    {InsertOutcome.CONFLICT, InsertOutcome.TOO_LATE, InsertOutcome.ALREADY_FIRED}
+)
+_LOGGED = 10
 Create = tuple[Task, OnConflict]  # a task to create, and what to do if its id exists
 Planned = TypeVar("Planned")
 Result = TypeVar("Result")
@@ -121,6 +130,9 @@ class Writes:
         self.replaced = Tally()
         self.cancelled = Tally()
         self.rescheduled = Tally()
+        self.dedup_refused = Tally()  # creates answered ALREADY_FIRED (a dedup window)
+        self.outbox_moved = Tally()  # outbox rows moved (R6o), whatever their answer
+        self.outbox_refused = Tally()  # of those, tasks not written (conflict, too late, fired)
 
     # -- lifecycle: the group committers' threads ----------------------------------
 
@@ -141,14 +153,22 @@ class Writes:
 
     # -- the writes ---------------------------------------------------------------
 
-    def insert_many(self, creates: Sequence[Create]) -> list[Inserted]:
-        """All in one transaction, on the caller's thread: all of them or none."""
-        inserted = self._store.insert(_new_rows(creates), atomic=True)
+    def insert_many(self, creates: Sequence[Create], fired_ok: bool = False) -> list[Inserted]:
+        """All in one transaction, on the caller's thread: all of them or
+        none; ``fired_ok``: an id fired within its window is answered
+        ALREADY_FIRED and the others written (a backfill's copies)."""
+        try:
+            inserted = self._store.insert(
+                _new_rows(creates), atomic=True, now_ms=self._clock.now_ms(), fired_ok=fired_ok
+            )
+        except AlreadyFiredError:
+            self.dedup_refused.add(1)
+            raise
         self._written(inserted)
         return inserted
 
     def _insert(self, rows: Sequence[NewRow]) -> list[Inserted]:
-        inserted = self._store.insert(rows, atomic=False)
+        inserted = self._store.insert(rows, atomic=False, now_ms=self._clock.now_ms())
         self._written(inserted)
         return inserted
 
@@ -156,6 +176,9 @@ class Writes:
         created = [i.task for i in inserted if i.outcome is InsertOutcome.CREATED]
         replaced = [i.task for i in inserted if i.outcome is InsertOutcome.REPLACED]
         self.created.add(len(created))
+        refused = sum(1 for i in inserted if i.outcome is InsertOutcome.ALREADY_FIRED)
+        if refused:
+            self.dedup_refused.add(refused)
         if replaced:
             self.replaced.add(len(replaced))
             created += replaced
@@ -173,6 +196,21 @@ class Writes:
         results = self._store.cancel(task_ids)
         self.cancelled.add(sum(1 for r in results if r is CancelResult.CANCELLED))
         return results
+
+    def move_outbox(self, limit: int) -> int:
+        """R6o, on the mover's thread: the rows it took out of the outbox.
+        A task its insert did not write (the id exists with other content,
+        is being published, or fired within its window) is logged and
+        counted: its caller's transaction is gone, nobody else is told."""
+        moved = self._store.move_outbox(limit, self._clock.now_ms())
+        self._written(moved.inserted)
+        self.outbox_moved.add(moved.taken)
+        refused = [i for i in moved.inserted if i.outcome in _NOT_WRITTEN]
+        if refused:
+            self.outbox_refused.add(len(refused))
+            for answer in refused[:_LOGGED]:
+                log.warning("outbox task %r not written: %s", answer.task.id, answer.outcome.value)
+        return moved.taken
 
     def pause(self, task_ids: Sequence[str]) -> list[SeriesResult]:
         """Pause series, on the caller's thread (rare: no group commit)."""
@@ -202,6 +240,9 @@ class Writes:
             "replaced": self.replaced.value,
             "cancelled": self.cancelled.value,
             "rescheduled": self.rescheduled.value,
+            "dedup_refused": self.dedup_refused.value,
+            "outbox_moved": self.outbox_moved.value,
+            "outbox_refused": self.outbox_refused.value,
             "commits_refused": sum(c.refused for c in committers),
             "commits_abandoned": sum(c.abandoned for c in committers),
         }

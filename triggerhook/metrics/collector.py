@@ -126,6 +126,9 @@ class Collector:
         try:
             earliest = self._store.earliest_due_ms()
             fields["oldest_overdue_ms"] = 0 if earliest is None else max(0, now_ms - earliest)
+            first_ms, waiting = self._store.outbox_waiting()
+            fields["outbox_waiting"] = waiting
+            fields["outbox_lag_ms"] = 0 if first_ms is None else max(0, now_ms - first_ms)
             tasks = self._tasks_in_db(now_ms, totals)
             if tasks is not None:
                 fields["tasks_db"] = tasks

@@ -54,6 +54,16 @@ COUNTERS: dict[str, str] = {
     "deleted": "Task rows deleted after the broker's confirm.",
     "cancelled": "Tasks cancelled through this instance.",
     "rescheduled": "Tasks rescheduled through this instance.",
+    "dedup_recorded": (
+        "Fired records written (R5d) for tasks with a dedup window by this instance."
+    ),
+    "dedup_swept": "Expired fired records deleted by this instance's sweeps.",
+    "dedup_refused": "Creates answered already_fired through this instance.",
+    "outbox_moved": "Outbox rows moved into the task table by this instance (R6o).",
+    "outbox_refused": (
+        "Of those, tasks not written: the id exists with other content, is being "
+        "published, or fired within its dedup window (logged)."
+    ),
     "returned": "Events returned unroutable by the broker (retried, then dead-lettered).",
     "nacked": "Events nacked by the broker (retried, then dead-lettered).",
     "publish_retries": "Undelivered events stored back for another attempt after a back-off.",
@@ -93,6 +103,16 @@ GAUGES: dict[str, tuple[str, str, int]] = {
     "oldest_overdue_ms": (
         "triggerhook_oldest_overdue_seconds",
         "How long the earliest-due task in the database is past due (0: none is).",
+        _MS_PER_S,
+    ),
+    "outbox_waiting": (
+        "triggerhook_outbox_waiting_tasks",
+        "Tasks scheduled inside callers' transactions (committed) not moved yet.",
+        1,
+    ),
+    "outbox_lag_ms": (
+        "triggerhook_outbox_lag_seconds",
+        "How long the first task waiting in the outbox has waited (0: none waits).",
         _MS_PER_S,
     ),
     "clock_uncertainty_ms": (

@@ -10,13 +10,19 @@ It reads line by line against ``docs/design/ownership.md`` and its model
   TOO_LATE), the last move of an id wins, failed attempts start over;
 * **R6r** an insert with ``on_conflict`` REPLACE of an id that exists: an
   unarmed row deleted and written again, an armed one TOO_LATE;
+* **R6o** the outbox mover (:meth:`StoreKernel.move_outbox`): rows callers
+  committed in their own transactions, taken with their locks, inserted by
+  R6 and deleted, in one transaction;
 * **R3** arming (:meth:`StoreKernel.arm`): the pass's shard rows locked
   exclusively and fenced by (owner, epoch); first **R3a**'s ids (a pass whose
   answer was lost) that are armed now, then both reads and
   ``arm_pass.plan_pass``, the new marks, the settled rows; a lost answer of a
   pass that took rows raises ``ArmUnanswered``;
 * inherited rows: ``is_inherited(mark, gen, took)`` in mark order;
-* **R5** the delete after confirm, by (id, revision) only;
+* **R5** the delete after confirm, by (id, revision) only; **R5d** for a
+  task with a dedup window, with its fired record in the same transaction,
+  which R6 checks after its insert (an id fired within its window:
+  ALREADY_FIRED, nothing written);
 * **R5s** a series' confirmed occurrence becomes its next (``rows.next_step``),
   with copies of the occurrences it missed under catch-up "all";
 * a series' pause and resume (``rows.series_change``): R6 moves of an unarmed
@@ -39,6 +45,7 @@ The per-row decisions are :mod:`triggerhook.store.rows`' functions and
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, shard_of
@@ -63,6 +70,7 @@ from triggerhook.interfaces import (
     Move,
     Moved,
     NewRow,
+    OutboxMoved,
     new_rev,
 )
 from triggerhook.store.arm_pass import PassResult, held_only, merge_taken, plan_pass
@@ -74,6 +82,7 @@ from triggerhook.store.rows import (
     conflict_outcome,
     content_of,
     defer_outcome,
+    fired_rows,
     first_wins,
     id_rounds,
     insert_chunks,
@@ -128,26 +137,68 @@ class StoreKernel:
 
     # -- R6: insert -----------------------------------------------------------------
 
-    def insert(self, rows: Sequence[NewRow], atomic: bool) -> list[Inserted]:
+    def insert(
+        self,
+        rows: Sequence[NewRow],
+        atomic: bool,
+        now_ms: float | None = None,
+        *,
+        fired_ok: bool = False,
+    ) -> list[Inserted]:
         if not rows:
             return []
+        now = time.time() * 1000.0 if now_ms is None else now_ms
         rounds = id_rounds(rows)
         if len(rounds) == 1 and self._tables.insert_fast(rows):
             return [Inserted(InsertOutcome.CREATED, row.task) for row in rows]
-        answers: list[Inserted | None] = [None] * len(rows)
         with self._tables.write() as tx:
-            count = self.shard_count()
-            # A shard without its row: insert_params refuses it (run `db init`).
-            locked = tx.lock_shards({shard_of(row.task.id, count) for row in rows}, False)
-            # A later row of an id sees what the earlier ones wrote: in order.
-            for indexes in rounds:
-                for chunk in insert_chunks([rows[i] for i in indexes], indexes):
-                    self._insert_chunk(tx, rows, chunk, locked, answers)
-            done = [a for a in answers if a is not None]
-            assert len(done) == len(rows)  # each round answers each of its rows
+            done = self._insert_in(tx, rows, rounds, now)
             if atomic:
-                refused(done)
+                refused(done, fired_ok)
         return done
+
+    def _insert_in(
+        self, tx: Tx, rows: Sequence[NewRow], rounds: list[list[int]], now_ms: float
+    ) -> list[Inserted]:
+        """R6 in ``tx``: the shard rows locked shared, then each round of ids in order."""
+        answers: list[Inserted | None] = [None] * len(rows)
+        count = self.shard_count()
+        # A shard without its row: insert_params refuses it (run `db init`).
+        locked = tx.lock_shards({shard_of(row.task.id, count) for row in rows}, False)
+        # A later row of an id sees what the earlier ones wrote: in order.
+        for indexes in rounds:
+            for chunk in insert_chunks([rows[i] for i in indexes], indexes):
+                self._insert_chunk(tx, rows, chunk, locked, answers, now_ms)
+        done = [a for a in answers if a is not None]
+        assert len(done) == len(rows)  # each round answers each of its rows
+        return done
+
+    # -- R6o: the outbox mover ------------------------------------------------------
+
+    def move_outbox(self, limit: int, now_ms: float) -> OutboxMoved:
+        """R6o: the oldest committed outbox rows (skipping rows other
+        transactions hold), R6's insert of their tasks by each one's
+        ``on_conflict``, and their delete, in one transaction. A task
+        exists once, and only if its caller's transaction committed."""
+        with self._tables.write() as tx:
+            taken = tx.take_outbox(limit)
+            if not taken:
+                return OutboxMoved(0, [])
+            rows = [self._keyed(entry.row) for entry in taken if entry.row is not None]
+            inserted = self._insert_in(tx, rows, id_rounds(rows), now_ms) if rows else []
+            tx.delete_outbox([entry.seq for entry in taken])
+        return OutboxMoved(len(taken), inserted)
+
+    def outbox_waiting(self) -> tuple[int | None, int]:
+        return self._tables.outbox_waiting()
+
+    def _keyed(self, row: NewRow) -> NewRow:
+        """An outbox row written without a routing key takes this instance's
+        default, as a create through it does (and is compared with it)."""
+        if row.task.routing_key:
+            return row
+        task = row.task.replace(routing_key=self._default_routing_key)
+        return NewRow(task, rev=row.rev, on_conflict=row.on_conflict)
 
     def _insert_chunk(
         self,
@@ -156,12 +207,14 @@ class StoreKernel:
         chunk: list[int],
         locked: dict[int, ShardRow],
         answers: list[Inserted | None],
+        now_ms: float,
     ) -> None:
         """Insert first; when an id exists, lock its row and answer by the
         row's ``on_conflict`` (rows.conflict_outcome). R6r: a row replaced is
         deleted (its tag rows with it) and inserted again, unarmed at the new
         revision, in this transaction. A concurrent insert of the same ids
-        may collide again: retried a few times."""
+        may collide again: retried a few times. Once inserted, the ids'
+        fired records are checked (:meth:`_fired_within`)."""
         gens = {shard: row.arm_gen for shard, row in locked.items()}
         pending, replacing = chunk, set()
         for _ in range(_DUPLICATE_RETRIES):
@@ -170,9 +223,9 @@ class StoreKernel:
             except DuplicateRow:
                 pass
             else:
+                fired = self._fired_within(tx, [rows[i] for i in pending], now_ms)
                 for i in pending:
-                    made = InsertOutcome.REPLACED if i in replacing else InsertOutcome.CREATED
-                    answers[i] = Inserted(made, rows[i].task)
+                    answers[i] = _written(rows[i].task, i in replacing, fired)
                 return
             existing = tx.lock_rows([rows[i].task.id for i in pending])
             remaining, gone = [], []
@@ -195,6 +248,22 @@ class StoreKernel:
                 return
             pending = remaining
         raise StoreError("concurrent inserts of the same ids kept colliding; retry")
+
+    @staticmethod
+    def _fired_within(tx: Tx, inserted: Sequence[NewRow], now_ms: float) -> dict[str, int]:
+        """R6's check, after its insert (docs/design/flow-control.md, section
+        2): the inserted ids that fired within their dedup window (a record
+        expiring after ``now_ms``), each with when; their rows are deleted
+        again, so nothing of them is written. After the insert, not before:
+        the insert of an id succeeds only once R5d's delete of its old row
+        committed, with the record, which this locking read then sees. A
+        task with a window ends the fast path (``mark_dedup``) first."""
+        if any(row.task.meta.dedup_window_ms for row in inserted):
+            tx.mark_dedup()
+        fired = tx.fired_live([row.task.id for row in inserted], now_ms)
+        if fired:
+            tx.delete_rows(list(fired))
+        return fired
 
     def _content(self, row: TaskRow) -> Task:
         """A row's content, as ``get`` reads it back."""
@@ -317,6 +386,24 @@ class StoreKernel:
             return 0
         return self._tables.delete_fired(list(dict.fromkeys(fired)))
 
+    def delete_recorded(self, fired: Sequence[Task], now_ms: float) -> int:
+        """R5d: R5 for tasks with a dedup window, each row still at the
+        revision that fired deleted with its fired record, in one transaction."""
+        if not fired:
+            return 0
+        deleted = 0
+        with self._tables.write() as tx:
+            for part in chunks(list(fired), ID_CHUNK):
+                gone, records = fired_rows(tx.lock_rows([t.id for t in part]), part, now_ms)
+                if gone:
+                    tx.delete_rows(gone)
+                tx.record_fired(records)
+                deleted += len(gone)
+        return deleted
+
+    def sweep_fired(self, shards: Sequence[int], now_ms: float, limit: int) -> int:
+        return self._tables.sweep_fired(shards, now_ms, limit)
+
     # -- R8: an event the broker did not take -------------------------------------------
 
     def defer(self, instance: str, deferrals: Sequence[Deferral]) -> list[DeferOutcome]:
@@ -381,11 +468,13 @@ class StoreKernel:
                     for step in taken
                     for due in step.missed_ms
                 ]
-                self._write_copies(tx, copies, locked)
+                self._write_copies(tx, copies, locked, now_ms)
                 changed += len(taken)
         return changed
 
-    def _write_copies(self, tx: Tx, copies: Sequence[Task], locked: dict[int, ShardRow]) -> None:
+    def _write_copies(
+        self, tx: Tx, copies: Sequence[Task], locked: dict[int, ShardRow], now_ms: float
+    ) -> None:
         """A series' extra occurrences (domain/series.py), by R6 in this
         transaction; a copy whose id exists stays as it is (KEEP: a copy's id
         is its due time's, so it is this one, written before, unless a caller
@@ -401,7 +490,7 @@ class StoreKernel:
         answers: list[Inserted | None] = [None] * len(rows)
         for indexes in id_rounds(rows):
             for chunk in insert_chunks([rows[i] for i in indexes], indexes):
-                self._insert_chunk(tx, rows, chunk, locked, answers)
+                self._insert_chunk(tx, rows, chunk, locked, answers, now_ms)
 
     # -- a series' pause and resume: R6 moves, or R7's meta write when armed ---------
 
@@ -429,7 +518,10 @@ class StoreKernel:
                         tx.delete_rows(change.ended)
                     if change.moves:
                         tx.move_rows(change.moves)
-                    self._write_copies(tx, change.copies(self._content), locked)
+                    copies = change.copies(self._content)
+                    if copies:  # only a resume writes copies (catch-up all)
+                        assert now_ms is not None
+                        self._write_copies(tx, copies, locked, now_ms)
         return [results[tid] for tid in task_ids]
 
     # -- R7: cancel -------------------------------------------------------------------------
@@ -497,3 +589,11 @@ class StoreKernel:
             moved[tid] = Moved(RescheduleResult.RESCHEDULED, task)
         if writes:
             tx.move_rows(writes)
+
+
+def _written(task: Task, replacing: bool, fired: Mapping[str, int]) -> Inserted:
+    """An inserted row's answer: CREATED or REPLACED, unless its id fired
+    within its window (``fired``: the row deleted again)."""
+    if task.id in fired:
+        return Inserted(InsertOutcome.ALREADY_FIRED, task, fired[task.id])
+    return Inserted(InsertOutcome.REPLACED if replacing else InsertOutcome.CREATED, task)

@@ -15,7 +15,13 @@ from triggerhook.domain.arming import Mark, ShardMarks, is_armed, is_inherited, 
 from triggerhook.domain.meta import NO_META, Meta, from_record, stopping
 from triggerhook.domain.series import after_fire
 from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
-from triggerhook.errors import ConflictError, StoreError, TooLateError, ValidationError
+from triggerhook.errors import (
+    AlreadyFiredError,
+    ConflictError,
+    StoreError,
+    TooLateError,
+    ValidationError,
+)
 from triggerhook.interfaces import DeferOutcome, Deferral, Inserted, NewRow
 
 log = logging.getLogger(__name__)
@@ -227,14 +233,73 @@ def conflict_outcome(row: NewRow, stored: Task, armed: bool) -> InsertOutcome:
     return InsertOutcome.CONFLICT
 
 
-def refused(answers: Sequence[Inserted]) -> None:
-    """An atomic insert's check: the first CONFLICT or TOO_LATE raises (the
-    transaction rolls back), naming its index."""
+@dataclass(frozen=True, slots=True)
+class FiredRecord:
+    """A th_fired row (R5d): ``task_id`` at ``rev`` fired at ``fired_ms``; a
+    create of the id is ALREADY_FIRED until ``expires_ms``."""
+
+    task_id: str
+    shard: int
+    rev: int
+    fired_ms: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """A th_outbox row (R6o): its ``seq``, and the row to insert (None: one
+    no release wrote, logged; the move deletes it with the others)."""
+
+    seq: int
+    row: NewRow | None
+
+
+def outbox_entry(columns: Row) -> OutboxEntry:
+    """An outbox row from its columns (seq, then the OUTBOX_COLUMNS)."""
+    seq, task_id, rev, due_ms, key, payload, meta, rule, _created_ms = columns
+    try:
+        on_conflict = OnConflict(rule)
+    except ValueError:
+        log.error("outbox row %d (task %r) has on_conflict %r: deleted unmoved", seq, task_id, rule)
+        return OutboxEntry(int(seq), None)
+    task = Task(
+        str(task_id), int(due_ms), key or "", bytes(payload or b""), meta=meta_of(meta, task_id)
+    )
+    return OutboxEntry(int(seq), NewRow(task, rev=int(rev), on_conflict=on_conflict))
+
+
+def fired_rows(
+    rows: Mapping[str, TaskRow], fired: Sequence[Task], now_ms: float
+) -> tuple[list[str], list[FiredRecord]]:
+    """R5d: of the confirmed tasks, the ids whose rows are still at the
+    revision that fired (the transaction deletes them), and the records of
+    those with a dedup window (the window the task fired with: its row's at
+    that revision), fired at ``now_ms``."""
+    fired_ms = int(now_ms)
+    gone: list[str] = []
+    records: list[FiredRecord] = []
+    for task in fired:
+        row = rows.get(task.id)
+        if row is None or row.rev != task.rev or task.id in gone:
+            continue
+        gone.append(task.id)
+        window_ms = task.meta.dedup_window_ms
+        if window_ms > 0:
+            records.append(FiredRecord(task.id, row.shard, row.rev, fired_ms, fired_ms + window_ms))
+    return gone, records
+
+
+def refused(answers: Sequence[Inserted], fired_ok: bool = False) -> None:
+    """An atomic insert's check: the first CONFLICT, TOO_LATE or (unless
+    ``fired_ok``) ALREADY_FIRED raises (the transaction rolls back), naming
+    its index."""
     for index, answer in enumerate(answers):
         if answer.outcome is InsertOutcome.CONFLICT:
             raise ConflictError(answer.task.id, index)
         if answer.outcome is InsertOutcome.TOO_LATE:
             raise TooLateError(answer.task.id, index)
+        if answer.outcome is InsertOutcome.ALREADY_FIRED and not fired_ok:
+            raise AlreadyFiredError(answer.task.id, answer.fired_ms or 0, index)
 
 
 def insert_chunks(rows: Sequence[NewRow], indexes: list[int]) -> Iterator[list[int]]:

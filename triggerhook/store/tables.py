@@ -24,7 +24,7 @@ from triggerhook.domain.arming import Mark, ShardMarks
 from triggerhook.domain.meta import Meta
 from triggerhook.interfaces import NewRow
 from triggerhook.store.arm_pass import PassReads
-from triggerhook.store.rows import ShardRow, TaskRow
+from triggerhook.store.rows import FiredRecord, OutboxEntry, ShardRow, TaskRow
 
 
 class DuplicateRow(Exception):
@@ -71,7 +71,32 @@ class Tx(Protocol):
 
     def delete_rows(self, task_ids: Sequence[str]) -> None: ...
 
+    def fired_live(self, task_ids: Sequence[str], now_ms: float) -> dict[str, int]:
+        """R6's check after its insert: of these ids, those with a fired
+        record expiring after ``now_ms``, each with its ``fired_ms``; read
+        with a lock, so it sees every committed record (R5d)."""
+        ...
+
+    def record_fired(self, records: Sequence[FiredRecord]) -> None:
+        """R5d: these records, each replacing an older one of its id."""
+        ...
+
+    def mark_dedup(self) -> None:
+        """A task with a dedup window is being written: the fast insert path
+        (:meth:`Tables.insert_fast`), which does not check records, ends for good."""
+        ...
+
     def set_meta(self, changes: Sequence[tuple[str, Meta]]) -> None: ...
+
+    def take_outbox(self, limit: int) -> list[OutboxEntry]:
+        """R6o's first step: the oldest ``limit`` committed outbox rows, locked,
+        skipping rows another transaction holds (the caller's, uncommitted,
+        or another mover's)."""
+        ...
+
+    def delete_outbox(self, seqs: Sequence[int]) -> None:
+        """R6o's last step: these outbox rows, in the transaction that moved them."""
+        ...
 
     def move_rows(self, moves: Sequence[RowMove]) -> None:
         """Reschedule and a series' next occurrence: due and fire time,
@@ -119,7 +144,9 @@ class Tables(Protocol):
 
     def insert_fast(self, rows: Sequence[NewRow]) -> bool:
         """Optional fast path of R6: rows none of which exists, committed in
-        one statement. False (having written nothing): take the general path."""
+        one statement, without the check of fired records, so only while no
+        task with a dedup window was ever written (:meth:`Tx.mark_dedup`).
+        False (having written nothing): take the general path."""
         ...
 
     def cancel_unarmed(self, shards: Mapping[str, int]) -> bool:
@@ -130,6 +157,16 @@ class Tables(Protocol):
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         """R5: the rows at exactly these (id, revision), each part committed
         by itself; the number deleted."""
+        ...
+
+    def outbox_waiting(self) -> tuple[int | None, int]:
+        """The first outbox row's ``created_ms`` (None: none) and how many
+        wait (up to 1,000,000), unlocked (committed rows only)."""
+        ...
+
+    def sweep_fired(self, shards: Sequence[int], now_ms: float, limit: int) -> int:
+        """At most ``limit`` records of these shards expired by ``now_ms``
+        deleted, in expiry order, committed; the number deleted."""
         ...
 
     def inherited(self, shard: int, after: Mark, took: ShardMarks, limit: int) -> list[TaskRow]:

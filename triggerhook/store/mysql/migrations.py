@@ -39,6 +39,11 @@ would go on claiming rows that no longer have claim columns.
   Every row is kept as it is (no metadata). Offline like the others: an
   instance of version 3 still running would fire new tasks without their
   metadata.
+- 5: the dedup window's fired records (``th_fired``) and the outbox of tasks
+  scheduled inside a caller's transaction (``th_outbox``;
+  docs/design/flow-control.md sections 2 and 6). Only tables are added; no
+  row changes. Offline too: an instance of version 4 would delete fired rows
+  without their records.
 """
 
 from __future__ import annotations
@@ -264,3 +269,47 @@ def to_v4(cur: Cursor) -> None:
         cur.execute(f"ALTER TABLE th_tasks {', '.join(clauses)}")
     cur.execute(_V4_TAGS)
     _set_version(cur, 4)
+
+
+# -- 5 ------------------------------------------------------------------------------------
+
+# As schema.sql's th_fired and th_outbox (its comments say what each column holds).
+_V5_FIRED = (
+    "CREATE TABLE IF NOT EXISTS th_fired ("
+    " id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,"
+    " shard SMALLINT NOT NULL,"
+    " rev BIGINT NOT NULL,"
+    " fired_ms BIGINT NOT NULL,"
+    " expires_ms BIGINT NOT NULL,"
+    " KEY th_fired_expiry (shard, expires_ms)"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+)
+
+
+_V5_OUTBOX = (
+    "CREATE TABLE IF NOT EXISTS th_outbox ("
+    " seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,"
+    " rev BIGINT NOT NULL,"
+    " due_ms BIGINT NOT NULL,"
+    " routing_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NULL,"
+    " payload MEDIUMBLOB NULL,"
+    " meta BLOB NULL,"
+    " on_conflict VARCHAR(16) CHARACTER SET ascii NOT NULL DEFAULT 'error',"
+    " created_ms BIGINT NOT NULL"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+)
+
+
+# The fast insert path's flag (sql.DEDUP_FLAG): no task with a window yet.
+_V5_FLAG = (
+    "INSERT INTO th_meta (name, value) VALUES ('dedup_windows', '0')"
+    " ON DUPLICATE KEY UPDATE name = name"
+)
+
+
+def to_v5(cur: Cursor) -> None:
+    cur.execute(_V5_FIRED)
+    cur.execute(_V5_OUTBOX)
+    cur.execute(_V5_FLAG)
+    _set_version(cur, 5)

@@ -15,7 +15,7 @@ locking read of the shard rows sees every write that held those locks.
 from __future__ import annotations
 
 # The version schema.sql creates: Alembic's head revision (store/mysql/alembic/versions).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The database's clock in epoch milliseconds, in SQL: UTC arithmetic only, so
 # no session time zone (and no daylight-saving fold) is involved. Every "now"
@@ -90,12 +90,24 @@ NEW_ROW_FIRST = (
     " %s AS routing_key, %s AS payload, %s AS meta"
 )
 NEW_ROW_NEXT = "SELECT %s, %s, %s, %s, %s, %s, %s, %s"
+# The fast path inserts without R6's check of th_fired, so it runs only while
+# no task with a dedup window was ever written (docs/design/flow-control.md,
+# section 2): it joins the th_meta row DEDUP_FLAG, read in share mode, and
+# inserts only while it says '0'. The first insert of a task with a window
+# sets it to '1' (MARK_DEDUP), never back: that write waits for every fast
+# statement holding the row, so none of them can insert after a windowed
+# task's record exists (the model's FAST_PATH_UNFLAGGED). From then on the
+# statement inserts nothing; its caller sees 0 rows and takes the locked path.
+# A database without the row (never made by schema.sql or to_v5) never takes it.
+DEDUP_FLAG = "dedup_windows"
 INSERT_TASKS_LOCKING = (
     "INSERT INTO th_tasks (id, shard, rev, gen, fire_ms, due_ms, routing_key, payload, meta)"
     " SELECT v.id, v.shard, v.rev, s.arm_gen, v.fire_ms, v.due_ms, v.routing_key, v.payload,"
     " v.meta"
     " FROM ({rows}) v LEFT JOIN (SELECT shard, arm_gen FROM th_shards WHERE shard IN ({shards})"
     " ORDER BY shard LIMIT 65536 LOCK IN SHARE MODE) s ON s.shard = v.shard"
+    f" JOIN (SELECT value FROM th_meta WHERE name = '{DEDUP_FLAG}' LIMIT 1 LOCK IN SHARE MODE) f"
+    " ON f.value = '0'"
 )
 
 # -- shard locks -----------------------------------------------------------------------------
@@ -212,6 +224,55 @@ INHERITED = (
 # (an instance paused past its lease, say), it cannot remove a newer
 # incarnation of the id, which has another revision. Served by the primary key.
 DELETE_FIRED = "DELETE FROM th_tasks WHERE (id, rev) IN ({pairs})"
+
+# -- the dedup window (docs/design/flow-control.md, section 2) ------------------------------
+
+# In the transaction that inserts a task with a window: the flag set, once.
+# Set already, the row does not match and no lock stays (READ COMMITTED's
+# semi-consistent read): windowed inserts do not queue on this row.
+MARK_DEDUP = f"UPDATE th_meta SET value = '1' WHERE name = '{DEDUP_FLAG}' AND value = '0'"
+
+# R6's check, after its insert and in its transaction: a locking read, so it
+# reads the latest committed records (an insert of the id succeeded only once
+# R5d's delete of the old row committed, and its record with it).
+FIRED_LIVE = (
+    "SELECT id, fired_ms FROM th_fired WHERE id IN ({ids}) AND expires_ms > %s LOCK IN SHARE MODE"
+)
+
+# R5d: the records of the rows deleted in the same transaction; a record of
+# an earlier incarnation (expired, not swept yet) is overwritten.
+RECORD_FIRED = (
+    "INSERT INTO th_fired (id, shard, rev, fired_ms, expires_ms) VALUES (%s, %s, %s, %s, %s)"
+    " ON DUPLICATE KEY UPDATE shard = VALUES(shard), rev = VALUES(rev),"
+    " fired_ms = VALUES(fired_ms), expires_ms = VALUES(expires_ms)"
+)
+
+# The sweep: a batch of these shards' expired records, by th_fired_expiry.
+SWEEP_FIRED = (
+    "DELETE FROM th_fired WHERE shard IN ({shards}) AND expires_ms <= %s"
+    " ORDER BY shard, expires_ms LIMIT %s"
+)
+
+# -- R6o: the outbox (docs/design/flow-control.md, section 6) ----------------------------------
+
+# The columns a caller's transaction writes (schedule_in), in order.
+OUTBOX_COLUMNS = "id, rev, due_ms, routing_key, payload, meta, on_conflict, created_ms"
+# The caller's insert, in its own transaction: no other table is read or
+# locked (a shard row held by a business transaction would stop arming).
+OUTBOX_INSERT = f"INSERT INTO th_outbox ({OUTBOX_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+# The mover's first step: the oldest committed rows, locked; a row another
+# mover's transaction holds is skipped, so two movers never take one row.
+OUTBOX_TAKE = (
+    f"SELECT seq, {OUTBOX_COLUMNS} FROM th_outbox ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+# ... and its last, in the same transaction as R6's insert of those tasks.
+OUTBOX_DELETE = "DELETE FROM th_outbox WHERE seq IN ({seqs})"
+# The first row waiting (the metrics' outbox lag: by the primary key, no scan)
+# and how many wait, counted up to a bound; without a lock.
+OUTBOX_WAITING = (
+    "SELECT (SELECT created_ms FROM th_outbox ORDER BY seq LIMIT 1),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM th_outbox LIMIT 1000000) w)"
+)
 
 # -- R7: cancel, R6: reschedule, R8: returned events --------------------------------------------
 

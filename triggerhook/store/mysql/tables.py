@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import astuple
 from typing import Any
 
 from triggerhook.domain.arming import BOTTOM, TOP_ID, Mark, ShardMarks, arm_horizon, shard_of
@@ -26,11 +27,14 @@ from triggerhook.store.mysql.connection import ConnectionPool, Cursor, is_duplic
 from triggerhook.store.rows import (
     INSERT_CHUNK_BYTES,
     INSERT_CHUNK_ROWS,
+    FiredRecord,
+    OutboxEntry,
     ShardRow,
     TaskRow,
     chunks,
     insert_params,
     meta_blob,
+    outbox_entry,
     row_mark,
     row_shard,
     tag_rows,
@@ -149,6 +153,29 @@ class MySQLTx:
         for part in chunks(task_ids, IN_LIST_CHUNK):
             self.cur.execute(sql.DELETE_TASKS.format(ids=sql.placeholders(len(part))), part)
 
+    def fired_live(self, task_ids: Sequence[str], now_ms: float) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for part in chunks(task_ids, IN_LIST_CHUNK):
+            statement = sql.FIRED_LIVE.format(ids=sql.placeholders(len(part)))
+            self.cur.execute(statement, [*part, int(now_ms)])
+            found.update((str(r[0]), int(r[1])) for r in self.cur.fetchall())
+        return found
+
+    def record_fired(self, records: Sequence[FiredRecord]) -> None:
+        if records:
+            self.cur.executemany(sql.RECORD_FIRED, [astuple(r) for r in records])
+
+    def mark_dedup(self) -> None:
+        self.cur.execute(sql.MARK_DEDUP)
+
+    def take_outbox(self, limit: int) -> list[OutboxEntry]:
+        self.cur.execute(sql.OUTBOX_TAKE, (limit,))
+        return [outbox_entry(r) for r in self.cur.fetchall()]
+
+    def delete_outbox(self, seqs: Sequence[int]) -> None:
+        for part in chunks(seqs, IN_LIST_CHUNK):
+            self.cur.execute(sql.OUTBOX_DELETE.format(seqs=sql.placeholders(len(part))), part)
+
     def set_meta(self, changes: Sequence[tuple[str, Meta]]) -> None:
         for tid, meta in changes:  # rare: one statement each
             self.cur.execute(sql.SET_META, (meta_blob(meta), tid))
@@ -238,6 +265,9 @@ class MySQLTables:
         self._default_key = default_key
         self._integrity_error = integrity_error
         self._shard_count = shard_count  # a callable: read once from the database
+        # A task with a dedup window was written (sql.DEDUP_FLAG, never
+        # cleared): the fast insert path is over. Any thread may set it.
+        self.dedup_seen = False
 
     def _tx(self, cur: Cursor) -> MySQLTx:
         return MySQLTx(cur, self._shard_count(), self._default_key, self._integrity_error)
@@ -254,11 +284,14 @@ class MySQLTables:
 
     def insert_fast(self, rows: Sequence[NewRow]) -> bool:
         """Group commit's usual case: rows that fit one statement, none existing,
-        committed by that statement alone (see sql.INSERT_TASKS_LOCKING)."""
+        none with a dedup window, committed by that statement alone (see
+        sql.INSERT_TASKS_LOCKING); once a task with a window was ever
+        written, never again (``dedup_seen``)."""
         if (
-            len(rows) > INSERT_CHUNK_ROWS
+            self.dedup_seen
+            or len(rows) > INSERT_CHUNK_ROWS
             or sum(len(r.task.payload) for r in rows) > INSERT_CHUNK_BYTES
-            or any(r.task.meta.tags for r in rows)  # tag rows: the general path
+            or any(r.task.meta.tags or r.task.meta.dedup_window_ms for r in rows)
         ):
             return False
         params: list[Any] = []
@@ -276,11 +309,14 @@ class MySQLTables:
         )
         try:
             with self._autocommit.transaction() as cur:
-                cur.execute(statement, params)
+                inserted = cur.execute(statement, params)
         except StoreError as exc:
             if is_duplicate_key(exc.__cause__ or exc):
                 return False
             raise
+        if not inserted:  # the dedup flag is set: it stays set
+            self.dedup_seen = True
+            return False
         return True
 
     def cancel_unarmed(self, shards: Mapping[str, int]) -> bool:
@@ -307,6 +343,20 @@ class MySQLTables:
             with self._autocommit.transaction() as cur:
                 deleted += cur.execute(statement, params)
         return int(deleted)
+
+    def outbox_waiting(self) -> tuple[int | None, int]:
+        with self._autocommit.transaction() as cur:
+            cur.execute(sql.OUTBOX_WAITING)
+            oldest, count = cur.fetchall()[0]  # an aggregate: one row
+        return (None if oldest is None else int(oldest)), int(count)
+
+    def sweep_fired(self, shards: Sequence[int], now_ms: float, limit: int) -> int:
+        ordered = sorted(set(shards))
+        if not ordered or limit <= 0:
+            return 0
+        statement = sql.SWEEP_FIRED.format(shards=sql.placeholders(len(ordered)))
+        with self._autocommit.transaction() as cur:
+            return int(cur.execute(statement, [*ordered, int(now_ms), limit]))
 
     def inherited(self, shard: int, after: Mark, took: ShardMarks, limit: int) -> list[TaskRow]:
         params = (shard, after[0], after[0], after[1])

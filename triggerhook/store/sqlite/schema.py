@@ -70,9 +70,11 @@ def open_schema(cur: sqlite3.Cursor, path: str, shard_count: int) -> int:
     cur.execute(q.TABLES)
     if cur.fetchall():
         check_version(cur, path)
+        for statement in q.ADDED_SCHEMA:
+            cur.execute(statement)
         return _stored_shard_count(cur, path, shard_count)
     log.info("creating the triggerhook schema in SQLite database %r", path)
-    for statement in q.SCHEMA:
+    for statement in (*q.SCHEMA, *q.ADDED_SCHEMA):
         cur.execute(statement)
     meta = [(q.SCHEMA_VERSION_KEY, str(q.SCHEMA_VERSION)), (q.SHARD_COUNT_KEY, str(shard_count))]
     cur.executemany(q.WRITE_META, meta)

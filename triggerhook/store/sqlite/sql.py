@@ -93,6 +93,29 @@ SCHEMA = (
     " pid INTEGER NOT NULL DEFAULT 0)",
 )
 
+# The dedup window's records and the outbox, as schema.sql's th_fired and
+# th_outbox. Made in every file at open (IF NOT EXISTS): a file an earlier
+# release made gains them, nothing else changes, so the schema version stays.
+ADDED_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS th_fired ("
+    " id TEXT NOT NULL PRIMARY KEY,"
+    " shard INTEGER NOT NULL,"
+    " rev INTEGER NOT NULL,"
+    " fired_ms INTEGER NOT NULL,"
+    " expires_ms INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS th_fired_expiry ON th_fired (shard, expires_ms)",
+    "CREATE TABLE IF NOT EXISTS th_outbox ("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " id TEXT NOT NULL,"
+    " rev INTEGER NOT NULL,"
+    " due_ms INTEGER NOT NULL,"
+    " routing_key TEXT NULL,"
+    " payload BLOB NULL,"
+    " meta BLOB NULL,"
+    " on_conflict TEXT NOT NULL DEFAULT 'error',"
+    " created_ms INTEGER NOT NULL)",
+)
+
 SCHEMA_VERSION_KEY = "schema_version"
 SHARD_COUNT_KEY = "shard_count"
 READ_META = "SELECT value FROM th_meta WHERE name = ?"
@@ -164,6 +187,27 @@ INHERITED = (
 # R5: the confirmed revision only.
 DELETE_FIRED = "DELETE FROM th_tasks WHERE id = ? AND rev = ?"
 DELETE_TASK = "DELETE FROM th_tasks WHERE id = ?"
+# The dedup window (docs/design/flow-control.md, section 2): R6's check after
+# its insert, R5d's record, the sweep (SQLite has no DELETE ... LIMIT by default).
+FIRED_LIVE = "SELECT id, fired_ms FROM th_fired WHERE id IN ({ids}) AND expires_ms > ?"
+RECORD_FIRED = (
+    "INSERT INTO th_fired (id, shard, rev, fired_ms, expires_ms) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET shard = excluded.shard, rev = excluded.rev,"
+    " fired_ms = excluded.fired_ms, expires_ms = excluded.expires_ms"
+)
+# R6o: the outbox. One writer at a time holds the file: no SKIP LOCKED needed.
+OUTBOX_COLUMNS = "id, rev, due_ms, routing_key, payload, meta, on_conflict, created_ms"
+OUTBOX_INSERT = f"INSERT INTO th_outbox ({OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+OUTBOX_TAKE = f"SELECT seq, {OUTBOX_COLUMNS} FROM th_outbox ORDER BY seq LIMIT ?"
+OUTBOX_DELETE = "DELETE FROM th_outbox WHERE seq = ?"
+OUTBOX_WAITING = (
+    "SELECT (SELECT created_ms FROM th_outbox ORDER BY seq LIMIT 1),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM th_outbox LIMIT 1000000))"
+)
+SWEEP_FIRED = (
+    "DELETE FROM th_fired WHERE id IN (SELECT id FROM th_fired"
+    " WHERE shard IN ({shards}) AND expires_ms <= ? ORDER BY shard, expires_ms LIMIT ?)"
+)
 # Reschedule: new time, revision, the shard's current generation (unarmed);
 # failed attempts start over.
 RESCHEDULE = (

@@ -12,6 +12,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import astuple
 from typing import Any
 
 from triggerhook.domain.arming import Mark, ShardMarks, arm_horizon
@@ -19,12 +20,15 @@ from triggerhook.domain.meta import Meta
 from triggerhook.interfaces import NewRow
 from triggerhook.store.arm_pass import PassReads, split_read
 from triggerhook.store.rows import (
+    FiredRecord,
+    OutboxEntry,
     Row,
     ShardRow,
     TaskRow,
     chunks,
     insert_params,
     meta_blob,
+    outbox_entry,
     row_mark,
     row_shard,
     tag_rows,
@@ -69,6 +73,27 @@ class SQLiteTx:
 
     def delete_rows(self, task_ids: Sequence[str]) -> None:
         self.cur.executemany(q.DELETE_TASK, [(tid,) for tid in task_ids])
+
+    def fired_live(self, task_ids: Sequence[str], now_ms: float) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for part in chunks(task_ids, IN_LIST_CHUNK):
+            statement = q.FIRED_LIVE.format(ids=q.placeholders(len(part)))
+            self.cur.execute(statement, [*part, int(now_ms)])
+            found.update((str(r[0]), int(r[1])) for r in self.cur.fetchall())
+        return found
+
+    def record_fired(self, records: Sequence[FiredRecord]) -> None:
+        self.cur.executemany(q.RECORD_FIRED, [astuple(r) for r in records])
+
+    def mark_dedup(self) -> None:
+        pass  # no fast insert path here (insert_fast): nothing to turn off
+
+    def take_outbox(self, limit: int) -> list[OutboxEntry]:
+        self.cur.execute(q.OUTBOX_TAKE, (limit,))
+        return [outbox_entry(r) for r in self.cur.fetchall()]
+
+    def delete_outbox(self, seqs: Sequence[int]) -> None:
+        self.cur.executemany(q.OUTBOX_DELETE, [(seq,) for seq in seqs])
 
     def set_meta(self, changes: Sequence[tuple[str, Meta]]) -> None:
         self.cur.executemany(q.SET_META, [(meta_blob(meta), tid) for tid, meta in changes])
@@ -193,6 +218,21 @@ class SQLiteTables:
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
         with self.transaction() as cur:
             cur.executemany(q.DELETE_FIRED, list(fired))
+            return int(cur.rowcount)
+
+    def outbox_waiting(self) -> tuple[int | None, int]:
+        with self.transaction(write=False) as cur:
+            cur.execute(q.OUTBOX_WAITING)
+            oldest, count = cur.fetchone()
+        return (None if oldest is None else int(oldest)), int(count)
+
+    def sweep_fired(self, shards: Sequence[int], now_ms: float, limit: int) -> int:
+        ordered = sorted(set(shards))
+        if not ordered or limit <= 0:
+            return 0
+        statement = q.SWEEP_FIRED.format(shards=q.placeholders(len(ordered)))
+        with self.transaction() as cur:
+            cur.execute(statement, [*ordered, int(now_ms), limit])
             return int(cur.rowcount)
 
     def inherited(self, shard: int, after: Mark, took: ShardMarks, limit: int) -> list[TaskRow]:
