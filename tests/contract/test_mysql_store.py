@@ -560,9 +560,12 @@ def test_setting_the_flag_waits_for_a_fast_insert_holding_it(
         with holder.cursor() as cur:  # what the fast statement holds while it runs
             cur.execute("SELECT value FROM th_meta WHERE name = 'dedup_windows' LOCK IN SHARE MODE")
         windowed = Task("w1", now + 60_000, "rk", b"1", meta=make_meta(dedup_window_ms=1000))
-        writer = threading.Thread(
-            target=lambda: (store.insert([NewRow(windowed)], atomic=False), done.set())
-        )
+
+        def write() -> None:
+            store.insert([NewRow(windowed)], atomic=False)
+            done.set()
+
+        writer = threading.Thread(target=write)
         writer.start()
         setting = (
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
