@@ -95,6 +95,10 @@ _OWN_PAUSE_S = 2.0
 # What systemd hands the main process only: a child must not notify in its name.
 _PARENT_ONLY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 _KILL_WAIT_S = 5.0
+# A process that dies closes its channel as it goes, which the link thread may
+# see before the reaper has its exit status: this long for the status, so the
+# failure says how it died (a signal, a crash) rather than only "closed".
+_EXIT_WAIT_S = 1.0
 _SEND_TIMEOUT = struct.pack("ll", 1, 0)  # struct timeval: 1 s
 
 
@@ -333,6 +337,8 @@ class ApiProcesses:
                 self._members[slot] = self._spawn(member.index)
             return None
         code = member.code()
+        if code is None and not member.connected and member.exited.wait(_EXIT_WAIT_S):
+            code = member.code()  # it closed its channel as it died: say how it died
         if code is not None:
             return f"API process {member.index} exited with status {code}"
         if not member.connected:
