@@ -15,7 +15,7 @@ from support.dedup import refuse_as_fired
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher
 from triggerhook_client import AlreadyFired, InvalidRequest
 
-from triggerhook import cli
+from triggerhook import cli, logs
 from triggerhook.cli import (
     CLI_RENDERING,
     EXIT_NOT_FOUND,
@@ -210,6 +210,10 @@ def test_main_prints_an_already_fired_refusal_as_one_error_line(
     hook = assemble(settings, store, FakeClock(), lambda buffer, sink, retry, fail: FakePublisher())
     refuse_as_fired(store, {"f-1": FIRED_MS})
     monkeypatch.setattr(cli, "build", lambda _settings: hook)
+    # Logging stays off this test's stderr: main would point it there, and a
+    # handler an earlier test left on a closed stream would print its errors there.
+    monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [logging.NullHandler()])
     assert cli.main(["schedule", "--id", "f-1", "--at", AT, "--dedup-window", "24h"]) == EXIT_USAGE
     captured = capsys.readouterr()
     assert captured.out == ""
