@@ -150,12 +150,21 @@ def test_writes_through_two_galera_nodes_are_warned_of(up: None) -> None:
             cur.execute("CREATE TABLE th_test_two_writers (id INT PRIMARY KEY, v INT)")
             cur.execute("INSERT INTO th_test_two_writers VALUES (1, 0)")
         one.commit()
-        wait_for(lambda: two.cursor().execute("SELECT 1 FROM th_test_two_writers") == 1, 10)
+        wait_for(lambda: _sees_the_row(two), 10, "galera2 never applied the row")
         tries = (_one_aborted_by_two(one, two, value) for value in range(1, 6))
         assert any(tries), "galera2's commit never aborted galera1's transaction in 5 tries"
         with two.cursor() as cur:
             cur.execute("DROP TABLE th_test_two_writers")
     wait_for(lambda: any(warning in daemon_log(n) for n in DAEMONS), 40, "no daemon warned")
+
+
+def _sees_the_row(conn: pymysql.Connection[Any]) -> bool:
+    """Whether ``conn`` reads the test table's row now: each look in a new
+    transaction (a snapshot taken before galera2 applied the row would go on
+    showing none: CI saw it time out so)."""
+    conn.rollback()
+    with conn.cursor() as cur:
+        return bool(cur.execute("SELECT 1 FROM th_test_two_writers") == 1)
 
 
 def _one_aborted_by_two(one: pymysql.Connection[Any], two: pymysql.Connection[Any], v: int) -> bool:
