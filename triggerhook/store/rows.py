@@ -276,17 +276,17 @@ def fired_rows(
     those with a dedup window (the window the task fired with: its row's at
     that revision), fired at ``now_ms``."""
     fired_ms = int(now_ms)
-    gone: list[str] = []
+    gone: dict[str, None] = {}  # ordered, and a set: an id confirmed twice goes once
     records: list[FiredRecord] = []
     for task in fired:
         row = rows.get(task.id)
         if row is None or row.rev != task.rev or task.id in gone:
             continue
-        gone.append(task.id)
+        gone[task.id] = None
         window_ms = task.meta.dedup_window_ms
         if window_ms > 0:
             records.append(FiredRecord(task.id, row.shard, row.rev, fired_ms, fired_ms + window_ms))
-    return gone, records
+    return list(gone), records
 
 
 def refused(answers: Sequence[Inserted], fired_ok: bool = False) -> None:
