@@ -5,6 +5,7 @@
     scripts/sim --store sqlite --seeds 50
     scripts/sim --store mysql --seeds 3 --fault-s 20   MariaDB (TRIGGERHOOK_TEST_MYSQL)
     scripts/sim --seed 1234           one seed: its outcome, and its trace if it fails
+    scripts/sim --limit "10/s burst 2" --backlog 80 --seeds 40   a queue past memory (R8p)
 
 Exit status 0 when every run held every promise, 1 when one did not (its
 seed, the violation and the last steps are printed), 2 on bad arguments.
@@ -39,6 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the database's clock may also step back (it fires early then: a known limit)",
     )
+    parser.add_argument(
+        "--limit", default=SimConfig().limit, help="the limited key's rate (default %(default)r)"
+    )
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="tasks on the limited key due at one instant"
+    )
+    parser.add_argument(
+        "--no-rate-check", action="store_true", help="the oracle does not check the rate"
+    )
     parser.add_argument("--keep-going", action="store_true", help="do not stop at a failure")
     parser.add_argument("--last", type=int, default=80, help="trace lines shown (default 80)")
     parser.add_argument("--about", help="also show every trace line naming this (an id)")
@@ -49,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         fault_ms=int(args.fault_s * 1000),
         rates=FaultRates(arm_after=not args.no_arm_lost_answers),
         clock_steps_back=args.db_clock_steps_back,
+        limit=args.limit,
+        backlog=args.backlog,
+        rate_check=not args.no_rate_check,
     )
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed = 0

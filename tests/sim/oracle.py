@@ -39,6 +39,9 @@ invariants of ``docs/design/ownership.md``:
   by the creating call's ``now_ms``, unless a sweep (by its own clock)
   deleted the record as expired first;
 * **one owner per shard per epoch** (I3);
+* **the rate limits** (flow-control.md section 3): no limited key published
+  above its rate * (1 + one share) over any second (``sim.oracle_rate``, its
+  bound and why);
 * **nothing lost** (I4, at the end): after the faults stop, every task fires
   within ``bound_ms`` of its due time (or of the faults' end), and no row is
   left in the store whose time is more than ``bound_ms`` past. A revision
@@ -54,6 +57,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from sim.broker import Published
+from sim.oracle_rate import RateCheck
 from sim.oracle_series import (
     check_caught_up,
     copies_made,
@@ -76,9 +80,12 @@ __all__ = ["Life", "Oracle", "RowView", "Table", "Violation"]
 
 
 class Oracle:
-    def __init__(self, now_ms: Callable[[], float], bound_ms: int) -> None:
+    def __init__(
+        self, now_ms: Callable[[], float], bound_ms: int, rate: RateCheck | None = None
+    ) -> None:
         self._now_ms = now_ms
         self.bound_ms = bound_ms
+        self.rate = rate  # the rate limits' check (None: no limit)
         self.lives: dict[tuple[str, int], Life] = {}
         self.confirmed: set[tuple[str, int]] = set()
         self.occurrences: dict[str, dict[int, int]] = {}  # series id -> occurrence -> due
@@ -110,6 +117,8 @@ class Oracle:
         before: Table,
         after: Table,
     ) -> None:
+        if self.rate is not None:
+            self.rate.wrote(name, args)
         appeared = sorted(after.keys() - before.keys())
         vanished = sorted(before.keys() - after.keys())
         changed = sorted(t for t in before.keys() & after.keys() if before[t] != after[t])
@@ -145,6 +154,8 @@ class Oracle:
         life = self.lives.get((task_id, old.rev))
         self._died(task_id, old, how)
         self._born(task_id, new, None if life is None else life.payload, late)
+        if self.rate is not None:
+            self.rate.moved(task_id, old.rev, new.rev)
         if how == "defer" and life is not None and life.since_ms is not None:
             # A write-back retries the same occurrence: late from the same write.
             self.lives[(task_id, new.rev)].since_ms = life.since_ms
@@ -155,6 +166,8 @@ class Oracle:
         """A new incarnation of the id (R6; R6r in another's place; a
         series' copy): a series starts over, from the start its create asked for."""
         self._born(task_id, new, payload, late)
+        if self.rate is not None:
+            self.rate.created(task_id, new.rev)
         self.occurrences.pop(task_id, None)
         self.moved = {key for key in self.moved if key[0] != task_id}
         start_ms = self._asking.pop(task_id, None)
@@ -169,7 +182,14 @@ class Oracle:
             raise Violation(f"{task_id} rev {row.rev} {how}: a revision never written")
         life.died_ms, life.died_by = self._now_ms(), how
 
+    def started(self, instance: str) -> None:
+        """A process of the daemon starts as ``instance`` (a restart too)."""
+        if self.rate is not None:
+            self.rate.started(instance)
+
     def acquired(self, instance: str, acquired: Sequence[Acquired]) -> None:
+        if self.rate is not None:
+            self.rate.acquired(instance, acquired)
         for one in acquired:
             key = (one.lease.shard, one.lease.epoch)
             holder = self.epochs.setdefault(key, instance)
@@ -217,6 +237,8 @@ class Oracle:
             since_ms = max(task.due_ms, self.faults_end_ms, life.since_ms or -math.inf)
             self.first_lateness_ms.append(event.db_ms - since_ms)
         life.published_ms.append(event.db_ms)
+        if self.rate is not None:
+            self.rate.delivered(event)
 
     def _after_death(self, task: Task, life: Life, event: Published) -> None:
         """I1/I1s: an event of a revision whose life ended by a cancel, a move
