@@ -250,6 +250,9 @@ class TriggerHook:
         return self._writes.cancels.call(validate_id(task_id), timeout_s)
 
     def get(self, task_id: str) -> TaskInfo | None:
+        """The stored task and where it stands (:class:`TaskInfo`: its state,
+        whether a rate limit holds it back in the database, when it fires if
+        after its due time), or None: unknown, or fired."""
         return self._store.get(validate_id(task_id))
 
     # -- a series' life (domain/series.py) -------------------------------------------

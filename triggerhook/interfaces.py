@@ -557,6 +557,8 @@ class EngineStats:
     members: int  # live instances on the database, as last counted
     fired: int
     deleted: int
+    # Per rate-limit bucket, ``throttle_holding:<pattern>``: tasks held now.
+    throttle_holding: Mapping[str, int] = field(default_factory=dict)
 
 
 class MetricsSink(Protocol):

@@ -1,4 +1,4 @@
--- triggerhook schema, version 5. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
+-- triggerhook schema, version 6. MySQL 8.0+ / MariaDB 10.6+, InnoDB, utf8mb4.
 -- Applied idempotently by `triggerhook db init`; every statement is safe to re-run.
 -- A database made by an older version is upgraded by `triggerhook db upgrade` (Alembic,
 -- store/alembic/, wrapping store/migrations.py).
@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS th_tasks (
     -- fire; cancel is too late) exactly when (fire_ms, id) <= the shard's
     -- (armed_ms, armed_id) and gen < the shard's arm_gen.
     gen            BIGINT       NOT NULL DEFAULT 0,
-    -- When to fire next: the due time, or the next try after an undelivered event.
+    -- When to fire next: the due time, the next try after an undelivered event, or
+    -- the instant a rate limit's token comes (throttled).
     fire_ms        BIGINT       NOT NULL,
     -- Due time in milliseconds since the Unix epoch (UTC), as the event says.
     due_ms         BIGINT       NOT NULL,
@@ -30,6 +31,10 @@ CREATE TABLE IF NOT EXISTS th_tasks (
     -- Deliveries of its event that failed (returned as unroutable, or nacked).
     attempts       INT          NOT NULL DEFAULT 0,
     created_at     TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    -- 1: a rate limit held it back and its row was written back to wait here until
+    -- fire_ms (R8p, set by that write); 0: any other write of its time. Last:
+    -- version 6 added it in place (no table rebuild).
+    throttled      TINYINT      NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     -- Arming reads a shard's rows above its watermark in this order.
     KEY th_tasks_fire (shard, fire_ms, id),
@@ -121,7 +126,7 @@ CREATE TABLE IF NOT EXISTS th_meta (
     value VARCHAR(255) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
 ;
-INSERT INTO th_meta (name, value) VALUES ('schema_version', '5')
+INSERT INTO th_meta (name, value) VALUES ('schema_version', '6')
     ON DUPLICATE KEY UPDATE name = name
 ;
 -- '0' until a task with a dedup window is first written, then '1' for good: while it is

@@ -32,6 +32,8 @@ service that schedules tasks installs neither the daemon nor its drivers.
         hook.backfill("digest-7", from_ms=..., to_ms=...)  # one copy per past occurrence
         hook.schedule("charge-7", delay_ms=0, dedup_window_ms=86_400_000)  # once a day at most:
         # after it fired, scheduling "charge-7" again that day raises AlreadyFired (.fired_ms)
+        hook.schedule_batch([TaskRequest("a-1", at_ms=..., on_conflict="keep"), ...])
+        # [BatchScheduled("a-1", created=False, outcome="kept"), ...]; schedule_many: the ids
 
 Units: an instant is epoch milliseconds in an argument or field named
 ``*_ms`` (``at_ms``, ``until_ms``, ``due_ms``, ``{"deadline_ms": N}``) or a
@@ -60,7 +62,8 @@ a 502/503/504 answer — up to ``retries`` times (default 3), waiting a capped
 or the answer's ``Retry-After`` (capped at 5 s) when that is longer. Any other
 answer, and every 4xx, is final. After a retry, the answer may reflect an
 earlier attempt that did reach the daemon: ``schedule`` then says
-``created=False``, ``cancel`` may raise :class:`NotFound` for a task that
+``created=False`` (``schedule_batch``: ``exists``, for a task that attempt
+created or replaced), ``cancel`` may raise :class:`NotFound` for a task that
 the lost attempt cancelled, ``cancel_where`` counts only what the last
 attempt cancelled, and ``backfill`` says ``exists`` for copies the lost
 attempt wrote. ``trigger`` is the one write never retried: the daemon names
@@ -113,6 +116,7 @@ from triggerhook_client.errors import (
 )
 from triggerhook_client.results import (
     At,
+    BatchScheduled,
     BulkCancelled,
     Copies,
     HeaderValue,
@@ -134,6 +138,7 @@ __all__ = [
     "ApiError",
     "AsyncClient",
     "At",
+    "BatchScheduled",
     "BulkCancelled",
     "Client",
     "Conflict",

@@ -20,6 +20,7 @@ from triggerhook_client.calls import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     BaseClient,
+    BatchScheduled,
     BulkCancelled,
     Call,
     Retry,
@@ -107,6 +108,12 @@ class AsyncClient(BaseClient):
         if not tasks:
             return []
         return await self._run(self._schedule_many_call(tasks))
+
+    async def schedule_batch(self, tasks: Sequence[TaskRequest]) -> builtins.list[BatchScheduled]:
+        """See :meth:`Client.schedule_batch`."""
+        if not tasks:
+            return []
+        return await self._run(self._schedule_batch_call(tasks))
 
     def list(
         self, *, page_size: int = DEFAULT_PAGE_SIZE, **filters: Unpack[Where]

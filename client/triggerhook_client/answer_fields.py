@@ -112,6 +112,22 @@ TASK: AnswerFields = (
     *CREATED,
     AnswerField("routing_key", Kind.TEXT, True),
     AnswerField("state", Kind.STATE, True),
+    # When it goes, where that is not simply its due time.
+    AnswerField(
+        "throttled",
+        Kind.FLAG,
+        description="true: a rate limit holds the task back, and it waits in the database "
+        "until fire_ms (state scheduled: it can still be cancelled or rescheduled, which "
+        "ends the wait). false otherwise, also while a limit holds it in an instance's "
+        "memory (state firing). Absent from older daemons: read it as false.",
+    ),
+    AnswerField(
+        "fire_ms",
+        Kind.MS,
+        description="When the task fires, epoch milliseconds, where that is later than "
+        "due_ms: throttled, the instant its rate limit lets it go; else the next try of "
+        "an event the broker did not take. Absent: it fires at due_ms.",
+    ),
 )
 META: AnswerFields = (
     AnswerField("tags", Kind.TEXTS),

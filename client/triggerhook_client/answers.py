@@ -6,8 +6,9 @@ Each answer's fields are defined once, in :mod:`triggerhook_client.answer_fields
 (which the daemon's OpenAPI document is built from too); here is one check per
 :class:`~triggerhook_client.answer_fields.Kind`, and :func:`decoded` reads an
 answer by its table. What no table states stays here: a timeline's counts
-per bucket match its ``buckets``, a lookup's payload is text or base64, and a
-503 without ``reasons`` is not the daemon's ``/readyz``."""
+per bucket match its ``buckets``, a batch has one outcome per id, a lookup's
+payload is text or base64, and a 503 without ``reasons`` is not the daemon's
+``/readyz``."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from triggerhook_client.answer_fields import (
 from triggerhook_client.checks import is_int
 from triggerhook_client.errors import ApiError, error_from
 from triggerhook_client.results import (
+    BatchScheduled,
     BulkCancelled,
     Copies,
     Health,
@@ -221,11 +223,16 @@ def decoded(
 # -- the answers ------------------------------------------------------------------------
 
 
+def _outcome(response: httpx.Response, given: str | None) -> str:
+    """A create's outcome; when the answer gives none (a daemon before
+    2026-12), its status's: 201 created, else exists."""
+    return given or ("created" if response.status_code == 201 else "exists")
+
+
 def scheduled(response: httpx.Response) -> Scheduled:
     data = decoded(response, json_object(response), CREATE)
     created = response.status_code == 201
-    outcome = data.get("outcome") or ("created" if created else "exists")  # an older daemon
-    return Scheduled(data["id"], data["due_ms"], created, outcome)
+    return Scheduled(data["id"], data["due_ms"], created, _outcome(response, data.get("outcome")))
 
 
 def moved(response: httpx.Response) -> Scheduled:
@@ -250,8 +257,23 @@ def _copy(response: httpx.Response, data: Mapping[str, Any]) -> Scheduled:
     return Scheduled(copy["id"], copy["due_ms"], outcome == "created", outcome)
 
 
+def batch(response: httpx.Response) -> list[BatchScheduled]:
+    """Each task of a batch, in order: its id and outcome (none given: as
+    :func:`scheduled` reads a create's that says none)."""
+    data = decoded(response, json_object(response), IDS)
+    ids: tuple[str, ...] = data["ids"]
+    given: tuple[str | None, ...] = data.get("outcomes", (None,) * len(ids))
+    if len(given) != len(ids):
+        raise _bad_answer(response, "outcomes is not one outcome per id")
+    outcomes = (_outcome(response, outcome) for outcome in given)
+    return [
+        BatchScheduled(task_id, outcome == "created", outcome)
+        for task_id, outcome in zip(ids, outcomes, strict=True)
+    ]
+
+
 def ids(response: httpx.Response) -> list[str]:
-    return list(decoded(response, json_object(response), IDS)["ids"])
+    return [task.id for task in batch(response)]
 
 
 def status(response: httpx.Response) -> TaskStatus | None:

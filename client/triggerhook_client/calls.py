@@ -10,7 +10,7 @@ package docstring for the retry policy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -30,6 +30,7 @@ from triggerhook_client.bodies import (
 from triggerhook_client.checks import deprecated, invalid, is_number, utf8
 from triggerhook_client.results import (
     At,
+    BatchScheduled,
     BulkCancelled,
     Copies,
     HeaderValue,
@@ -57,6 +58,7 @@ __all__ = [
     "RESERVED_IDS",
     "At",
     "BaseClient",
+    "BatchScheduled",
     "BulkCancelled",
     "Call",
     "Copies",
@@ -130,13 +132,11 @@ class BaseClient:
 
     @staticmethod
     def _schedule_many_call(tasks: Sequence[TaskRequest]) -> Call[list[str]]:
-        bodies, rename = [], {}
-        for index, task in enumerate(tasks):
-            body, renamed = task_body(task, f"tasks[{index}].")
-            bodies.append(body)
-            rename.update(renamed)
-        content = encode({"tasks": bodies})
-        return Call("POST", "/v1/tasks/batch", _OK_BATCH, answers.ids, content, rename)
+        return _batch_call(tasks, answers.ids)
+
+    @staticmethod
+    def _schedule_batch_call(tasks: Sequence[TaskRequest]) -> Call[list[BatchScheduled]]:
+        return _batch_call(tasks, answers.batch)
 
     @staticmethod
     def _reschedule_call(
@@ -259,3 +259,14 @@ class BaseClient:
     def _health_call() -> Call[Health]:
         # A probe answers now or not at all: no retries.
         return Call("GET", "/readyz", _OK_HEALTH, answers.health, retry=False)
+
+
+def _batch_call(tasks: Sequence[TaskRequest], read: Callable[[httpx.Response], T]) -> Call[T]:
+    """A batch create of ``tasks``, its answer read by ``read`` (the ids, or the outcomes)."""
+    bodies, rename = [], {}
+    for index, task in enumerate(tasks):
+        body, renamed = task_body(task, f"tasks[{index}].")
+        bodies.append(body)
+        rename.update(renamed)
+    content = encode({"tasks": bodies})
+    return Call("POST", "/v1/tasks/batch", _OK_BATCH, read, content, rename)

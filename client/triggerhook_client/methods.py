@@ -4,7 +4,7 @@ here takes the method's arguments and gives its :class:`Call` (no I/O).
 (:func:`blocking`: the result), :class:`~triggerhook_client.AsyncClient` a
 coroutine (:func:`awaited`); both take the name, signature and docstring
 from here. The methods of more than one call (``list``, ``cancel_where``,
-``schedule_many``, ``ready``) are the clients' own.
+``schedule_many``, ``schedule_batch``, ``ready``) are the clients' own.
 """
 
 from __future__ import annotations

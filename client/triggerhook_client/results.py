@@ -23,7 +23,8 @@ State = TaskState | str  # a listing's state filter: scheduled or firing
 
 @dataclass(frozen=True, slots=True)
 class TaskRequest:
-    """One task to schedule, for :meth:`Client.schedule_many`: the arguments of
+    """One task to schedule, for :meth:`Client.schedule_many` and
+    :meth:`Client.schedule_batch`: the arguments of
     :meth:`Client.schedule` (exactly one of ``at``, ``at_ms`` and
     ``delay_ms``; a series, with ``every`` or ``cron``, may give none).
     ``delay_s`` is deprecated: give ``delay_ms``."""
@@ -75,6 +76,26 @@ class Scheduled:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchScheduled:
+    """One task of a batch (:meth:`Client.schedule_batch`): its id and what
+    the batch did with it, as :class:`Scheduled` says it of one create.
+    ``outcome`` is ``created``, ``exists``, ``replaced`` or ``kept``; a word
+    a newer daemon adds is given as it comes. ``created``: the outcome is
+    ``created``. No due time: the batch's answer gives none (a kept task's is
+    the stored one's; :meth:`Client.get` shows it).
+
+    A daemon before 2026-12 answers no outcomes: each task reads as
+    ``created``, its batch's status (201), as :meth:`Client.schedule` reads a
+    create's that says none — though a task that existed with the same
+    content was not written again. Such a daemon refuses ``on_conflict``:
+    never ``kept`` nor ``replaced`` then."""
+
+    id: str
+    created: bool
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSummary:
     """A stored task not yet fired, as a listing shows it (no payload).
 
@@ -96,6 +117,11 @@ class TaskSummary:
     then the latest due time there is, not an occurrence); ``resume_ms``: the
     occurrence it resumes at (None while the occurrence being published when
     it was paused still fires).
+
+    ``throttled``: a rate limit holds it back and it waits in the database
+    until ``fire_ms`` (epoch ms); ``fire_ms`` is also given for the next try
+    of an event the broker did not take (None: it fires at ``due_ms``).
+    A daemon before 2026-12 gives neither: False and None.
     """
 
     id: str
@@ -103,6 +129,8 @@ class TaskSummary:
     routing_key: str
     state: TaskState  # SCHEDULED (cancellable) or FIRING (being published)
     _: KW_ONLY
+    throttled: bool = False
+    fire_ms: int | None = None
     tags: tuple[str, ...] = ()
     content_type: str | None = None
     content_encoding: str | None = None

@@ -19,6 +19,7 @@ from triggerhook_client.calls import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
     BaseClient,
+    BatchScheduled,
     BulkCancelled,
     Call,
     Retry,
@@ -99,6 +100,16 @@ class Client(BaseClient):
         if not tasks:
             return []
         return self._run(self._schedule_many_call(tasks))
+
+    def schedule_batch(self, tasks: Sequence[TaskRequest]) -> builtins.list[BatchScheduled]:
+        """:meth:`schedule_many`, answering what became of each task, in
+        order: its id and outcome (:class:`BatchScheduled`) — ``created``,
+        ``exists`` (the same task was stored: nothing written), ``kept`` or
+        ``replaced`` (its ``on_conflict``). After a retry, a task the lost
+        attempt created or replaced reads as ``exists``."""
+        if not tasks:
+            return []
+        return self._run(self._schedule_batch_call(tasks))
 
     def list(
         self, *, page_size: int = DEFAULT_PAGE_SIZE, **filters: Unpack[Where]

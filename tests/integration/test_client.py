@@ -32,6 +32,7 @@ from support.waiting import now_ms, wait_for
 from triggerhook_client import (
     ApiError,
     AsyncClient,
+    BatchScheduled,
     BulkCancelled,
     Client,
     Conflict,
@@ -184,6 +185,8 @@ class Hook(Protocol):
 
     def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]: ...
 
+    def schedule_batch(self, tasks: Sequence[TaskRequest]) -> builtins.list[BatchScheduled]: ...
+
     def reschedule(
         self,
         id: str,
@@ -281,6 +284,9 @@ class Blocking:
 
     def schedule_many(self, tasks: Sequence[TaskRequest]) -> builtins.list[str]:
         return self._run(self.client.schedule_many(tasks))
+
+    def schedule_batch(self, tasks: Sequence[TaskRequest]) -> builtins.list[BatchScheduled]:
+        return self._run(self.client.schedule_batch(tasks))
 
     def reschedule(
         self,
@@ -553,6 +559,35 @@ def test_schedule_many_names_the_task_of_an_error_and_writes_nothing(
         hook.schedule_many([TaskRequest(at_ms=FAR_MS)] * 51)
     assert too_many.value.field == "tasks"
     assert table.count() == before
+
+
+def test_schedule_batch_answers_each_task_s_outcome_in_order(hook: Hook) -> None:
+    stored, new = uid("batch-stored"), uid("batch-new")
+    hook.schedule(stored, at_ms=FAR_MS, payload="a")
+    kept = hook.schedule_batch(
+        [
+            TaskRequest(stored, at_ms=FAR_MS + 1, payload="b", on_conflict="keep"),
+            TaskRequest(new, at_ms=FAR_MS + 5, on_conflict="keep"),
+        ]
+    )
+    assert kept == [BatchScheduled(stored, False, "kept"), BatchScheduled(new, True, "created")]
+    status = hook.get(stored)
+    assert status is not None and (status.due_ms, status.payload) == (FAR_MS, b"a")
+    replaced = hook.schedule_batch(
+        [
+            TaskRequest(new, at_ms=FAR_MS + 5, on_conflict="keep"),  # the same task: exists
+            TaskRequest(stored, at_ms=FAR_MS + 2, payload="c", on_conflict="replace"),
+        ]
+    )
+    assert replaced == [
+        BatchScheduled(new, False, "exists"),
+        BatchScheduled(stored, False, "replaced"),
+    ]
+    status = hook.get(stored)
+    assert status is not None and (status.due_ms, status.payload) == (FAR_MS + 2, b"c")
+    # schedule_many reads the same answer: its ids only.
+    assert hook.schedule_many([TaskRequest(stored, at_ms=FAR_MS, on_conflict="keep")]) == [stored]
+    assert hook.schedule_batch([]) == []
 
 
 # -- reschedule, cancel, get ------------------------------------------------------------------

@@ -226,6 +226,7 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
         "revision 0003 applied",
         "revision 0004 applied",
         "revision 0005 applied",
+        "revision 0006 applied",
     )
     for line in said:
         assert line in result.stderr, result.stderr

@@ -91,6 +91,7 @@ def test_create_answers_201_then_200_for_the_same_content_and_409_for_other(
         "at": 4_000_000_000.25,
         "routing_key": ROUTED,
         "state": "scheduled",
+        "throttled": False,
         "payload": "hello",
     }
     binary_id = uid("bin")

@@ -191,6 +191,7 @@ def test_list_filters_and_pages_through_the_tasks(http: httpx.Client) -> None:
         "at": FAR_S,
         "routing_key": "fire.a",
         "state": "scheduled",
+        "throttled": False,
         "tags": sorted([tenant, "vip"]),
     }
     by_key = http.get("/v1/tasks", params={"prefix": tenant, "routing_key": "fire.b"}).json()

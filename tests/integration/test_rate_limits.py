@@ -41,7 +41,14 @@ def test_a_backlog_on_a_limited_key_leaves_at_its_rate(
     # after due + k * 50 (by the engine's clock, as x-fired-ms).
     for k, at in enumerate(limited[5:], start=1):
         assert at >= due + k * 50, (k, at - due)
-    assert hook.figures().totals["throttled"] == 20  # the other key's none: not held
+    totals = hook.figures().totals
+    assert totals["throttled"] == 20  # the other key's none: not held
+    # Per pattern (metrics): the same 20, the k-th waiting k tokens of 50 ms
+    # from when it was held (whole ms: up to 1 more each; less when the
+    # scheduler took them in more than one batch, a few ms apart).
+    assert totals[f"throttled:{LIMITED}"] == 20
+    waited_ms = sum(range(50, 1001, 50))
+    assert waited_ms - 20 * 50 < totals[f"throttle_wait_ms:{LIMITED}"] <= waited_ms + 20
 
 
 def test_the_catch_up_limits_overdue_tasks_only(
@@ -63,3 +70,4 @@ def test_the_catch_up_limits_overdue_tasks_only(
     # Two at once, eight held for their tokens (their instants: the unit tests
     # of the scheduler's throttle); none of the on-time ones was held.
     assert engine.figures().totals["throttled"] == 8
+    assert engine.figures().totals["throttled:(catch_up)"] == 8

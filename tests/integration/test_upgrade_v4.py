@@ -1,7 +1,8 @@
 """The upgrade of a version 3 database (shards) to version 4 (task metadata and
 listing: ``th_tasks.meta``, ``th_task_tags``, the listing keys), and on to the
-head (5: the dedup window's ``th_fired``, the outbox's ``th_outbox``), with
-``triggerhook db upgrade`` as a user runs it, on the real MariaDB.
+head (5: the dedup window's ``th_fired``, the outbox's ``th_outbox``; 6:
+``th_tasks.throttled``), with ``triggerhook db upgrade`` as a user runs it,
+on the real MariaDB.
 
 The version 3 database is built as release 3's ``db init`` made it: its
 schema.sql (the form before commit 67bdedb), the shard rows and count, and
@@ -341,6 +342,7 @@ def _check_v4(url: str, fresh: dict[str, Any], rows_before: list[tuple[Any, ...]
     assert _query(url, _V3_ROWS) == rows_before
     assert _query(url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
     assert _query(url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
+    assert _query(url, "SELECT COUNT(*) FROM th_tasks WHERE throttled <> 0") == [(0,)]  # 6
 
 
 def _listed(store: MySQLStore, where: TaskFilter, page: int) -> list[Any]:
@@ -370,6 +372,7 @@ def test_a_version_3_database_upgrades_to_version_4(
     result = _upgrade(v3_url)
     assert "revision 0004 applied" in result.stderr, result.stderr
     assert "revision 0005 applied" in result.stderr, result.stderr
+    assert "revision 0006 applied" in result.stderr, result.stderr
     assert "revision 0003" not in result.stderr, result.stderr  # recorded already
     assert _status(v3_url) == (
         EXIT_OK,

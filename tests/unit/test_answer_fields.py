@@ -63,13 +63,14 @@ def every_meta(recur: Recurrence | None) -> Meta:
 
 
 def infos() -> Iterator[TaskInfo]:
-    """Tasks with every field set that an answer can show (each payload kind, each schedule)."""
+    """Tasks with every field set that an answer can show (each payload kind,
+    each schedule, throttled and firing after its due time)."""
     for payload in (b"text", b"\xff\x00"):
         for recur in (None, *SCHEDULES):
             meta = every_meta(recur)
-            yield TaskInfo(
-                Task("t-1", 1_800_000_000_500, "k", payload, meta=meta), TaskState.FIRING
-            )
+            task = Task("t-1", 1_800_000_000_500, "k", payload, meta=meta)
+            yield TaskInfo(task, TaskState.FIRING)
+            yield TaskInfo(task, TaskState.SCHEDULED, True, 1_800_000_009_000)
 
 
 def names(fields: AnswerFields) -> set[str]:
@@ -89,6 +90,7 @@ def test_every_key_the_rendering_can_emit_is_a_field_of_its_table() -> None:
         lookup, listing = task_json(info), task_json(info, payload=False)
         assert set(af.required(af.SHOWN)) <= set(lookup) <= names(af.SHOWN)
         assert set(af.required(af.LISTED)) <= set(listing) <= names(af.LISTED)
+        assert lookup["throttled"] is info.throttled  # always said, true or false
         shown |= set(lookup)
         listed |= set(listing)
     assert shown == names(af.SHOWN)  # and no field of the tables is never emitted

@@ -43,6 +43,7 @@ from triggerhook.domain.outcomes import Outcome, error_outcome
 from triggerhook.domain.recurrence import Recurrence
 from triggerhook.domain.task import TaskState
 from triggerhook.errors import ValidationError
+from triggerhook.interfaces import DeferOutcome, Deferral
 from triggerhook.settings import Settings
 from triggerhook.store.sqlite import SQLiteStore
 from triggerhook.wiring import assemble
@@ -627,6 +628,30 @@ def test_schedule_and_get_show_the_metadata(
     assert run(backend, capsys, "get", "m-2")[1]["late"] == {"skip_after_ms": 500}
     run(backend, capsys, "schedule", "--id", "m-3", "--at", AT, "--late", "fire")
     assert run(backend, capsys, "get", "m-3")[1]["late"] == "fire"
+
+
+def test_get_and_list_show_a_throttled_task_and_when_it_goes(
+    backend: LibraryBackend, store: SQLiteStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schedule(backend, "slow")
+    schedule(backend, "plain")
+    acquired = store.acquire("other", store.shard_count(), 2**40)
+    copies = {t.id: t for t in store.arm("other", [a.lease for a in acquired], 2**53, 100).tasks}
+    # A rate limit's postponement (R8p) of one, a failed delivery's retry of none.
+    waited = Deferral(copies["slow"], AT_MS + 60_000, postponed=True)
+    assert store.defer("other", [waited]) == [DeferOutcome.DEFERRED]
+    assert backend.get("slow") == Found(
+        "slow", AT_MS, "rk", b"", TaskState.SCHEDULED, throttled=True, fire_ms=AT_MS + 60_000
+    )
+    shown = {"id": "slow", "due_ms": AT_MS, "routing_key": "rk", "state": "scheduled"}
+    wait = {"throttled": True, "fire_ms": AT_MS + 60_000}
+    assert run_lines(backend, capsys, "get", "slow") == (
+        EXIT_OK,
+        [{**shown, "payload": "", **wait}],
+    )
+    code, lines = run_lines(backend, capsys, "list", "--routing-key", "rk")
+    assert (code, lines[1]) == (EXIT_OK, {**shown, **wait})
+    assert lines[0] == {**shown, "id": "plain", "state": "firing"}  # armed: says nothing more
 
 
 @pytest.mark.parametrize(

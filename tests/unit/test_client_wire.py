@@ -342,6 +342,25 @@ def test_results(clients: Callable[..., Client]) -> None:
         assert status is not None and status.at_ms == 3250
 
 
+def test_a_throttled_task_reads_back_with_when_it_goes(clients: Callable[..., Client]) -> None:
+    task = {"id": "t", "due_ms": 3250, "routing_key": "k", "state": "scheduled"}
+    client = clients(
+        Script(
+            httpx.Response(200, json={**task, "throttled": True, "fire_ms": 9000}),
+            httpx.Response(
+                200, json={"tasks": [{**task, "throttled": False}], "next_cursor": None}
+            ),
+            httpx.Response(200, json={**task, "throttled": "yes"}),
+        )
+    )
+    status = client.get("t")
+    assert status is not None and (status.throttled, status.fire_ms) == (True, 9000)
+    [listed] = client.list()
+    assert (listed.throttled, listed.fire_ms) == (False, None)  # goes at its due time
+    with pytest.raises(ApiError, match="throttled"):
+        client.get("t")
+
+
 @pytest.mark.parametrize(
     "answer",
     [

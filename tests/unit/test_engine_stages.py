@@ -13,7 +13,7 @@ from support.waiting import wait_until
 
 from triggerhook.domain.arming import ShardMarks, shard_of
 from triggerhook.domain.ratelimits import Throttle, parse_rate_list
-from triggerhook.domain.task import CancelResult, InsertOutcome, Task
+from triggerhook.domain.task import CancelResult, InsertOutcome, Task, TaskState
 from triggerhook.engine.armer import Armer, full_interval_ms
 from triggerhook.engine.confirmer import Confirmer
 from triggerhook.engine.inventory import Inventory
@@ -896,8 +896,8 @@ def test_a_workers_thread_carries_its_name_in_the_kernel() -> None:
 # its instant and never before, and a dropped one's token is not waited for.
 
 
-def limited(rates: str, share: float = 1.0) -> Stages:
-    stages = make_stages()
+def limited(rates: str, share: float = 1.0, capacity: int = 100) -> Stages:
+    stages = make_stages(capacity=capacity)
     stages.scheduler.throttle = Throttle(parse_rate_list(rates), lambda: share)
     return stages
 
@@ -1000,6 +1000,9 @@ def test_a_task_held_past_the_arming_horizon_waits_in_the_database() -> None:
         assert row is not None and row.fire_ms == at_ms
         assert row.rev != first[name] and row.task.attempts == 0  # no failed attempt
         assert not stages.store.is_armed(name)
+        info = stages.store.get(name)  # get says why it waits, and until when
+        assert info is not None
+        assert (info.state, info.throttled, info.fire_ms) == (TaskState.SCHEDULED, True, at_ms)
     # Armed again as the instant comes near; each goes at its token's instant,
     # not before, without waiting for another token, and is not held again.
     left = step_until(stages, NOW + 1, NOW + 800)
@@ -1089,3 +1092,37 @@ def test_a_postponement_whose_answer_was_lost_is_armed_again_later() -> None:
     # R3 arms the row the lost try wrote; it goes at its token's instant.
     left = step_until(stages, NOW + 1, NOW + 1200)
     assert left == [("b", lost.rev, NOW + 1000)]
+
+
+def test_held_copies_are_written_back_only_while_memory_is_short() -> None:
+    # Memory for 10, of which 6 are to stay free: of 8 armed tasks, the first
+    # goes (the burst) and the others are held for 250 ms each; the room is 2,
+    # so 4 of them are written back (room 6), and 3 wait in memory.
+    stages = limited("rk=4/s burst 1", capacity=10)
+    _own_all(stages)
+    confirmer = _confirmer(stages, batch_size=100, max_delay_ms=0)
+    stages.scheduler.postpone_to(confirmer.postpone, 200, keep_free=6)
+    _insert(stages, *(plain(f"t{i}", NOW - 8 + i) for i in range(8)))
+    assert [name for name, _, _ in step_until(stages, NOW, NOW)] == ["t0"]
+    assert confirmer.step()
+    assert confirmer.postponed == 4  # the first held ones, in their queue's order
+    assert sorted(stages.inventory.snapshot()) == ["t0", "t5", "t6", "t7"]
+    assert stages.inventory.room() == 6
+    # Each still goes at its token's instant, none before, each once.
+    left = step_until(stages, NOW + 1, NOW + 2000)
+    assert [(name, at) for name, _, at in left] == [(f"t{i}", NOW + 250 * i) for i in range(1, 8)]
+    assert stages.scheduler.throttled() == 7
+
+
+def test_with_room_to_spare_a_held_copy_waits_in_memory_unwritten() -> None:
+    stages = limited("rk=1/s burst 1", capacity=100)
+    _own_all(stages)
+    confirmer = _confirmer(stages, batch_size=100, max_delay_ms=0)
+    stages.scheduler.postpone_to(confirmer.postpone, 200, keep_free=50)
+    _insert(stages, plain("a", NOW - 1), plain("b", NOW))
+    rev = stages.store.rows["b"].rev
+    assert [name for name, _, _ in step_until(stages, NOW, NOW)] == ["a"]
+    assert not confirmer.step()  # nothing written: memory is not short
+    row = stages.store.row("b")
+    assert row is not None and row.rev == rev and stages.store.is_armed("b")
+    assert step_until(stages, NOW + 1, NOW + 1000) == [("b", rev, NOW + 1000)]

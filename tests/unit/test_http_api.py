@@ -781,6 +781,7 @@ def test_get_answers_a_stored_task_and_404_for_an_unknown_one(daemon: Daemon) ->
                 **due("t-1", AT_MS),
                 "routing_key": "billing.charge",
                 "state": "scheduled",
+                "throttled": False,
                 "payload": "héllo",
             },
         )
@@ -790,6 +791,7 @@ def test_get_answers_a_stored_task_and_404_for_an_unknown_one(daemon: Daemon) ->
                 **due("bin", AT_MS),
                 "routing_key": DEFAULT_KEY,
                 "state": "scheduled",
+                "throttled": False,
                 "payload_b64": "/wA=",
             },
         )
@@ -802,6 +804,54 @@ def test_get_answers_a_stored_task_and_404_for_an_unknown_one(daemon: Daemon) ->
 
     daemon.serve(scenario)
     assert daemon.store.ids() == {"t-1", "bin"}
+
+
+def test_get_of_a_throttled_task_says_so_and_when_it_goes(daemon: Daemon) -> None:
+    """A row a rate limit postponed (R8p) waits unarmed until its token's
+    instant: scheduled, throttled, and fire_ms (the listing says the same);
+    a failed delivery's retry is not throttled, but says when it goes too."""
+    wait_ms, retry_ms = AT_MS + 4_000, AT_MS + 60_000
+
+    def write_back(task_id: str, fire_ms: int, throttled: int) -> None:
+        # As POSTPONE (throttled 1) and DEFER (0) leave the row: the stores'
+        # writes are the contract suite's (tests/contract/test_throttled_contract.py).
+        with daemon.store._transaction() as cur:
+            cur.execute(
+                "UPDATE th_tasks SET fire_ms = ?, throttled = ? WHERE id = ?",
+                (fire_ms, throttled, task_id),
+            )
+
+    async def scenario(client: Client) -> None:
+        for task_id in ("slow", "retry"):
+            body = task_body(task_id, routing_key="billing.charge")
+            assert (await answer(client.post("/v1/tasks", json=body)))[0] == 201
+        write_back("slow", wait_ms, 1)
+        write_back("retry", retry_ms, 0)
+        shown = {
+            **due("slow", AT_MS),
+            "routing_key": "billing.charge",
+            "state": "scheduled",
+            "throttled": True,
+            "fire_ms": wait_ms,
+        }
+        assert await answer(client.get("/v1/tasks/slow")) == (200, {**shown, "payload": ""})
+        status, data = await answer(client.get("/v1/tasks/retry"))
+        assert (status, data["throttled"], data["fire_ms"]) == (200, False, retry_ms)
+        status, page = await answer(client.get("/v1/tasks?routing_key=billing.charge"))
+        assert status == 200 and page["tasks"][0] == {
+            **shown,
+            "id": "retry",
+            "throttled": False,
+            "fire_ms": retry_ms,
+        }
+        assert page["tasks"][1] == shown
+        # A reschedule ends the wait: due then, as any task.
+        patched = await answer(client.patch("/v1/tasks/slow", json={"at_ms": LATER_MS}))
+        assert patched[0] == 200
+        status, data = await answer(client.get("/v1/tasks/slow"))
+        assert (data["state"], data["throttled"], "fire_ms" in data) == ("scheduled", False, False)
+
+    daemon.serve(scenario)
 
 
 def test_get_of_a_task_being_published_says_firing(daemon: Daemon) -> None:

@@ -1208,6 +1208,20 @@ def test_a_lookup_answer_matches_its_schema(payload: bytes) -> None:
     assert not page.is_valid({"tasks": [shown], "next_cursor": None})  # no payload in a listing
 
 
+def test_a_throttled_task_answer_matches_its_schema() -> None:
+    info = full_task(b"p")
+    waiting = TaskInfo(info.task, TaskState.SCHEDULED, throttled=True, fire_ms=1_800_000_009_000)
+    shown = task_json(waiting)
+    assert (shown["throttled"], shown["fire_ms"]) == (True, 1_800_000_009_000)
+    lookup = validator(answer_schema("/v1/tasks/{id}", "get"))
+    assert lookup.is_valid(shown)
+    assert lookup.is_valid({**shown, "throttled": False})
+    page = validator(answer_schema("/v1/tasks", "get"))
+    assert page.is_valid({"tasks": [task_json(waiting, payload=False)], "next_cursor": None})
+    for change in ({"throttled": 1}, {"throttled": None}, {"fire_ms": 1.5}, {"fire_ms": "x"}):
+        assert not lookup.is_valid({**shown, **change}), change
+
+
 SERIES = [
     Recurrence(every_ms=1000),
     Recurrence(every_ms=788_645_123, until_ms=LATEST_MS, occurrence=3),

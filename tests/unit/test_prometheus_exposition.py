@@ -46,10 +46,13 @@ TOTALS = {
     "scheduled": 12, "fired": 7, "published": 7, "db_errors": 0,
     "requests_2xx": 30, "requests_3xx": 0, "requests_4xx": 2, "requests_5xx": 0,
     "http_connections_refused": 1,
+    "throttled": 9, "throttled:billing.*": 7, "throttled:(catch_up)": 2,
+    "throttle_wait_ms:billing.*": 1500, "throttle_wait_ms:(catch_up)": 250,
 }  # fmt: skip
 ENGINE_PERIOD: dict[str, int | float] = {
     "period_ms": 1000, "fired": 2, "heap": 3, "tasks_db": 40, "oldest_overdue_ms": 2500,
     "clock_uncertainty_ms": 0.25, "lateness_p99_ms": 40.0,
+    "throttle_holding:billing.*": 4, "throttle_holding:(catch_up)": 0,
 }  # fmt: skip
 
 
@@ -123,6 +126,21 @@ def test_counters_end_in_total_and_gauges_do_not() -> None:
     assert value(text, requests, status_class="4xx") == 2
     # Per-period counts are not exposed: Prometheus takes rates of the totals.
     assert "triggerhook_period" not in text and "triggerhook_fired " not in text
+
+
+def test_rate_limits_are_figured_per_pattern_as_a_label() -> None:
+    text, _ = scrape()
+    assert value(text, "triggerhook_throttled_total") == 9  # all of them, unlabelled
+    held = "triggerhook_throttled_by_pattern_total"
+    assert value(text, held, pattern="billing.*") == 7
+    assert value(text, held, pattern="(catch_up)") == 2
+    wait = "triggerhook_throttle_wait_seconds_total"
+    assert value(text, wait, pattern="billing.*") == 1.5
+    assert value(text, wait, pattern="(catch_up)") == 0.25
+    holding = "triggerhook_throttle_holding_tasks"
+    assert value(text, holding, pattern="billing.*") == 4
+    assert value(text, holding, pattern="(catch_up)") == 0
+    assert "throttled:" not in text and "throttle_holding:" not in text
 
 
 def test_the_instance_is_a_label_of_its_own_never_instance() -> None:
@@ -295,6 +313,9 @@ def test_docs_name_every_prometheus_family() -> None:
     families += [name for name, _, _ in prometheus.GAUGES.values()]
     families += [name for name, _ in prometheus.HISTOGRAMS.values()]
     families += [f"{prometheus.REQUESTS_FAMILY}_total", prometheus.RUNNING_FAMILY]
+    families += [f"{name}_total" for name, _, _ in prometheus.BY_PATTERN_COUNTERS.values()]
+    families += [name for name, _, _ in prometheus.BY_PATTERN_GAUGES.values()]
+    families += [prometheus.PATTERN_LABEL]
     families += [prometheus.INSTANCE_LABEL, prometheus.STATUS_CLASS_LABEL, "metrics_scrape_token"]
     missing = [name for name in families if f"`{name}`" not in docs]
     assert not missing, f"not in docs/metrics.md: {missing}"

@@ -257,3 +257,71 @@ def test_the_catch_up_limits_each_key_of_late_tasks_only() -> None:
     assert [t.id[0] for t in go].count("o") == 10
     assert [t.id[0] for t in go].count("n") == 30  # not catching up: not limited
     assert max(at for _, at in held) == 100_000 + 2_000  # 20 more of a key at 10/s
+
+
+# -- the figures per bucket (metrics) -------------------------------------------------------
+
+
+def test_each_bucket_counts_what_it_held_the_wait_it_added_and_what_it_holds_now() -> None:
+    throttle = Throttle(
+        parse_rate_limits({"a": "1/s burst 1", "b": "2/s burst 1"}),
+        lambda: 1.0,
+        RateLimit("#", 1.0, 1),
+        catch_up_after_ms=1000,
+    )
+    assert throttle.labels == ("a", "b", "(catch_up)")
+    on_time = [Task(f"{key}{i}", 10_000, key, rev=1) for key in "aaabb" for i in range(1)]
+    on_time = [t.replace(id=f"{t.id}-{n}") for n, t in enumerate(on_time)]
+    held = throttle.admit(on_time, 10_000.0)[1]
+    # a: 2 held, until 11,000 and 12,000; b: 1 until 10,500; "c" is late (due
+    # at 0) and not a pattern's: the catch-up bucket holds its second.
+    assert sorted(at for _, at in held) == [10_500, 11_000, 12_000]
+    late = tasks("c", 2)
+    assert [at for _, at in throttle.admit(late, 10_000.0)[1]] == [11_000]
+    assert throttle.held_by == [2, 1, 1]
+    assert throttle.wait_ms_by == [1_000 + 2_000, 500, 1_000]
+    assert throttle.holding_by == [2, 1, 1]
+    # Back at its instant: no longer held; back early: held as before, not again.
+    b_task = next(t for t, _ in held if t.routing_key == "b")
+    a_tasks = [t for t, _ in held if t.routing_key == "a"]
+    throttle.admit([b_task, a_tasks[0]], 10_500.0)
+    assert throttle.held_by == [2, 1, 1] and throttle.holding_by == [2, 0, 1]
+    throttle.forget([a_tasks[1]])  # its shard lost
+    assert throttle.holding_by == [1, 0, 1]
+    assert sum(throttle.holding_by) == len(throttle)
+
+
+def test_a_task_held_by_both_buckets_counts_under_the_later_token() -> None:
+    throttle = Throttle(
+        parse_rate_limits({"a": "10/s burst 1"}),
+        lambda: 1.0,
+        RateLimit("#", 1.0, 1),
+        catch_up_after_ms=1000,
+    )
+    late = [Task(f"x{i}", 0, "a", rev=1) for i in range(2)]
+    go, held = throttle.admit(late, 10_000.0)
+    assert len(go) == 1 and [at for _, at in held] == [11_000]  # catch-up's 1/s, not a's 10/s
+    assert throttle.held_by == [0, 1] and throttle.holding_by == [0, 1]
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "free"]), st.integers(0, 6), st.integers(0, 3000)),
+        max_size=25,
+    )
+)
+def test_the_tasks_held_now_per_bucket_add_up_to_the_reservations(
+    steps: list[tuple[str, int, int]],
+) -> None:
+    throttle = Throttle(parse_rate_limits({"a": "2/s burst 1", "b": "5/s"}), lambda: 1.0)
+    now_ms = 0.0
+    waiting: list[Task] = []
+    for key, count, advance_ms in steps:
+        now_ms += advance_ms
+        back = [t for t in waiting if t.id in throttle._reserved]
+        go, held = throttle.admit([*back[:2], *tasks(key, count)], now_ms)
+        throttle.forget(back[2:3])
+        waiting = [t for t, _ in held] + [t for t in waiting if t not in go]
+        assert sum(throttle.holding_by) == len(throttle)
+        assert all(n >= 0 for n in throttle.holding_by)
+    assert sum(throttle.held_by) == throttle.held

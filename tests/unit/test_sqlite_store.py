@@ -4,6 +4,7 @@ and the indexes its statements use."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -129,6 +130,28 @@ def test_rows_are_written_in_their_shard_of_its_generation(path: Path, store: SQ
 
 
 # -- foreign files ---------------------------------------------------------------------------
+
+
+def test_a_file_an_earlier_release_made_gains_the_throttled_column(path: Path) -> None:
+    """A file without th_tasks.throttled (as releases before schema version 6
+    made it) gets it at open, every row not throttled; nothing else changes."""
+    first = SQLiteStore(str(path), "default.rk", shard_count=4)
+    put(first, Task("a", T0, "rk", b"p"))
+    first.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("ALTER TABLE th_tasks DROP COLUMN throttled")
+    again = SQLiteStore(str(path), "default.rk", shard_count=4)
+    try:
+        found = again.get("a")
+        assert found is not None and (found.task.payload, found.throttled) == (b"p", False)
+        again.check_schema()
+    finally:
+        again.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(th_tasks)")]
+        assert columns[-1] == "throttled"
+        assert conn.execute("SELECT throttled FROM th_tasks").fetchall() == [(0,)]
+    SQLiteStore(str(path), "default.rk", shard_count=4).close()  # a second open adds nothing
 
 
 def test_a_file_that_is_not_a_database_is_refused(path: Path) -> None:

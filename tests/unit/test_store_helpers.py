@@ -225,7 +225,7 @@ def test_revisions_lead_step_by_step_to_the_schema_version() -> None:
         (revisions.revision_of(v), revisions.revision_of(v - 1) if v > 1 else None)
         for v in versions
     ]
-    assert revisions.head() == revisions.revision_of(sql.SCHEMA_VERSION) == "0005"
+    assert revisions.head() == revisions.revision_of(sql.SCHEMA_VERSION) == "0006"
     for script in scripts.walk_revisions():
         assert callable(script.module.upgrade)
     schema = (Path(mysql.__file__).parents[2] / "schema.sql").read_text()

@@ -169,6 +169,19 @@ def test_a_paused_series_shows_paused_and_the_occurrence_it_resumes_at() -> None
     assert '<span class="paused">paused</span>' in document  # styled (web.css)
 
 
+def test_a_throttled_task_shows_throttled_and_until_when() -> None:
+    waiting = TaskInfo(Task("w-1", AT_MS, "billing.due"), TaskState.SCHEDULED, True, AT_MS + 60_000)
+    document = listing_page(listing(tasks=[waiting, info("w-2")]))
+    rows = {
+        task_id: re.sub(r"<[^>]+>", " ", row).split()
+        for task_id, row in re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', document)
+    }
+    when, until = "2030-01-01T00:00:00.250Z", "2030-01-01T00:01:00.250Z"
+    assert rows["w-1"] == ["w-1", when, "billing.due", "scheduled", "throttled", "until", until]
+    assert rows["w-2"] == ["w-2", when, "billing.due", "scheduled"]
+    assert '<span class="throttled">' in document  # styled (web.css)
+
+
 def test_the_next_page_link_keeps_the_filter_and_carries_the_cursor() -> None:
     document = listing_page(listing("tag=vip&cursor=abc", next_cursor="MTox"))
     hrefs = [a.get("href") for a in tags_of(document).named("a")]

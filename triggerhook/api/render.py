@@ -37,15 +37,19 @@ def due_json(task_id: str, due_ms: int) -> dict[str, Any]:
 
 
 def task_json(info: TaskInfo, payload: bool = True) -> dict[str, Any]:
-    """A task: its id, due time, routing key, state, metadata and (with
-    ``payload``) its payload, as text if it is UTF-8, else as base64."""
+    """A task: its id, due time, routing key, state, whether a rate limit
+    holds it back (and when it fires, if after its due time), metadata and
+    (with ``payload``) its payload, as text if it is UTF-8, else as base64."""
     task = info.task
     data: dict[str, Any] = {
         **due_json(task.id, task.due_ms),
         "routing_key": task.routing_key,
         "state": info.state.value,
-        **meta_json(task.meta, seconds=True),
+        "throttled": info.throttled,
     }
+    if info.fire_ms is not None:
+        data["fire_ms"] = info.fire_ms
+    data.update(meta_json(task.meta, seconds=True))
     if payload:
         try:
             data["payload"] = task.payload.decode("utf-8")

@@ -19,7 +19,6 @@ Results are JSON on stdout: one object, or for ``list`` one object per line.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import logging
 import os
@@ -34,7 +33,6 @@ from triggerhook.cli.backends import (
     BackendError,
     HttpBackend,
     LibraryBackend,
-    Listed,
     Where,
 )
 from triggerhook.cli.config_cmd import add_config_parser, run_config
@@ -53,6 +51,8 @@ from triggerhook.cli.rendering import (
     EXIT_TOO_LATE,
     EXIT_USAGE,
     CliRendering,
+    found_json,
+    listed_json,
 )
 from triggerhook.cli.rendering import print_json as _print_json
 from triggerhook.cli.rendering import print_outcome as _outcome
@@ -60,7 +60,6 @@ from triggerhook.cli.series_cmd import SERIES_COMMANDS, add_catch_up_arguments, 
 from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
 from triggerhook.cli.task_args import LateArg, Metadata, parse_dedup_window
 from triggerhook.domain.listing import MAX_PAGE
-from triggerhook.domain.meta import meta_json
 from triggerhook.domain.outcomes import Outcome, error_outcome
 from triggerhook.domain.recurrence import DST_REPEATED, DST_SKIPPED
 from triggerhook.domain.task import OnConflict, TaskState
@@ -519,20 +518,7 @@ def _get(backend: Backend, args: argparse.Namespace) -> int:
     found = backend.get(args.id)
     if found is None:
         return _outcome(args.id, Outcome.NOT_FOUND)
-    try:
-        payload: object = found.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        payload = {"base64": base64.b64encode(found.payload).decode()}
-    _print_json(
-        {
-            "id": found.id,
-            "due_ms": found.due_ms,
-            "routing_key": found.routing_key,
-            "payload": payload,
-            "state": found.state.value,
-            **meta_json(found.meta),
-        }
-    )
+    _print_json(found_json(found))
     return CLI_RENDERING[Outcome.FOUND].exit
 
 
@@ -544,7 +530,7 @@ def _list(backend: Backend, args: argparse.Namespace) -> int:
     while left is None or left > 0:
         page = backend.list_page(where, MAX_PAGE if left is None else min(left, MAX_PAGE), cursor)
         for task in page.tasks:
-            _print_json(_listed_json(task))
+            _print_json(listed_json(task))
         if left is not None:
             left -= len(page.tasks)
         cursor = page.cursor
@@ -556,16 +542,6 @@ def _list(backend: Backend, args: argparse.Namespace) -> int:
 def _count(backend: Backend, args: argparse.Namespace) -> int:
     _print_json({"count": backend.count(_where(args))})
     return EXIT_OK
-
-
-def _listed_json(task: Listed) -> dict[str, object]:
-    return {
-        "id": task.id,
-        "due_ms": task.due_ms,
-        "routing_key": task.routing_key,
-        "state": task.state.value,
-        **meta_json(task.meta),
-    }
 
 
 # The commands that act on tasks: through the HTTP API when --url is given.

@@ -98,7 +98,8 @@ class Moved:
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A stored task, as ``get`` shows it."""
+    """A stored task, as ``get`` shows it; ``throttled`` and ``fire_ms`` as
+    :class:`~triggerhook.domain.task.TaskInfo` has them."""
 
     id: str
     due_ms: int
@@ -106,6 +107,8 @@ class Found:
     payload: bytes
     state: TaskState
     meta: Meta = NO_META
+    throttled: bool = False
+    fire_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class Listed:
     routing_key: str
     state: TaskState
     meta: Meta = NO_META
+    throttled: bool = False
+    fire_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +262,16 @@ class LibraryBackend(_Closing):
         if info is None:
             return None
         task = info.task
-        return Found(task.id, task.due_ms, task.routing_key, task.payload, info.state, task.meta)
+        return Found(
+            task.id,
+            task.due_ms,
+            task.routing_key,
+            task.payload,
+            info.state,
+            task.meta,
+            info.throttled,
+            info.fire_ms,
+        )
 
     def list_page(self, where: Where, limit: int, cursor: str | None) -> Listing:
         with _library_errors():
@@ -301,7 +315,9 @@ def _copying(done: Copied) -> Copying:
 
 def _listed(info: TaskInfo) -> Listed:
     task = info.task
-    return Listed(task.id, task.due_ms, task.routing_key, info.state, task.meta)
+    return Listed(
+        task.id, task.due_ms, task.routing_key, info.state, task.meta, info.throttled, info.fire_ms
+    )
 
 
 def _library_filter(where: Where) -> TaskFilter:
@@ -396,13 +412,18 @@ class HttpBackend(_Closing):
             status.payload,
             status.state,
             _meta_of(status),
+            status.throttled,
+            status.fire_ms,
         )
 
     def list_page(self, where: Where, limit: int, cursor: str | None) -> Listing:
         page = self._call(
             lambda: self._client.list_page(limit=limit, cursor=cursor, **_arguments(where))
         )
-        listed = [Listed(t.id, t.due_ms, t.routing_key, t.state, _meta_of(t)) for t in page.tasks]
+        listed = [
+            Listed(t.id, t.due_ms, t.routing_key, t.state, _meta_of(t), t.throttled, t.fire_ms)
+            for t in page.tasks
+        ]
         return Listing(listed, page.next_cursor)
 
     def count(self, where: Where) -> int:

@@ -1,6 +1,7 @@
 """Every outcome as the CLI reports it (:data:`CLI_RENDERING`: its exit code,
-and whether it is printed as a result), and the printing of results: shared
-by the task commands of :mod:`triggerhook.cli` and :mod:`triggerhook.cli.series_cmd`.
+and whether it is printed as a result), and the printing of results and of
+stored tasks (``get``, ``list``): shared by the task commands of
+:mod:`triggerhook.cli` and :mod:`triggerhook.cli.series_cmd`.
 
 Exit codes: 0 success; 1 runtime failure (database, engine, or daemon
 unreachable); 2 bad input or configuration, or a refusal the input caused (a
@@ -10,9 +11,12 @@ one-off task); 3 task not found; 4 too late to cancel or reschedule.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 
+from triggerhook.cli.backends import Found, Listed
+from triggerhook.domain.meta import meta_json
 from triggerhook.domain.outcomes import Outcome
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TOO_LATE = 0, 1, 2, 3, 4
@@ -80,3 +84,43 @@ def print_outcome(task_id: str, outcome: Outcome, **more: object) -> int:
 
 def print_json(data: dict[str, object]) -> None:
     print(json.dumps(data))
+
+
+def found_json(found: Found) -> dict[str, object]:
+    """A task as ``get`` prints it: its payload as text, or ``{"base64"}``."""
+    try:
+        payload: object = found.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        payload = {"base64": base64.b64encode(found.payload).decode()}
+    return {
+        "id": found.id,
+        "due_ms": found.due_ms,
+        "routing_key": found.routing_key,
+        "payload": payload,
+        "state": found.state.value,
+        **_waiting(found.throttled, found.fire_ms),
+        **meta_json(found.meta),
+    }
+
+
+def listed_json(task: Listed) -> dict[str, object]:
+    """A task as ``list`` prints it (no payload)."""
+    return {
+        "id": task.id,
+        "due_ms": task.due_ms,
+        "routing_key": task.routing_key,
+        "state": task.state.value,
+        **_waiting(task.throttled, task.fire_ms),
+        **meta_json(task.meta),
+    }
+
+
+def _waiting(throttled: bool, fire_ms: int | None) -> dict[str, object]:
+    """A stored task's wait, printed as the metadata is (only what is set):
+    ``"throttled": true`` while a rate limit's postponement holds it in the
+    database, ``fire_ms`` when it fires after its due time. (The HTTP API
+    always says ``throttled``, false too.)"""
+    shown: dict[str, object] = {"throttled": True} if throttled else {}
+    if fire_ms is not None:
+        shown["fire_ms"] = fire_ms
+    return shown

@@ -47,6 +47,8 @@ _FORGET_AFTER_MS = 600_000
 # With no share of the rates (the shard count not yet known), a limited task
 # looks again this much later.
 _NO_SHARE_RECHECK_MS = 1000
+# The metrics label of the catch-up bucket (not a valid pattern: no clash).
+CATCH_UP_LABEL = "(catch_up)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,10 @@ class Throttle:
     to the database (R8p) comes back re-armed at a new revision. A new
     incarnation of the id meeting an old reservation goes without a token
     (the rate errs high by that one task). Not thread-safe: the scheduler
-    thread owns it."""
+    thread owns it; the metrics thread only reads :attr:`labels` and the
+    per-label lists of the same length (``held_by``, ``wait_ms_by``,
+    ``holding_by``: ints replaced whole, never resized), a bucket's label its
+    pattern, or :data:`CATCH_UP_LABEL`."""
 
     def __init__(
         self,
@@ -155,10 +160,20 @@ class Throttle:
         self._catch_up_after_ms = catch_up_after_ms
         self._buckets: dict[int | str, _Bucket] = {}  # a limit's index, or a key's catch-up
         self._pattern_of: dict[str, int | None] = {}
-        # The id of each held task -> the instant its token comes.
-        self._reserved: dict[str, int] = {}
+        # The id of each held task -> the instant its token comes, and the
+        # index in labels of the bucket that set it.
+        self._reserved: dict[str, tuple[int, int]] = {}
         self._swept_ms = -math.inf  # when reservations long past were last forgotten
-        self.held = 0  # tasks held back, since start
+        self.held = 0  # tasks held back, since start: once each, however often back early
+        # Per bucket (the metrics' ``pattern`` label), lists of a fixed length
+        # that other threads may read: tasks held since start, the wait added
+        # to them (ms, from when they were held), and tasks held now.
+        self.labels = tuple(limit.pattern for limit in self._limits)
+        if catch_up is not None:
+            self.labels += (CATCH_UP_LABEL,)
+        self.held_by = [0] * len(self.labels)
+        self.wait_ms_by = [0] * len(self.labels)
+        self.holding_by = [0] * len(self.labels)
 
     def __bool__(self) -> bool:
         return bool(self._limits) or self._catch_up is not None
@@ -193,21 +208,29 @@ class Throttle:
         held: list[tuple[Task, int]] = []
         for task in tasks:
             reserved = self._reserved.pop(task.id, None)
-            if reserved is not None and reserved <= now_ms:
-                go.append(task)  # back at its token's instant
-                continue
-            if reserved is None and share <= 0 and self._limited(task, now_ms):
+            if reserved is not None:
+                self.holding_by[reserved[1]] -= 1
+                if reserved[0] <= now_ms:
+                    go.append(task)  # back at its token's instant
+                    continue
+            elif share <= 0 and (label := self._limited(task, now_ms)) is not None:
                 # No share of any rate (the shard count not known yet): asks
                 # again later, holding no token.
                 held.append((task, math.ceil(now_ms) + _NO_SHARE_RECHECK_MS))
+                self.held_by[label] += 1
+                self.held += 1
                 continue
-            at_ms = reserved if reserved is not None else self._instant(task, share, now_ms)
-            if at_ms is None:
+            taken = reserved if reserved is not None else self._instant(task, share, now_ms)
+            if taken is None:
                 go.append(task)
                 continue
-            self._reserved[task.id] = at_ms
-            held.append((task, at_ms))
-        self.held += len(held)
+            if reserved is None:  # a new hold (back early, R8p's, it keeps its place)
+                self.held_by[taken[1]] += 1
+                self.held += 1
+                self.wait_ms_by[taken[1]] += max(0, taken[0] - math.floor(now_ms))
+            self._reserved[task.id] = taken
+            self.holding_by[taken[1]] += 1
+            held.append((task, taken[0]))
         if len(self._reserved) > _MAX_RESERVED or now_ms - self._swept_ms >= _FORGET_AFTER_MS:
             self._forget_before(now_ms - _FORGET_AFTER_MS)
             self._swept_ms = now_ms
@@ -216,33 +239,43 @@ class Throttle:
     def forget(self, tasks: Sequence[Task]) -> None:
         """Held tasks that will not come back (their shard was lost)."""
         for task in tasks:
-            self._reserved.pop(task.id, None)
+            reserved = self._reserved.pop(task.id, None)
+            if reserved is not None:
+                self.holding_by[reserved[1]] -= 1
 
     def _forget_before(self, instant_ms: float) -> None:
         """Reservations whose task never came back by ``instant_ms``: dropped
         by a path that did not say so. Its token is spent: the rate errs low."""
-        self._reserved = {key: at for key, at in self._reserved.items() if at >= instant_ms}
+        kept = {key: taken for key, taken in self._reserved.items() if taken[0] >= instant_ms}
+        holding = [0] * len(self.labels)
+        for _at_ms, label in kept.values():
+            holding[label] += 1
+        self._reserved = kept
+        self.holding_by[:] = holding  # in place: the list other threads read
 
-    def _limited(self, task: Task, now_ms: float) -> bool:
-        """Whether any bucket limits ``task`` now."""
+    def _limited(self, task: Task, now_ms: float) -> int | None:
+        """The label of a bucket that limits ``task`` now (None: none)."""
+        index = self.pattern_of(task.routing_key)
+        if index is not None:
+            return index
         late = now_ms - task.due_ms > self._catch_up_after_ms
-        return self.pattern_of(task.routing_key) is not None or (
-            self._catch_up is not None and late
-        )
+        return len(self._limits) if self._catch_up is not None and late else None
 
-    def _instant(self, task: Task, share: float, now_ms: float) -> int | None:
-        """When ``task`` may go: None, now; else the instant its last token comes."""
-        at_ms: int | None = None
+    def _instant(self, task: Task, share: float, now_ms: float) -> tuple[int, int] | None:
+        """When ``task`` may go: None, now; else the instant its last token
+        comes, and the label of the bucket that token is from."""
+        taken: tuple[int, int] | None = None
         index = self.pattern_of(task.routing_key)
         if index is not None:
             at_ms = self._take(index, self._limits[index], share, now_ms)
+            taken = None if at_ms is None else (at_ms, index)
         if self._catch_up is not None and now_ms - task.due_ms > self._catch_up_after_ms:
             if len(self._buckets) > _MAX_CACHED_KEYS + len(self._limits):
                 self._buckets = {k: b for k, b in self._buckets.items() if isinstance(k, int)}
             late_ms = self._take(task.routing_key, self._catch_up, share, now_ms)
-            if late_ms is not None:
-                at_ms = late_ms if at_ms is None else max(at_ms, late_ms)
-        return at_ms
+            if late_ms is not None and (taken is None or late_ms > taken[0]):
+                taken = (late_ms, len(self._limits))
+        return taken
 
     def _take(self, name: int | str, limit: RateLimit, share: float, now_ms: float) -> int | None:
         """A token of bucket ``name``: None, there is one now; else the

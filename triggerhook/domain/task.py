@@ -162,10 +162,19 @@ class Task(msgspec.Struct, frozen=True, gc=False):
 
 @dataclass(frozen=True, slots=True)
 class TaskInfo:
-    """A stored task and its state, as :meth:`TriggerHook.get` returns it."""
+    """A stored task and its state, as :meth:`TriggerHook.get` returns it.
+
+    ``throttled``: a rate limit holds it back, and it waits in the database
+    for its token (postponed, R8p; state SCHEDULED): it goes at ``fire_ms``.
+    ``fire_ms``: when it fires, where that is later than its due time
+    (throttled, or the retry of an event the broker did not take); None: at
+    its due time. (A task a limit holds in an instance's memory is armed:
+    FIRING, not ``throttled``.)"""
 
     task: Task
     state: TaskState
+    throttled: bool = False
+    fire_ms: int | None = None
 
 
 def validate_id(task_id: object) -> str:

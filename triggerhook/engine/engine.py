@@ -159,7 +159,11 @@ class Engine:
         # R8p: a copy held by a rate limit past the arming horizon waits in
         # the database, not in memory, where it would keep other keys' later
         # tasks from being armed (docs/design/flow-control.md, section 3a).
-        self.scheduler.postpone_to(self.confirmer.postpone, config.arm_ahead_ms)
+        # Written back only once less than half the memory bound is free: a
+        # queue that fits in the other half costs the database no write.
+        self.scheduler.postpone_to(
+            self.confirmer.postpone, config.arm_ahead_ms, config.max_tasks_in_memory // 2
+        )
         self.publisher = publisher_factory(self.buffer, self.confirmer, self._retry, self._fail)
         if isinstance(self.publisher, TimerDriver):  # its loop times the scheduler
             self.publisher.drive(self.scheduler)
@@ -363,6 +367,7 @@ class Engine:
             "shards_lost": self.shards.lost,
             "fired": self.scheduler.fired,
             "throttled": self.scheduler.throttled(),
+            **self.scheduler.throttle_totals(),
             "postponed": self.confirmer.postponed,
             "deleted": self.confirmer.deleted,
             "dedup_recorded": self.confirmer.recorded,
@@ -386,6 +391,7 @@ class Engine:
             members=self.keeper.members,
             fired=self.scheduler.fired,
             deleted=self.confirmer.deleted,
+            throttle_holding=self.scheduler.throttle_holding(),
         )
 
 

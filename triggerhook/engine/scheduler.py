@@ -11,6 +11,7 @@ from triggerhook.engine.inventory import Inventory
 from triggerhook.engine.shards import ShardTable, Verdict
 from triggerhook.engine.timed import TimedWorker
 from triggerhook.interfaces import Clock, FiredSink
+from triggerhook.runtime.points import labelled
 from triggerhook.runtime.worker import FailureHandler
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,10 @@ class Scheduler(TimedWorker[Task]):
     lost is dropped (R4). A task over its routing key's rate limit
     (:class:`~triggerhook.domain.ratelimits.Throttle`) goes back into the heap
     until its token comes: later, never earlier; or, when its token comes
-    later than the arming horizon (R8p, :meth:`postpone_to`), it leaves
-    memory and its row waits in the database until then, so that a long
-    queue does not fill the memory bound while other keys' tasks wait to be
-    armed.
+    later than the arming horizon and memory is getting short (R8p,
+    :meth:`postpone_to`), it leaves memory and its row waits in the database
+    until then, so that a long queue does not fill the memory bound while
+    other keys' tasks wait to be armed.
     """
 
     lead_ms = 0
@@ -61,6 +62,7 @@ class Scheduler(TimedWorker[Task]):
         self.throttle = throttle if throttle else None
         self._postpone: Postpone | None = None
         self._postpone_after_ms = 0
+        self._keep_free = 0
         self.fired = 0
         self.dropped = 0  # copies of lost shards
         self.held_back = 0  # times a copy waited for its lease
@@ -77,16 +79,40 @@ class Scheduler(TimedWorker[Task]):
             self.holding = False
         return super().poll(now_ms)
 
-    def postpone_to(self, postpone: Postpone, after_ms: int) -> None:
+    def postpone_to(self, postpone: Postpone, after_ms: int, keep_free: int | None = None) -> None:
         """Before start: copies held back for more than ``after_ms`` (the
         arming horizon: sooner, they would be armed again at once) go to
-        ``postpone`` (the confirmer's R8p write) instead of the heap."""
+        ``postpone`` (the confirmer's R8p write) instead of the heap while
+        the memory bound's free room is below ``keep_free`` (None: always),
+        as many as bring it back there. With room to spare they wait in the
+        heap as nearer ones do: a row write each is spent only where memory
+        is short (a queue that fits costs the database nothing)."""
         self._postpone = postpone
         self._postpone_after_ms = after_ms
+        self._keep_free = self._inventory.capacity if keep_free is None else keep_free
 
     def throttled(self) -> int:
         """Tasks held back by a rate limit, since start (a task once per hold)."""
         return 0 if self.throttle is None else self.throttle.held
+
+    def throttle_totals(self) -> dict[str, int]:
+        """Per bucket (``name:pattern``), since start: the tasks it held
+        (``throttled``) and the wait it added them (``throttle_wait_ms``).
+        Any thread: see :class:`~triggerhook.domain.ratelimits.Throttle`."""
+        throttle = self.throttle
+        if throttle is None:
+            return {}
+        totals = _by_label("throttled", throttle.labels, throttle.held_by)
+        totals.update(_by_label("throttle_wait_ms", throttle.labels, throttle.wait_ms_by))
+        return totals
+
+    def throttle_holding(self) -> dict[str, int]:
+        """Per bucket (``throttle_holding:pattern``): the tasks it holds now,
+        waiting in memory or in the database (R8p). Any thread."""
+        throttle = self.throttle
+        if throttle is None:
+            return {}
+        return _by_label("throttle_holding", throttle.labels, throttle.holding_by)
 
     def capacity(self) -> int:
         return self._sink.room()
@@ -104,15 +130,20 @@ class Scheduler(TimedWorker[Task]):
 
     def _hold(self, held: list[tuple[Task, int]], now_ms: float) -> None:
         """Rate-limited tasks back into the heap, each at its token's instant;
-        those whose instant is past the arming horizon to the database (R8p):
-        out of the heap first, so that a copy never both waits here and is
-        rewritten there (the store puts back only an INHERITED one)."""
+        those whose instant is past the arming horizon, while memory is short
+        (:meth:`postpone_to`), to the database (R8p): out of the heap first,
+        so that a copy never both waits here and is rewritten there (the
+        store puts back only an INHERITED one)."""
         by_instant: dict[int, list[Task]] = {}
         postponed: list[tuple[Task, int]] = []
         horizon_ms = now_ms + self._postpone_after_ms
+        # Each copy postponed frees its place once written: counted now, so
+        # that one batch does not write back more than brings the room back.
+        free = self._inventory.room()
         for task, at_ms in held:
-            if self._postpone is not None and at_ms > horizon_ms:
+            if self._postpone is not None and at_ms > horizon_ms and free < self._keep_free:
                 postponed.append((task, at_ms))
+                free += 1
             else:
                 by_instant.setdefault(at_ms, []).append(task)
         for at_ms, tasks in by_instant.items():
@@ -142,3 +173,7 @@ class Scheduler(TimedWorker[Task]):
             self.dropped += len(drop)
             self._inventory.forget_copies(drop)
         return [t for t, v in pairs if v is Verdict.FIRE], drop
+
+
+def _by_label(name: str, labels: Sequence[str], values: Sequence[int]) -> dict[str, int]:
+    return {labelled(name, label): value for label, value in zip(labels, values, strict=True)}

@@ -116,6 +116,7 @@ class Collector:
             "heap": stats.armed,
             "send_buffer": stats.send_buffer,
             "unconfirmed": stats.unconfirmed,
+            **stats.throttle_holding,
         }
         if self._extra_gauges is not None:
             gauges.update(self._extra_gauges())

@@ -134,6 +134,30 @@ GAUGES: dict[str, tuple[str, str, int]] = {
 }
 RUNNING_FAMILY = "triggerhook_running"
 
+# Figures per rate-limit bucket (``name:pattern`` fields, runtime.points.labelled)
+# -> (family, HELP, divisor to base units), the pattern a label
+# ("(catch_up)": the catch_up_rate bucket).
+PATTERN_LABEL = "pattern"
+BY_PATTERN_COUNTERS: dict[str, tuple[str, str, int]] = {
+    "throttled": (
+        "triggerhook_throttled_by_pattern",
+        "Tasks a rate limit held back until their token, by the limit's pattern.",
+        1,
+    ),
+    "throttle_wait_ms": (
+        "triggerhook_throttle_wait_seconds",
+        "Wait a rate limit added to the tasks it held, summed, by the limit's pattern.",
+        _MS_PER_S,
+    ),
+}
+BY_PATTERN_GAUGES: dict[str, tuple[str, str, int]] = {
+    "throttle_holding": (
+        "triggerhook_throttle_holding_tasks",
+        "Tasks a rate limit holds back now (in memory or in the database), by its pattern.",
+        1,
+    ),
+}
+
 # Histograms since start (see triggerhook.metrics.collector) -> (family, HELP).
 HISTOGRAMS: dict[str, tuple[str, str]] = {
     LATENESS: (
@@ -183,7 +207,10 @@ class FiguresCollector(Collector):
         running.add_metric(instance, 1 if figures.running else 0)
         yield running
         yield from _counters(figures.totals, instance)
-        yield from _gauges(figures.latest.get(points.ENGINE, {}), instance)
+        yield from _by_pattern(figures.totals, BY_PATTERN_COUNTERS, instance, CounterMetricFamily)
+        period = figures.latest.get(points.ENGINE, {})
+        yield from _gauges(period, instance)
+        yield from _by_pattern(period, BY_PATTERN_GAUGES, instance, GaugeMetricFamily)
         yield from _histograms(figures.histograms, instance)
 
 
@@ -192,6 +219,8 @@ def _counters(totals: Mapping[str, int], instance: list[str]) -> Iterator[Metric
         REQUESTS_FAMILY, _REQUESTS_HELP, labels=[INSTANCE_LABEL, STATUS_CLASS_LABEL]
     )
     for name, value in sorted(totals.items()):
+        if points.split_label(name)[1] is not None:  # _by_pattern's
+            continue
         if name.startswith(_REQUESTS):
             requests.add_metric([*instance, name.removeprefix(_REQUESTS)], value)
             continue
@@ -209,6 +238,28 @@ def _gauges(period: Mapping[str, Field], instance: list[str]) -> Iterator[Metric
             family = GaugeMetricFamily(name, help_text, labels=[INSTANCE_LABEL])
             family.add_metric(instance, period[field] / divisor)
             yield family
+
+
+def _by_pattern(
+    figures: Mapping[str, Field],
+    families: Mapping[str, tuple[str, str, int]],
+    instance: list[str],
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+) -> Iterator[Metric]:
+    """The labelled figures of ``families``, a family each, a sample per pattern."""
+    found: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+    for field, value in sorted(figures.items()):
+        name, label = points.split_label(field)
+        if label is None or name not in families:
+            continue
+        family_name, help_text, divisor = families[name]
+        family = found.get(name)
+        if family is None:
+            family = found[name] = kind(
+                family_name, help_text, labels=[INSTANCE_LABEL, PATTERN_LABEL]
+            )
+        family.add_metric([*instance, label], value / divisor)
+    yield from found.values()
 
 
 def _histograms(

@@ -14,7 +14,14 @@ import msgspec
 from triggerhook.domain.arming import Mark, ShardMarks, is_armed, is_inherited, shard_of
 from triggerhook.domain.meta import NO_META, Meta, from_record, stopping
 from triggerhook.domain.series import after_fire
-from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, Task
+from triggerhook.domain.task import (
+    CancelResult,
+    InsertOutcome,
+    OnConflict,
+    Task,
+    TaskInfo,
+    TaskState,
+)
 from triggerhook.errors import (
     AlreadyFiredError,
     ConflictError,
@@ -144,6 +151,22 @@ def content_of(row: Row, default_key: str) -> Task:
     task_id, due_ms, routing_key, payload, meta = row[:5]
     key = routing_key or default_key
     return Task(task_id, due_ms, key, bytes(payload or b""), meta=meta_of(meta, task_id))
+
+
+def info_of(row: Row, default_key: str) -> TaskInfo:
+    """A task and its state from a row of each backend's TASK_STATE_COLUMNS
+    (the content, then fire_ms, gen, the shard's armed_ms, armed_id and
+    arm_gen, then throttled): FIRING when armed; ``throttled`` while a rate
+    limit's postponement (R8p) leaves it waiting unarmed; its ``fire_ms`` when
+    later than its due time."""
+    fire_ms, gen, marks = row[5], row[6], ShardMarks((row[7], row[8]), row[9])
+    armed = is_armed((fire_ms, row[0]), gen, marks)
+    return TaskInfo(
+        content_of(row, default_key),
+        TaskState.FIRING if armed else TaskState.SCHEDULED,
+        throttled=bool(row[10]) and not armed,
+        fire_ms=int(fire_ms) if fire_ms > row[1] else None,
+    )
 
 
 def task_of(row: TaskRow, epoch: int, default_key: str) -> Task:

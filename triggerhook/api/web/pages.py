@@ -173,6 +173,9 @@ def _row(info: TaskInfo, view: View, csrf: str | None) -> str:
         action = f"<td>{_cancel_form(info, view, csrf) if can else ''}</td>"
     paused = task.meta.recur is not None and task.meta.recur.paused
     mark = ' <span class="paused">paused</span>' if paused else ""
+    if info.throttled:  # a rate limit's postponement: it waits for its token (R8p)
+        until = "" if info.fire_ms is None else f" until <time>{iso_utc(info.fire_ms)}</time>"
+        mark += f' <span class="throttled">throttled{until}</span>'
     return (
         f'<tr data-id="{escape(task.id)}"><td class="id">{escape(task.id)}</td>'
         f"<td>{_due(task)}</td><td>{escape(task.routing_key)}</td>"

@@ -44,6 +44,14 @@ would go on claiming rows that no longer have claim columns.
   docs/design/flow-control.md sections 2 and 6). Only tables are added; no
   row changes. Offline too: an instance of version 4 would delete fired rows
   without their records.
+- 6: ``th_tasks.throttled`` (1: a rate limit postponed the row, R8p; ``get``
+  shows it). Every row gets 0, and none is rewritten: an ``ADD COLUMN`` of a
+  last column with a constant default, which MariaDB (10.3 and later) and
+  MySQL (8.0.12 and later) do instantly, in the table's metadata (no copy, no
+  rebuild, whatever the table holds; tests/integration/test_upgrade_v5.py
+  checks the table is not rebuilt). Offline too: an instance of version 5
+  would postpone rows without the flag, and reschedule or defer a flagged
+  row without clearing it.
 """
 
 from __future__ import annotations
@@ -313,3 +321,15 @@ def to_v5(cur: Cursor) -> None:
     cur.execute(_V5_OUTBOX)
     cur.execute(_V5_FLAG)
     _set_version(cur, 5)
+
+
+# -- 6 ------------------------------------------------------------------------------------
+
+# Last (after created_at), as schema.sql has it: instant on every supported server.
+_V6_COLUMN = "ALTER TABLE th_tasks ADD COLUMN throttled TINYINT NOT NULL DEFAULT 0"
+
+
+def to_v6(cur: Cursor) -> None:
+    if "throttled" not in _columns(cur, "th_tasks"):
+        cur.execute(_V6_COLUMN)
+    _set_version(cur, 6)

@@ -15,7 +15,7 @@ locking read of the shard rows sees every write that held those locks.
 from __future__ import annotations
 
 # The version schema.sql creates: Alembic's head revision (store/mysql/alembic/versions).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The database's clock in epoch milliseconds, in SQL: UTC arithmetic only, so
 # no session time zone (and no daylight-saving fold) is involved. Every "now"
@@ -50,10 +50,11 @@ SHARD_COLUMNS = (
 )
 
 
-# A task's content and state: the row and its shard's marks (mysql.py's _info).
+# A task's content and state: the row, its shard's marks and its R8p flag
+# (store/rows.py's info_of).
 TASK_STATE_COLUMNS = (
     "t.id, t.due_ms, t.routing_key, t.payload, t.meta, t.fire_ms, t.gen,"
-    " s.armed_ms, s.armed_id, s.arm_gen"
+    " s.armed_ms, s.armed_id, s.arm_gen, t.throttled"
 )
 
 # get(): the row and its shard's marks, without locks (a snapshot of both).
@@ -298,11 +299,12 @@ MOVE_FIRST = "SELECT %s AS id, %s AS fire_ms, %s AS rev, %s AS gen"
 MOVE_NEXT = "SELECT %s, %s, %s, %s"
 
 # Reschedule: the locked unarmed rows to their new time, revision and the
-# shard's current generation (unarmed, R6); failed attempts start over.
+# shard's current generation (unarmed, R6); failed attempts start over. Every
+# move of a row but POSTPONE's clears ``throttled`` (the one write that sets it).
 RESCHEDULE = (
     "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
     " SET t.fire_ms = m.fire_ms, t.due_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen,"
-    " t.attempts = 0"
+    " t.attempts = 0, t.throttled = 0"
 )
 
 # ... and their tag rows to the new due time (same moves; only when one has tags).
@@ -317,7 +319,7 @@ ADVANCE_NEXT = "SELECT %s, %s, %s, %s, %s"
 ADVANCE = (
     "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
     " SET t.fire_ms = m.fire_ms, t.due_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen,"
-    " t.attempts = 0, t.meta = m.meta"
+    " t.attempts = 0, t.meta = m.meta, t.throttled = 0"
 )
 
 # A cancel too late for a series' armed occurrence stops the series after it:
@@ -330,15 +332,17 @@ SET_META = "UPDATE th_tasks SET meta = %s WHERE id = %s"
 # failed attempt.
 DEFER = (
     "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
-    " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen, t.attempts = t.attempts + 1"
+    " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen, t.attempts = t.attempts + 1,"
+    " t.throttled = 0"
 )
 
 # R8p: a copy a rate limit holds back past the arming horizon waits in the
 # database: DEFER's move to its token's instant, with attempts kept (nothing
-# failed: a postponed task dead-lettered for its attempts would be a lie).
+# failed: a postponed task dead-lettered for its attempts would be a lie),
+# flagged ``throttled`` in the same write (get shows it while it waits).
 POSTPONE = (
     "UPDATE th_tasks t JOIN ({moves}) m ON m.id = t.id"
-    " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen"
+    " SET t.fire_ms = m.fire_ms, t.rev = m.rev, t.gen = m.gen, t.throttled = 1"
 )
 
 # -- R2: shard leases ---------------------------------------------------------------------------

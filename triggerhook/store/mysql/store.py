@@ -27,9 +27,9 @@ import logging
 import random
 from collections.abc import Iterable, Sequence
 
-from triggerhook.domain.arming import ShardMarks, is_armed
+from triggerhook.domain.arming import ShardMarks
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
-from triggerhook.domain.task import TaskInfo, TaskState
+from triggerhook.domain.task import TaskInfo
 from triggerhook.errors import InstanceNameInUse, SchemaError, StoreError
 from triggerhook.interfaces import Acquired, Lease, NameHolder
 from triggerhook.runtime.interrupt import Interrupt
@@ -40,7 +40,7 @@ from triggerhook.store.mysql.galera import GaleraStatus, status_of
 from triggerhook.store.mysql.listing import ListingReads
 from triggerhook.store.mysql.schema import read_shard_count, read_version
 from triggerhook.store.mysql.tables import MySQLTables
-from triggerhook.store.rows import Row, content_of
+from triggerhook.store.rows import Row, info_of
 
 __all__ = ["MySQLStore"]
 
@@ -265,10 +265,7 @@ class MySQLStore(StoreKernel):
 
     def _info(self, row: Row) -> TaskInfo:
         """A task and its state from sql.TASK_STATE_COLUMNS."""
-        fire_ms, gen, marks = row[5], row[6], ShardMarks((row[7], row[8]), row[9])
-        armed = is_armed((fire_ms, row[0]), gen, marks)
-        content = content_of(row, self._default_routing_key)
-        return TaskInfo(content, TaskState.FIRING if armed else TaskState.SCHEDULED)
+        return info_of(row, self._default_routing_key)
 
     def list_tasks(
         self, where: TaskFilter, after: Key | None, limit: int, interrupt: Interrupt | None = None

@@ -72,6 +72,7 @@ def open_schema(cur: sqlite3.Cursor, path: str, shard_count: int) -> int:
         check_version(cur, path)
         for statement in q.ADDED_SCHEMA:
             cur.execute(statement)
+        _add_task_columns(cur)
         return _stored_shard_count(cur, path, shard_count)
     log.info("creating the triggerhook schema in SQLite database %r", path)
     for statement in (*q.SCHEMA, *q.ADDED_SCHEMA):
@@ -80,6 +81,16 @@ def open_schema(cur: sqlite3.Cursor, path: str, shard_count: int) -> int:
     cur.executemany(q.WRITE_META, meta)
     cur.executemany(q.ADD_SHARD, [(shard,) for shard in range(shard_count)])
     return shard_count
+
+
+def _add_task_columns(cur: sqlite3.Cursor) -> None:
+    """The th_tasks columns an earlier release's file lacks (q.ADDED_TASK_COLUMNS)."""
+    cur.execute(q.TASK_COLUMNS_NOW)
+    present = {str(row[0]) for row in cur.fetchall()}
+    for name, statement in q.ADDED_TASK_COLUMNS.items():
+        if name not in present:
+            log.info("adding th_tasks.%s to the SQLite database", name)
+            cur.execute(statement)
 
 
 def check_version(cur: sqlite3.Cursor, path: str) -> None:

@@ -59,7 +59,8 @@ SCHEMA = (
     " routing_key TEXT NULL,"
     " payload BLOB NULL,"
     " meta BLOB NULL,"
-    " attempts INTEGER NOT NULL DEFAULT 0)",
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " throttled INTEGER NOT NULL DEFAULT 0)",
     # Arming: the rows above a shard's watermark, and those written since its last pass.
     "CREATE INDEX th_tasks_fire ON th_tasks (shard, fire_ms, id)",
     "CREATE INDEX th_tasks_gen ON th_tasks (shard, gen, fire_ms, id)",
@@ -115,6 +116,13 @@ ADDED_SCHEMA = (
     " on_conflict TEXT NOT NULL DEFAULT 'error',"
     " created_ms INTEGER NOT NULL)",
 )
+# Columns added since, the same way (SQLite has no ADD COLUMN IF NOT EXISTS:
+# each is added when TASK_COLUMNS_NOW lacks it, which SQLite does in the
+# table's definition alone, rewriting no row): th_tasks.throttled (R8p).
+TASK_COLUMNS_NOW = "SELECT name FROM pragma_table_info('th_tasks')"
+ADDED_TASK_COLUMNS = {
+    "throttled": "ALTER TABLE th_tasks ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0",
+}
 
 SCHEMA_VERSION_KEY = "schema_version"
 SHARD_COUNT_KEY = "shard_count"
@@ -130,10 +138,10 @@ TASK_COLUMNS = "id, due_ms, routing_key, payload, rev, attempts, shard, fire_ms,
 SHARD_COLUMNS = (
     "shard, owner, epoch, armed_ms, armed_id, arm_gen, took_ms, took_id, took_gen, lease_until_ms"
 )
-# A task's content and state: the row and its shard's marks.
+# A task's content and state: the row, its shard's marks and its R8p flag.
 TASK_STATE_COLUMNS = (
     "t.id, t.due_ms, t.routing_key, t.payload, t.meta, t.fire_ms, t.gen,"
-    " s.armed_ms, s.armed_id, s.arm_gen"
+    " s.armed_ms, s.armed_id, s.arm_gen, t.throttled"
 )
 
 SELECT_TASK_STATE = (
@@ -209,23 +217,28 @@ SWEEP_FIRED = (
     " WHERE shard IN ({shards}) AND expires_ms <= ? ORDER BY shard, expires_ms LIMIT ?)"
 )
 # Reschedule: new time, revision, the shard's current generation (unarmed);
-# failed attempts start over.
+# failed attempts start over. Every move but POSTPONE's clears throttled.
 RESCHEDULE = (
-    "UPDATE th_tasks SET fire_ms = ?, due_ms = ?, rev = ?, gen = ?, attempts = 0 WHERE id = ?"
+    "UPDATE th_tasks SET fire_ms = ?, due_ms = ?, rev = ?, gen = ?, attempts = 0, throttled = 0"
+    " WHERE id = ?"
 )
 # R5s: the next occurrence, as reschedule, with its occurrence number in meta.
 ADVANCE = (
-    "UPDATE th_tasks SET fire_ms = ?, due_ms = ?, rev = ?, gen = ?, attempts = 0, meta = ?"
-    " WHERE id = ?"
+    "UPDATE th_tasks SET fire_ms = ?, due_ms = ?, rev = ?, gen = ?, attempts = 0, meta = ?,"
+    " throttled = 0 WHERE id = ?"
 )
 # Tag rows follow their task's due time.
 MOVE_TAGS = "UPDATE th_task_tags SET due_ms = ? WHERE id = ?"
 # A cancel too late for a series' armed occurrence stops it: only meta changes.
 SET_META = "UPDATE th_tasks SET meta = ? WHERE id = ?"
 # R8: fire again from the retry time, new revision, unarmed, one more failed attempt.
-DEFER = "UPDATE th_tasks SET fire_ms = ?, rev = ?, gen = ?, attempts = attempts + 1 WHERE id = ?"
-# R8p: a copy a rate limit held back waits here: DEFER's move, attempts kept.
-POSTPONE = "UPDATE th_tasks SET fire_ms = ?, rev = ?, gen = ? WHERE id = ?"
+DEFER = (
+    "UPDATE th_tasks SET fire_ms = ?, rev = ?, gen = ?, attempts = attempts + 1, throttled = 0"
+    " WHERE id = ?"
+)
+# R8p: a copy a rate limit held back waits here: DEFER's move, attempts kept,
+# flagged throttled in the same write.
+POSTPONE = "UPDATE th_tasks SET fire_ms = ?, rev = ?, gen = ?, throttled = 1 WHERE id = ?"
 
 # -- R2: shard leases ---------------------------------------------------------------------------
 

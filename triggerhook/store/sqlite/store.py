@@ -44,14 +44,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from triggerhook.domain.arming import ShardMarks, is_armed
+from triggerhook.domain.arming import ShardMarks
 from triggerhook.domain.listing import Key, TaskFilter, Timeline, timeline_of
-from triggerhook.domain.task import TaskInfo, TaskState
+from triggerhook.domain.task import TaskInfo
 from triggerhook.errors import InstanceNameInUse
 from triggerhook.interfaces import Acquired, Lease, NameHolder, TaskStore
 from triggerhook.runtime.interrupt import Interrupt
 from triggerhook.store.kernel import StoreKernel
-from triggerhook.store.rows import Row, content_of
+from triggerhook.store.rows import Row, info_of
 from triggerhook.store.sqlite import listing as sqlite_listing
 from triggerhook.store.sqlite import sql as q
 from triggerhook.store.sqlite.schema import check_version, connect, open_schema
@@ -118,10 +118,7 @@ class SQLiteStore(StoreKernel):
 
     def _info(self, row: Row) -> TaskInfo:
         """A task and its state from q.TASK_STATE_COLUMNS."""
-        marks = ShardMarks((row[7], row[8]), row[9])
-        armed = is_armed((row[5], row[0]), row[6], marks)
-        content = content_of(row, self._default_routing_key)
-        return TaskInfo(content, TaskState.FIRING if armed else TaskState.SCHEDULED)
+        return info_of(row, self._default_routing_key)
 
     # -- R2: shard leases -----------------------------------------------------------
 

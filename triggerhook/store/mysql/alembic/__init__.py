@@ -6,8 +6,8 @@ Alembic's commands and its own statements.
 Revision ``000N`` is schema version N, the ``th_meta.schema_version`` the
 daemon checks, which every revision keeps in step: 0001 is the baseline
 (version 1; it creates nothing: a new database is created at head from
-``schema.sql``), 0002 to 0005 run ``store/mysql/migrations.py``'s
-``to_v2`` to ``to_v5``. A new version adds ``versions/v000N_<what>.py`` the same way and
+``schema.sql``), 0002 to 0006 run ``store/mysql/migrations.py``'s
+``to_v2`` to ``to_v6``. A new version adds ``versions/v000N_<what>.py`` the same way and
 raises ``sql.SCHEMA_VERSION``. There are no downgrades: restore a backup.
 
 Imported by store/mysql/schema.py only when a schema is created, upgraded or
