@@ -7,9 +7,9 @@
   another hash seed.
 * The simulator bites: with each of the defects it was built to catch put
   back (by a patch the test applies), some seed of a few dozen finds it.
-* The rate check (``sim.oracle_rate``) runs in every run with a limit; its
-  finding on a queue behind the limit is a known engine defect, kept here
-  as a strict expected failure (``test_a_backlog_keeps_to_its_rate_limit``).
+* The rate check (``sim.oracle_rate``) runs in every run with a limit; what
+  it still finds on a queue behind the limit (known gaps of the engine) is
+  kept as a strict expected failure (``test_a_backlog_keeps_to_its_rate_limit``).
   (One it found is rarer than CI can wait for — a shard taken back by its own
   owner at a newer epoch, about one seed in a hundred: its example test is
   tests/unit/test_armer_faults.py.)
@@ -76,8 +76,8 @@ def test_every_promise_holds_over_mariadb(seed: int) -> None:
 # 24): tasks held past the arming horizon wait in the database.
 BACKLOG = SimConfig(limit="10/s burst 2", backlog=80)
 BACKLOG_SEEDS = range(1, 41)
-# Without the rate check: its known finding (test_a_backlog_keeps_to_its_rate_limit)
-# would stop about half of these runs before the promises this test is about.
+# Without the rate check: its known findings (test_a_backlog_keeps_to_its_rate_limit)
+# would stop some of these runs before the promises this test is about.
 BACKLOG_UNTIMED = dataclasses.replace(BACKLOG, rate_check=False)
 
 
@@ -92,11 +92,10 @@ def test_a_backlog_past_memory_waits_in_the_database(seed: int) -> None:
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="engine finding (flow-control.md section 3): a held task back after its token's"
-    " instant goes at once however late, so a queue held up past its instants (a broker"
-    " outage filling the send buffer, a pause, a stall, R8p rows armed late) leaves"
-    " together, above the rate; replay: scripts/sim --limit '10/s burst 2' --backlog 80"
-    " --seed 1",
+    reason="engine gaps (operations.md, rate limits): tasks past the throttle wait in the send"
+    " buffer through a broker outage and are published together after it; and tasks held for"
+    " their second (release) token go together after a stall or a step of the clock that"
+    " passed their instants; replay: scripts/sim --limit '10/s burst 2' --backlog 80 --seed 2",
 )
 def test_a_backlog_keeps_to_its_rate_limit() -> None:
     """No second of the backlog's events above its rate * (1 + one share)

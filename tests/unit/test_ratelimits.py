@@ -219,6 +219,51 @@ def test_no_span_lets_more_go_than_burst_and_rate_allow(
         assert within <= burst + math.ceil(per_s) + 1, (start, within)
 
 
+@given(
+    per_s=st.sampled_from([1.0, 7.5, 100.0, 2000.0]),
+    burst=st.integers(1, 50),
+    arrivals=st.lists(
+        st.tuples(st.integers(0, 5_000), st.integers(1, 40)), min_size=1, max_size=30
+    ),
+    stalls=st.lists(st.tuples(st.integers(0, 8_000), st.integers(1, 3_000)), max_size=4),
+)
+def test_a_stall_never_lets_a_queue_go_together(
+    per_s: float, burst: int, arrivals: list[tuple[int, int]], stalls: list[tuple[int, int]]
+) -> None:
+    """The scheduler stalled (a broker outage filled the send buffer, a pause):
+    what came due meanwhile comes back late, at the stall's end. Still no span
+    lets more go than the burst and the rate allow; each goes at or after its
+    first instant, and none is lost."""
+    throttle = Throttle([RateLimit("k", per_s, burst)], lambda: 1.0)
+
+    def delivered(at_ms: float) -> float:  # when a wake at at_ms happens
+        for start, length in stalls:
+            if start <= at_ms < start + length:
+                at_ms = float(start + length)
+        return at_ms
+
+    gone: list[float] = []
+    first_instant: dict[str, float] = {}
+    pending: dict[float, list[Task]] = {}
+    count = 0
+    for at, n in arrivals:
+        pending.setdefault(delivered(at), []).extend(tasks("k", n))
+        count += n
+    while pending:
+        now_ms = min(pending)
+        go, held = throttle.admit(pending.pop(now_ms), now_ms)
+        gone += [now_ms] * len(go)
+        for task, at in held:
+            assert at > now_ms  # never early
+            first_instant.setdefault(task.id, at)
+            pending.setdefault(delivered(float(at)), []).append(task)
+    assert len(gone) == count  # none lost
+    gone.sort()
+    for first, start in enumerate(gone):
+        within = sum(1 for g in gone[first:] if g < start + 1000.0)
+        assert within <= burst + math.ceil(per_s) + 1, (start, within)
+
+
 # -- the settings' text, and the catch-up ---------------------------------------------------
 
 

@@ -47,6 +47,9 @@ _FORGET_AFTER_MS = 600_000
 # With no share of the rates (the shard count not yet known), a limited task
 # looks again this much later.
 _NO_SHARE_RECHECK_MS = 1000
+# Tokens are floats: a token whole but for rounding counts (a random
+# search found a refilled bucket at 1 - 1.1e-16).
+_EPSILON = 1e-9
 # The metrics label of the catch-up bucket (not a valid pattern: no clash).
 CATCH_UP_LABEL = "(catch_up)"
 
@@ -159,10 +162,12 @@ class Throttle:
         self._catch_up = catch_up
         self._catch_up_after_ms = catch_up_after_ms
         self._buckets: dict[int | str, _Bucket] = {}  # a limit's index, or a key's catch-up
+        # The same limits counted again as tasks go (see admit).
+        self._releases: dict[int | str, _Bucket] = {}
         self._pattern_of: dict[str, int | None] = {}
-        # The id of each held task -> the instant its token comes, and the
-        # index in labels of the bucket that set it.
-        self._reserved: dict[str, tuple[int, int]] = {}
+        # The id of each held task -> the instant its token comes, the index in
+        # labels of the bucket that set it, and whether it is a release token.
+        self._reserved: dict[str, tuple[int, int, bool]] = {}
         self._swept_ms = -math.inf  # when reservations long past were last forgotten
         self.held = 0  # tasks held back, since start: once each, however often back early
         # Per bucket (the metrics' ``pattern`` label), lists of a fixed length
@@ -200,7 +205,16 @@ class Throttle:
         self, tasks: Sequence[Task], now_ms: float
     ) -> tuple[list[Task], list[tuple[Task, int]]]:
         """The tasks that go now, in order, and each held one with the
-        instant (integer ms, after ``now_ms``) its token comes."""
+        instant (integer ms, after ``now_ms``) its token comes.
+
+        A task takes two tokens of its buckets: one when it first comes (its
+        place in the queue: held until that token's instant, once), and one
+        of the same limit counted again as it goes. Back on time, the second
+        is there (the first ones' instants are spaced at the rate); back
+        late — the scheduler stalled, a broker outage filled the send
+        buffer, a postponed row was armed late — tasks whose instants passed
+        meanwhile would go together, above the rate: the second count holds
+        them back once more, at the rate, each with a reservation of it."""
         if not self:
             return list(tasks), []
         share = min(1.0, max(0.0, self._share()))
@@ -210,8 +224,11 @@ class Throttle:
             reserved = self._reserved.pop(task.id, None)
             if reserved is not None:
                 self.holding_by[reserved[1]] -= 1
-                if reserved[0] <= now_ms:
-                    go.append(task)  # back at its token's instant
+                if reserved[0] > now_ms:  # back early (R8p's): it keeps its place
+                    self._hold(task, reserved, held)
+                    continue
+                if reserved[2]:
+                    go.append(task)  # back at its release token's instant
                     continue
             elif share <= 0 and (label := self._limited(task, now_ms)) is not None:
                 # No share of any rate (the shard count not known yet): asks
@@ -220,21 +237,36 @@ class Throttle:
                 self.held_by[label] += 1
                 self.held += 1
                 continue
-            taken = reserved if reserved is not None else self._instant(task, share, now_ms)
-            if taken is None:
+            else:
+                queued = self._instant(task, share, now_ms, self._buckets)
+                if queued is not None:
+                    self._count(queued, now_ms, new=True)
+                    self._hold(task, (*queued, False), held)
+                    continue
+            released = self._instant(task, share, now_ms, self._releases)
+            if released is None:
                 go.append(task)
                 continue
-            if reserved is None:  # a new hold (back early, R8p's, it keeps its place)
-                self.held_by[taken[1]] += 1
-                self.held += 1
-                self.wait_ms_by[taken[1]] += max(0, taken[0] - math.floor(now_ms))
-            self._reserved[task.id] = taken
-            self.holding_by[taken[1]] += 1
-            held.append((task, taken[0]))
+            self._count(released, now_ms, new=reserved is None)
+            self._hold(task, (*released, True), held)
         if len(self._reserved) > _MAX_RESERVED or now_ms - self._swept_ms >= _FORGET_AFTER_MS:
             self._forget_before(now_ms - _FORGET_AFTER_MS)
             self._swept_ms = now_ms
         return go, held
+
+    def _hold(
+        self, task: Task, reserved: tuple[int, int, bool], held: list[tuple[Task, int]]
+    ) -> None:
+        self._reserved[task.id] = reserved
+        self.holding_by[reserved[1]] += 1
+        held.append((task, reserved[0]))
+
+    def _count(self, taken: tuple[int, int], now_ms: float, new: bool) -> None:
+        """A hold's figures: the wait it adds, and (``new``) the task held."""
+        if new:
+            self.held_by[taken[1]] += 1
+            self.held += 1
+        self.wait_ms_by[taken[1]] += max(0, taken[0] - math.floor(now_ms))
 
     def forget(self, tasks: Sequence[Task]) -> None:
         """Held tasks that will not come back (their shard was lost)."""
@@ -248,7 +280,7 @@ class Throttle:
         by a path that did not say so. Its token is spent: the rate errs low."""
         kept = {key: taken for key, taken in self._reserved.items() if taken[0] >= instant_ms}
         holding = [0] * len(self.labels)
-        for _at_ms, label in kept.values():
+        for _at_ms, label, _release in kept.values():
             holding[label] += 1
         self._reserved = kept
         self.holding_by[:] = holding  # in place: the list other threads read
@@ -261,35 +293,50 @@ class Throttle:
         late = now_ms - task.due_ms > self._catch_up_after_ms
         return len(self._limits) if self._catch_up is not None and late else None
 
-    def _instant(self, task: Task, share: float, now_ms: float) -> tuple[int, int] | None:
-        """When ``task`` may go: None, now; else the instant its last token
-        comes, and the label of the bucket that token is from."""
+    def _instant(
+        self, task: Task, share: float, now_ms: float, buckets: dict[int | str, _Bucket]
+    ) -> tuple[int, int] | None:
+        """When ``task`` may go, by ``buckets`` (the queue's or the
+        releases'): None, now; else the instant its last token comes, and
+        the label of the bucket that token is from."""
         taken: tuple[int, int] | None = None
         index = self.pattern_of(task.routing_key)
         if index is not None:
-            at_ms = self._take(index, self._limits[index], share, now_ms)
+            at_ms = self._take(buckets, index, self._limits[index], share, now_ms)
             taken = None if at_ms is None else (at_ms, index)
         if self._catch_up is not None and now_ms - task.due_ms > self._catch_up_after_ms:
-            if len(self._buckets) > _MAX_CACHED_KEYS + len(self._limits):
-                self._buckets = {k: b for k, b in self._buckets.items() if isinstance(k, int)}
-            late_ms = self._take(task.routing_key, self._catch_up, share, now_ms)
+            if len(buckets) > _MAX_CACHED_KEYS + len(self._limits):
+                for key in [k for k in buckets if not isinstance(k, int)]:
+                    del buckets[key]
+            late_ms = self._take(buckets, task.routing_key, self._catch_up, share, now_ms)
             if late_ms is not None and (taken is None or late_ms > taken[0]):
                 taken = (late_ms, len(self._limits))
         return taken
 
-    def _take(self, name: int | str, limit: RateLimit, share: float, now_ms: float) -> int | None:
+    def _take(
+        self,
+        buckets: dict[int | str, _Bucket],
+        name: int | str,
+        limit: RateLimit,
+        share: float,
+        now_ms: float,
+    ) -> int | None:
         """A token of bucket ``name``: None, there is one now; else the
-        instant (ms) the token taken comes."""
+        instant (ms) the token taken comes. The releases' buckets hold a
+        millisecond's tokens more than the burst: the queue's instants are
+        whole milliseconds, so the tokens of one come back together."""
         per_ms = limit.per_s * share / 1000  # > 0: admit() holds tasks back without a share
         burst = max(1.0, limit.burst * share)
-        bucket = self._buckets.get(name)
+        if buckets is self._releases:
+            burst += per_ms
+        bucket = buckets.get(name)
         if bucket is None:
-            bucket = self._buckets[name] = _Bucket(burst, now_ms)
+            bucket = buckets[name] = _Bucket(burst, now_ms)
         if now_ms > bucket.at_ms:
             bucket.tokens = min(burst, bucket.tokens + (now_ms - bucket.at_ms) * per_ms)
             bucket.at_ms = now_ms
         bucket.tokens -= 1
-        if bucket.tokens >= 0:
+        if bucket.tokens >= -_EPSILON:
             return None
         return max(math.ceil(now_ms + -bucket.tokens / per_ms), math.floor(now_ms) + 1)
 
