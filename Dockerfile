@@ -2,7 +2,9 @@
 # The triggerhook daemon. Build and run (docs/deployment.md; compose.yaml runs
 # the whole stack):
 #
-#   docker build -t triggerhook .
+#   docker build -t triggerhook .      # podman: podman build --format docker
+#                                       (its OCI format drops the HEALTHCHECK)
+#   scripts/image                      # either engine, reporting the image's size
 #   docker run --rm -p 127.0.0.1:8080:8080 -e TRIGGERHOOK_API_TOKEN=... \
 #       -e TRIGGERHOOK_DATABASE_URL=mysql://user:password@db:3306/triggerhook \
 #       -e TRIGGERHOOK_AMQP_URL=amqp://user:password@broker:5672/%2F \
@@ -30,7 +32,7 @@ WORKDIR /src
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev \
     && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 COPY client ./client
 COPY triggerhook ./triggerhook
 # Runtime dependencies only (no dev extras), at the versions CI tests. The
@@ -61,8 +63,12 @@ LABEL org.opencontainers.image.title="triggerhook" \
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libmariadb3 \
     && rm -rf /var/lib/apt/lists/*
+# The user; and no pip (nor setuptools, wheel) left in the image: the base
+# brings them, the daemon needs none (its venv has none either), and whoever
+# gets into the container cannot install anything with them.
 RUN useradd --system --uid 10001 --user-group --no-create-home \
-        --home-dir /nonexistent --shell /usr/sbin/nologin triggerhook
+        --home-dir /nonexistent --shell /usr/sbin/nologin triggerhook \
+    && python -m pip uninstall --yes --quiet --root-user-action=ignore pip setuptools wheel
 COPY --from=build /opt/triggerhook/venv /opt/triggerhook/venv
 COPY config/triggerhook.toml /etc/triggerhook/triggerhook.toml
 # Settings: this file < TRIGGERHOOK_* variables < flags. The API listens on

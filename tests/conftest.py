@@ -11,8 +11,8 @@ sys.path because tests/ is not a package). Nothing here imports triggerhook.
 
 Every test gets its tier's marker here, by its directory (no test file names
 its tier): ``unit``, ``contract``, ``integration``, ``model``, ``cluster``,
-``sim``; a test that uses the ``browser`` fixture (the web view's, Chromium
-driven by Playwright) is ``browser`` instead of ``integration``.
+``sim``, ``container``; a test that uses the ``browser`` fixture (the web
+view's, Chromium driven by Playwright) is ``browser`` instead of ``integration``.
 ``scripts/test TIER`` selects one (``pytest -m TIER``).
 """
 
@@ -45,6 +45,12 @@ TIERS = {
     "model": "model",
     "cluster": "cluster",
     "sim": "sim",
+    "container": "container",
+}
+# A tier's marker not listed in pyproject.toml's markers (registered below).
+EXTRA_MARKERS = {
+    "container": "tier tests/container: the image built and run by a container engine "
+    "(scripts/image; skipped where no engine runs)",
 }
 BROWSER_FIXTURE = "browser"  # tests/integration/test_web_view.py: a Chromium
 # Tests marked ``serial`` here: scripts/test runs them one at a time after the
@@ -91,6 +97,9 @@ GROUPED_MODULES = {
     "tests/integration/test_client_install.py": "fresh-venv",
     "tests/integration/test_dev_mode.py": "fresh-venv",
     "tests/model/test_postponement_model.py": "spin-large",
+    # One image build (scripts/image) and one engine for the container tier.
+    "tests/container/test_image.py": "container-image",
+    "tests/container/test_compose.py": "container-image",
 }
 
 
@@ -136,7 +145,13 @@ LONG_FIRST = (
     "tests/model/test_ownership_model.py",
     "tests/model/test_dedup_model.py",
     "tests/integration/test_benchmarks_quick.py",
+    "tests/container/test_image.py",  # builds the image first (minutes on a fresh machine)
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in EXTRA_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
