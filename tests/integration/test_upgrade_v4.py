@@ -21,7 +21,7 @@ from typing import Any
 import pymysql
 import pytest
 from support.daemon import base_env, run_cli, settings_env
-from support.mysql import MARK_FIRING, connect
+from support.mysql import MARK_FIRING, connect, execute, query
 from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
@@ -141,26 +141,6 @@ def _v3_row(n: int) -> tuple[Any, ...]:
     )
 
 
-def _execute(url: str, *statements: str, params: Any = None) -> None:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement, params)
-    finally:
-        conn.close()
-
-
-def _query(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def _cli(url: str, *command: str) -> subprocess.CompletedProcess[str]:
     return run_cli(command, {**base_env(), **settings_env(database_url=url)})
 
@@ -178,8 +158,8 @@ def _status(url: str) -> tuple[int, str]:
 def _records(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """(alembic_version's rows, th_meta's rows)."""
     return (
-        _query(url, "SELECT version_num FROM alembic_version"),
-        _query(url, "SELECT name, value FROM th_meta ORDER BY name"),
+        query(url, "SELECT version_num FROM alembic_version"),
+        query(url, "SELECT name, value FROM th_meta ORDER BY name"),
     )
 
 
@@ -189,14 +169,14 @@ def _shape(url: str) -> dict[str, Any]:
     where_c = "WHERE CONSTRAINT_SCHEMA = DATABASE()"
     return {
         "tables": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION"
                 f" FROM information_schema.TABLES {where}",
             )
         ),
         "columns": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE,"
                 " COLUMN_DEFAULT, CHARACTER_SET_NAME, COLLATION_NAME"
@@ -204,14 +184,14 @@ def _shape(url: str) -> dict[str, Any]:
             )
         ),
         "keys": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME"
                 f" FROM information_schema.STATISTICS {where}",
             )
         ),
         "foreign keys": set(
-            _query(
+            query(
                 url,
                 "SELECT CONSTRAINT_NAME, TABLE_NAME, REFERENCED_TABLE_NAME, UPDATE_RULE,"
                 f" DELETE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS {where_c}",
@@ -222,7 +202,7 @@ def _shape(url: str) -> dict[str, Any]:
 
 def _keys(url: str, table: str) -> dict[str, list[str]]:
     """Each key of ``table`` with its columns in order."""
-    rows = _query(
+    rows = query(
         url,
         "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS"
         " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s ORDER BY INDEX_NAME, SEQ_IN_INDEX",
@@ -235,17 +215,17 @@ def _keys(url: str, table: str) -> dict[str, list[str]]:
 
 
 def _drop(mysql_url: str, name: str) -> None:
-    _execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
+    execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 @pytest.fixture
 def v3_url(mysql_url: str) -> Iterator[str]:
     """A database as release 3's `db init` made it, with COUNT tasks, one armed."""
     name = unique_name("th_test_v3_")
-    _execute(mysql_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    execute(mysql_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     try:
         url = f"{mysql_url}/{name}"
-        _execute(url, *_V3_SCHEMA, *_V3_SHARDS)
+        execute(url, *_V3_SCHEMA, *_V3_SHARDS)
         with revisions.migrator(url, SHARDS) as db:
             db.stamp("0003")  # release 3's db init recorded its revision
         conn = connect(url)
@@ -316,7 +296,7 @@ def _check_v4(url: str, fresh: dict[str, Any], rows_before: list[tuple[Any, ...]
         "th_fired_expiry": ["shard", "expires_ms"],
     }
     assert _keys(url, "th_outbox") == {"PRIMARY": ["seq"]}  # version 5
-    columns = [r[0] for r in _query(url, "SHOW COLUMNS FROM th_tasks")]
+    columns = [r[0] for r in query(url, "SHOW COLUMNS FROM th_tasks")]
     assert "meta" in columns
     assert columns.index("meta") == columns.index("payload") + 1
     keys = _keys(url, "th_tasks")
@@ -332,17 +312,17 @@ def _check_v4(url: str, fresh: dict[str, Any], rows_before: list[tuple[Any, ...]
         "PRIMARY": ["tag", "due_ms", "id"],
         "th_task_tags_id": ["id"],  # also the foreign key's
     }
-    assert _query(
+    assert query(
         url,
         "SELECT CONSTRAINT_NAME, REFERENCED_TABLE_NAME, DELETE_RULE"
         " FROM information_schema.REFERENTIAL_CONSTRAINTS"
         " WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME = 'th_task_tags'",
     ) == [("th_task_tags_task", "th_tasks", "CASCADE")]
     assert _shape(url) == fresh  # what `db init` creates
-    assert _query(url, _V3_ROWS) == rows_before
-    assert _query(url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
-    assert _query(url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
-    assert _query(url, "SELECT COUNT(*) FROM th_tasks WHERE throttled <> 0") == [(0,)]  # 6
+    assert query(url, _V3_ROWS) == rows_before
+    assert query(url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
+    assert query(url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
+    assert query(url, "SELECT COUNT(*) FROM th_tasks WHERE throttled <> 0") == [(0,)]  # 6
 
 
 def _listed(store: MySQLStore, where: TaskFilter, page: int) -> list[Any]:
@@ -366,7 +346,7 @@ def test_a_version_3_database_upgrades_to_version_4(
         f"database {name!r}: schema version 3 (revision 0003), behind head {HEAD_REVISION} "
         f"(schema version {HEAD}): run `triggerhook db upgrade` with every instance stopped",
     )
-    rows_before = _query(v3_url, _V3_ROWS)
+    rows_before = query(v3_url, _V3_ROWS)
     assert len(rows_before) == COUNT
 
     result = _upgrade(v3_url)
@@ -411,22 +391,22 @@ def test_a_version_3_database_upgrades_to_version_4(
 
     # th_task_tags: its rows go with their task, and need one.
     first, second = rows_before[0], rows_before[1]
-    _execute(
+    execute(
         v3_url,
         "INSERT INTO th_task_tags (tag, due_ms, id)"
         " VALUES ('a', %s, %s), ('b', %s, %s), ('a', %s, %s)",
         params=(first[5], first[0], first[5], first[0], second[5], second[0]),
     )
-    _execute(v3_url, "DELETE FROM th_tasks WHERE id = %s", params=(first[0],))
-    assert _query(v3_url, "SELECT tag, id FROM th_task_tags") == [("a", second[0])]
+    execute(v3_url, "DELETE FROM th_tasks WHERE id = %s", params=(first[0],))
+    assert query(v3_url, "SELECT tag, id FROM th_task_tags") == [("a", second[0])]
     with pytest.raises(pymysql.err.IntegrityError):
-        _execute(
+        execute(
             v3_url, "INSERT INTO th_task_tags (tag, due_ms, id) VALUES ('a', 1, 'no-such-task')"
         )
 
 
 def test_a_second_upgrade_changes_nothing(v3_url: str, fresh_shape: dict[str, Any]) -> None:
-    rows_before = _query(v3_url, _V3_ROWS)
+    rows_before = query(v3_url, _V3_ROWS)
     _upgrade(v3_url)
     shape, records = _shape(v3_url), _records(v3_url)
     again = _upgrade(v3_url)
@@ -453,8 +433,8 @@ def test_a_second_upgrade_changes_nothing(v3_url: str, fresh_shape: dict[str, An
 def test_an_interrupted_upgrade_resumes(
     v3_url: str, fresh_shape: dict[str, Any], done: tuple[str, ...]
 ) -> None:
-    rows_before = _query(v3_url, _V3_ROWS)
-    _execute(v3_url, *done)
+    rows_before = query(v3_url, _V3_ROWS)
+    execute(v3_url, *done)
     # the version is left at 3, and Alembic's record at 0003
     assert _records(v3_url) == (
         [("0003",)],

@@ -21,7 +21,7 @@ from typing import Any
 import pymysql
 import pytest
 from support.daemon import base_env, run_cli, settings_env
-from support.mysql import connect
+from support.mysql import connect, execute, query
 from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
@@ -160,26 +160,6 @@ def _v5_row(n: int) -> tuple[Any, ...]:
     )
 
 
-def _execute(url: str, *statements: str, params: Any = None) -> None:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement, params)
-    finally:
-        conn.close()
-
-
-def _query(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def _cli(url: str, *command: str) -> subprocess.CompletedProcess[str]:
     return run_cli(command, {**base_env(), **settings_env(database_url=url)})
 
@@ -200,8 +180,8 @@ def _upgrade(url: str) -> subprocess.CompletedProcess[str]:
 def _records(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """(alembic_version's rows, th_meta's rows)."""
     return (
-        _query(url, "SELECT version_num FROM alembic_version"),
-        _query(url, "SELECT name, value FROM th_meta ORDER BY name"),
+        query(url, "SELECT version_num FROM alembic_version"),
+        query(url, "SELECT name, value FROM th_meta ORDER BY name"),
     )
 
 
@@ -210,14 +190,14 @@ def _shape(url: str) -> dict[str, Any]:
     where = "WHERE TABLE_SCHEMA = DATABASE()"
     return {
         "tables": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION"
                 f" FROM information_schema.TABLES {where}",
             )
         ),
         "columns": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE,"
                 " COLUMN_DEFAULT, CHARACTER_SET_NAME, COLLATION_NAME"
@@ -225,7 +205,7 @@ def _shape(url: str) -> dict[str, Any]:
             )
         ),
         "keys": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME"
                 f" FROM information_schema.STATISTICS {where}",
@@ -239,13 +219,13 @@ def _table_id(url: str) -> int:
     makes a new table, with a new id; an instant ADD COLUMN keeps it."""
     name = url.rsplit("/", 1)[1] + "/th_tasks"
     try:  # MariaDB
-        rows = _query(
+        rows = query(
             url,
             "SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES WHERE NAME = %s",
             (name,),
         )
     except pymysql.err.MySQLError:  # MySQL 8
-        rows = _query(
+        rows = query(
             url, "SELECT TABLE_ID FROM information_schema.INNODB_TABLES WHERE NAME = %s", (name,)
         )
     [(table_id,)] = rows
@@ -253,17 +233,17 @@ def _table_id(url: str) -> int:
 
 
 def _drop(mysql_url: str, name: str) -> None:
-    _execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
+    execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 @pytest.fixture
 def v5_url(mysql_url: str) -> Iterator[str]:
     """A database as release 5's `db init` made it, with COUNT tasks."""
     name = unique_name("th_test_v5_")
-    _execute(mysql_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    execute(mysql_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     try:
         url = f"{mysql_url}/{name}"
-        _execute(url, *_V5_SCHEMA, *_V5_SHARDS)
+        execute(url, *_V5_SCHEMA, *_V5_SHARDS)
         with revisions.migrator(url, SHARDS) as db:
             db.stamp("0005")  # release 5's db init recorded its revision
         conn = connect(url)
@@ -299,13 +279,11 @@ def _check_v6(url: str, fresh: dict[str, Any], rows_before: list[tuple[Any, ...]
         [(HEAD_REVISION,)],
         [("dedup_windows", "0"), ("schema_version", str(HEAD)), ("shard_count", str(SHARDS))],
     )
-    columns = [r[0] for r in _query(url, "SHOW COLUMNS FROM th_tasks")]
+    columns = [r[0] for r in query(url, "SHOW COLUMNS FROM th_tasks")]
     assert columns[-1] == "throttled"  # last: added in place
     assert _shape(url) == fresh  # what `db init` creates
-    assert _query(url, _V5_ROWS) == rows_before
-    assert _query(url, "SELECT throttled, COUNT(*) FROM th_tasks GROUP BY throttled") == [
-        (0, COUNT)
-    ]
+    assert query(url, _V5_ROWS) == rows_before
+    assert query(url, "SELECT throttled, COUNT(*) FROM th_tasks GROUP BY throttled") == [(0, COUNT)]
 
 
 def test_a_version_5_database_upgrades_to_version_6_in_place(
@@ -318,7 +296,7 @@ def test_a_version_5_database_upgrades_to_version_6_in_place(
         f"database {name!r}: schema version 5 (revision 0005), behind head {HEAD_REVISION} "
         f"(schema version {HEAD}): run `triggerhook db upgrade` with every instance stopped",
     )
-    rows_before = _query(v5_url, _V5_ROWS)
+    rows_before = query(v5_url, _V5_ROWS)
     assert len(rows_before) == COUNT
     table_id = _table_id(v5_url)
 
@@ -343,7 +321,7 @@ def test_a_version_5_database_upgrades_to_version_6_in_place(
 
 
 def test_a_second_upgrade_changes_nothing(v5_url: str, fresh_shape: dict[str, Any]) -> None:
-    rows_before = _query(v5_url, _V5_ROWS)
+    rows_before = query(v5_url, _V5_ROWS)
     _upgrade(v5_url)
     shape, records = _shape(v5_url), _records(v5_url)
     again = _upgrade(v5_url)
@@ -353,8 +331,8 @@ def test_a_second_upgrade_changes_nothing(v5_url: str, fresh_shape: dict[str, An
 
 
 def test_an_interrupted_upgrade_resumes(v5_url: str, fresh_shape: dict[str, Any]) -> None:
-    rows_before = _query(v5_url, _V5_ROWS)
-    _execute(v5_url, _V6_ALTER)  # stopped after the ALTER, before writing version 6
+    rows_before = query(v5_url, _V5_ROWS)
+    execute(v5_url, _V6_ALTER)  # stopped after the ALTER, before writing version 6
     assert _records(v5_url)[0] == [("0005",)]
     assert schema_status(v5_url).state == "behind"
     result = _upgrade(v5_url)

@@ -101,6 +101,28 @@ def connect(url: str) -> Any:
     return pymysql.connect(**connect_kwargs(url))
 
 
+def execute(url: str, *statements: str, params: Any = None) -> None:
+    """Each statement on a connection of its own to ``url`` (autocommit)."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement, params)
+    finally:
+        conn.close()
+
+
+def query(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """The rows of one statement, on a connection of its own to ``url``."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, params)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
 @contextlib.contextmanager
 def temporary_database(mysql_url: str, name: str) -> Iterator[str]:
     """Create an empty utf8mb4 database ``name``; yield its URL; drop it."""
