@@ -212,10 +212,16 @@ def test_main_prints_an_already_fired_refusal_as_one_error_line(
     refuse_as_fired(store, {"f-1": FIRED_MS})
     monkeypatch.setattr(cli, "build", lambda _settings: hook)
     # Logging stays off this test's stderr: main would point it there, and a
-    # handler an earlier test left on a closed stream would print its errors there.
+    # handler an earlier test left on a closed stream, on the root or on any
+    # other logger, would print its errors there (CI: a non-root one).
     monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
     monkeypatch.setattr(logging.getLogger(), "handlers", [logging.NullHandler()])
-    assert cli.main(["schedule", "--id", "f-1", "--at", AT, "--dedup-window", "24h"]) == EXIT_USAGE
+    logging.disable(logging.CRITICAL)
+    try:
+        code = cli.main(["schedule", "--id", "f-1", "--at", AT, "--dedup-window", "24h"])
+    finally:
+        logging.disable(logging.NOTSET)
+    assert code == EXIT_USAGE
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
