@@ -19,7 +19,7 @@ import certifi
 import pytest
 from support.amqp import AmqpNames
 from support.daemon import DaemonGroup, base_env, daemon_env, run_cli, settings_env
-from support.mysql import connect, old_schema, with_driver
+from support.mysql import execute, old_schema, query, with_driver
 from support.names import unique_name
 
 from triggerhook.domain.arming import shard_of
@@ -82,31 +82,11 @@ def _status(url: str) -> tuple[int, str]:
     return result.returncode, result.stdout.strip()
 
 
-def _query(url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def _execute(url: str, *statements: str, params: tuple[Any, ...] | None = None) -> None:
-    conn = connect(url)
-    try:
-        with conn.cursor() as cur:
-            for statement in statements:
-                cur.execute(statement, params)
-    finally:
-        conn.close()
-
-
 def _records(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """(alembic_version's rows, th_meta's rows)."""
     return (
-        _query(url, "SELECT version_num FROM alembic_version"),
-        _query(url, "SELECT name, value FROM th_meta ORDER BY name"),
+        query(url, "SELECT version_num FROM alembic_version"),
+        query(url, "SELECT name, value FROM th_meta ORDER BY name"),
     )
 
 
@@ -115,21 +95,21 @@ def _shape(url: str) -> dict[str, Any]:
     where = "WHERE TABLE_SCHEMA = DATABASE()"
     return {
         "tables": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION"
                 f" FROM information_schema.TABLES {where}",
             )
         ),
         "columns": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT,"
                 f" CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS {where}",
             )
         ),
         "keys": set(
-            _query(
+            query(
                 url,
                 "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME"
                 f" FROM information_schema.STATISTICS {where}",
@@ -145,20 +125,20 @@ def new_url(mysql_url: str) -> Iterator[str]:
     try:
         yield f"{mysql_url}/{name}"
     finally:
-        _execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
+        execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 @pytest.fixture
 def v1_url(mysql_url: str) -> Iterator[str]:
     """A database as release 1's `db init` made it, with three tasks (no alembic_version)."""
     name = unique_name("th_test_v1_")
-    _execute(mysql_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    execute(mysql_url, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     try:
         url = f"{mysql_url}/{name}"
-        _execute(url, *_V1_SCHEMA, _V1_ROWS)
+        execute(url, *_V1_SCHEMA, _V1_ROWS)
         yield url
     finally:
-        _execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
+        execute(mysql_url, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def test_a_new_database_created_by_init_then_at_head(new_url: str) -> None:
@@ -191,7 +171,7 @@ def test_a_new_database_created_by_init_then_at_head(new_url: str) -> None:
         result
     )
     assert "applied" not in result.stderr and "recorded" not in result.stderr
-    assert _query(new_url, "SELECT COUNT(*) FROM th_shards") == [(8,)]
+    assert query(new_url, "SELECT COUNT(*) FROM th_shards") == [(8,)]
 
 
 def test_an_empty_database_is_left_to_init(database_url: str) -> None:
@@ -206,7 +186,7 @@ def test_an_empty_database_is_left_to_init(database_url: str) -> None:
         "no triggerhook schema",
         "`triggerhook db init`",
     )
-    assert _query(database_url, "SHOW TABLES") == []
+    assert query(database_url, "SHOW TABLES") == []
 
 
 def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_url: str) -> None:
@@ -239,7 +219,7 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
     assert _records(v1_url) == ([(HEAD_REV,)], meta_rows(str(SHARDS)))
 
     # The tasks are all there, sharded; the one version 1 had armed stays armed (gen 0).
-    rows = _query(
+    rows = query(
         v1_url,
         "SELECT id, due_ms, payload, rev, attempts, shard, fire_ms, gen FROM th_tasks ORDER BY id",
     )
@@ -249,8 +229,8 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
         ("pending", 2000000000000, b"p", 11, 0, shard_of("pending", SHARDS), 2000000000000, 1),
     ]
     # ... none with metadata or tags (version 4 adds them empty).
-    assert _query(v1_url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
-    assert _query(v1_url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
+    assert query(v1_url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
+    assert query(v1_url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
     # ... in the tables, columns and keys `db init` creates.
     assert _cli(new_url, "db", "init").returncode == EXIT_OK
     assert _shape(v1_url) == _shape(new_url)
@@ -258,7 +238,7 @@ def test_a_version_1_database_is_upgraded_to_what_init_creates(v1_url: str, new_
     again = _cli(v1_url, "db", "upgrade")
     assert again.returncode == EXIT_OK, _out(again)
     assert "applied" not in again.stderr and "recorded" not in again.stderr
-    assert _query(v1_url, "SELECT COUNT(*) FROM th_tasks") == [(3,)]
+    assert query(v1_url, "SELECT COUNT(*) FROM th_tasks") == [(3,)]
 
 
 def test_init_upgrades_an_old_database_too(v1_url: str) -> None:
@@ -274,7 +254,7 @@ def test_init_upgrades_an_old_database_too(v1_url: str) -> None:
 
 def test_a_current_database_made_before_alembic_is_recorded(database_url: str) -> None:
     init_schema(database_url)
-    _execute(database_url, "DROP TABLE alembic_version")  # as the release before made it
+    execute(database_url, "DROP TABLE alembic_version")  # as the release before made it
     name = database_url.rsplit("/", 1)[1]
     assert _status(database_url) == (
         EXIT_OK,
@@ -292,7 +272,7 @@ def test_the_schema_version_wins_over_alembic_version(database_url: str) -> None
     """An upgrade stopped after the last migration wrote its version, before
     Alembic recorded its revision."""
     init_schema(database_url)
-    _execute(database_url, "UPDATE alembic_version SET version_num = %s", params=(PREV_REV,))
+    execute(database_url, "UPDATE alembic_version SET version_num = %s", params=(PREV_REV,))
     result = _cli(database_url, "db", "upgrade")
     assert result.returncode == EXIT_OK, _out(result)
     said = f"alembic_version says {PREV_REV}, th_meta.schema_version {HEAD}: recording {HEAD_REV}"
@@ -304,7 +284,7 @@ def test_the_schema_version_wins_over_alembic_version(database_url: str) -> None
 def test_a_database_newer_than_this_release_is_refused(database_url: str) -> None:
     init_schema(database_url)
     newer = HEAD + 1
-    _execute(
+    execute(
         database_url,
         "UPDATE th_meta SET value = %s WHERE name = 'schema_version'",
         params=(str(newer),),
@@ -331,7 +311,7 @@ def test_a_daemon_refuses_a_database_behind_head(
     assert "Traceback" not in output, output
     assert f"has schema version 1, expected {HEAD}" in output, output
     assert "stop every instance, then run `triggerhook db upgrade`" in output, output
-    assert _query(v1_url, "SELECT value FROM th_meta WHERE name = 'schema_version'") == [("1",)]
+    assert query(v1_url, "SELECT value FROM th_meta WHERE name = 'schema_version'") == [("1",)]
 
 
 # -- TLS parameters ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.mysql import connect, old_schema
+from support.mysql import connect, old_schema, query
 
 from triggerhook.domain.arming import BOTTOM, shard_of
 from triggerhook.domain.task import CancelResult, Task
@@ -75,16 +75,6 @@ def _build_v2(database_url: str, count: int, now: int) -> None:
         conn.close()
 
 
-def _query(database_url: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-    conn = connect(database_url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, params)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 @pytest.fixture
 def store(database_url: str) -> Iterator[MySQLStore]:
     made = MySQLStore(database_url, "default.rk")
@@ -129,12 +119,12 @@ def test_a_version_2_database_upgrades_and_every_task_comes_out_once(
     assert init_schema(database_url, shard_count=8) == SCHEMA_VERSION  # idempotent; keeps its 64
     assert store.shard_count() == SHARDS
     store.check_schema()
-    columns = {r[0] for r in _query(database_url, "SHOW COLUMNS FROM th_tasks")}
+    columns = {r[0] for r in query(database_url, "SHOW COLUMNS FROM th_tasks")}
     assert {"claimed_by", "claim_until_ms", "firing"}.isdisjoint(columns)
     assert {"shard", "gen", "fire_ms"} <= columns
     assert "meta" in columns  # version 4
     keys: dict[str, list[str]] = {}
-    for r in sorted(_query(database_url, "SHOW KEYS FROM th_tasks"), key=lambda r: (r[2], r[3])):
+    for r in sorted(query(database_url, "SHOW KEYS FROM th_tasks"), key=lambda r: (r[2], r[3])):
         keys.setdefault(r[2], []).append(r[4])  # Key_name, Seq_in_index, Column_name
     # Version 3's shard keys; version 4's listing keys in place of its th_tasks_due_ms.
     assert keys == {
@@ -145,16 +135,16 @@ def test_a_version_2_database_upgrades_and_every_task_comes_out_once(
         "th_tasks_key": ["routing_key", "due_ms"],
     }
     # Version 4 keeps every row as it is, without metadata or tags.
-    assert _query(database_url, "SELECT COUNT(*) FROM th_tasks") == [(count,)]
-    assert _query(database_url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
-    assert _query(database_url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
-    assert _query(database_url, "SELECT COUNT(*) FROM th_shards") == [(SHARDS,)]
+    assert query(database_url, "SELECT COUNT(*) FROM th_tasks") == [(count,)]
+    assert query(database_url, "SELECT COUNT(*) FROM th_tasks WHERE meta IS NOT NULL") == [(0,)]
+    assert query(database_url, "SELECT COUNT(*) FROM th_task_tags") == [(0,)]
+    assert query(database_url, "SELECT COUNT(*) FROM th_shards") == [(SHARDS,)]
     # The shards are zlib's CRC-32, as the stores compute them.
-    [(wrong,)] = _query(
+    [(wrong,)] = query(
         database_url, "SELECT COUNT(*) FROM th_tasks WHERE shard <> CRC32(id) MOD 64"
     )
     assert wrong == 0
-    for tid, shard, fire_ms, due_ms in _query(
+    for tid, shard, fire_ms, due_ms in query(
         database_url, "SELECT id, shard, fire_ms, due_ms FROM th_tasks WHERE id < 'task-001000'"
     ):
         assert shard == shard_of(tid, SHARDS)
@@ -202,11 +192,11 @@ def test_an_interrupted_upgrade_resumes(database_url: str, store: MySQLStore) ->
     finally:
         conn.close()
     assert init_schema(database_url, shard_count=16) == SCHEMA_VERSION
-    [(wrong,)] = _query(
+    [(wrong,)] = query(
         database_url, "SELECT COUNT(*) FROM th_tasks WHERE shard <> CRC32(id) MOD 16"
     )
     assert wrong == 0
-    gens = dict(_query(database_url, "SELECT gen, COUNT(*) FROM th_tasks GROUP BY gen"))
+    gens = dict(query(database_url, "SELECT gen, COUNT(*) FROM th_tasks GROUP BY gen"))
     assert gens == {0: 30, 1: 970}  # 3 in 100 armed by version 2
     acquired = store.acquire(ME, 16, LEASE)
     assert len(_read_inherited(store, acquired)) == 30
