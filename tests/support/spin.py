@@ -1,7 +1,7 @@
 """Spin runs of the project's Promela models for the tests in tests/model:
 generate, compile and run the verifier. The ownership protocol's model
 (models/ownership.pml) is the default; the outbox's (models/outbox.pml) is
-given as ``model=OUTBOX``."""
+given as ``model=OUTBOX``, the lanes' (models/lanes.pml) as ``model=LANES``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "ownership.pml"
 OUTBOX = MODEL.with_name("outbox.pml")
+LANES = MODEL.with_name("lanes.pml")
 DEPTH_LIMIT = 1_000_000
 TIMEOUT_S = 1200  # the longest search (I4 with R8p) took 11 minutes on a loaded 2-core machine
 
