@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from triggerhook.domain.arming import Mark, ShardMarks
+from triggerhook.domain.arming import Mark, Placement, ShardMarks
 from triggerhook.domain.listing import Key, TaskFilter, Timeline
 from triggerhook.domain.task import (
     CancelResult,
@@ -192,6 +192,19 @@ class TaskStore(Protocol):
 
     def shard_count(self) -> int:
         """N, fixed when the database was created."""
+        ...
+
+    def placement(self, fresh: bool = False) -> Placement:
+        """Which shard a row goes to, and which a write by id locks: N, and
+        whether the database has the rate-limited lane (docs/design/flow-control.md,
+        3b). Read once and kept; read again when ``fresh`` (the keeper, each
+        round) or when a write finds the lane added since."""
+        ...
+
+    def open_lanes(self, limited: Callable[[str], bool]) -> None:
+        """Add the rate-limited lane's shard rows where missing; from now on
+        this instance writes a task whose routing key ``limited`` names there.
+        TransientError, StoreError as any write."""
         ...
 
     def insert(

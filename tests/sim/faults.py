@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from triggerhook.domain.arming import Mark
+from triggerhook.domain.arming import Mark, Placement
 from triggerhook.domain.listing import Key, Timeline
 from triggerhook.domain.task import CancelResult, SeriesResult, Task, TaskInfo
 from triggerhook.errors import StoreReadOnly, StoreUnavailable
@@ -212,6 +212,12 @@ class FaultyStore:
 
     def shard_count(self) -> int:
         return self._inner.shard_count()
+
+    def placement(self, fresh: bool = False) -> Placement:
+        return self._inner.placement(fresh)
+
+    def open_lanes(self, limited: Callable[[str], bool]) -> None:
+        self._call("open_lanes", (), lambda: self._inner.open_lanes(limited))
 
     def insert(
         self,

@@ -111,6 +111,7 @@ class SimInstance:
             if not self.synced:
                 self.clock.sync()
                 self.synced = True
+            self.engine.open_lanes()  # with a limit: the limited key's own shards
             self.store.register(self.name, self.engine.token, "sim", 0, lease_ms)
         except (TransientError, InstanceNameInUse) as exc:
             self._world.log(f"{self.name}: start: {exc}")

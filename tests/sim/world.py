@@ -189,7 +189,9 @@ class World:
         )
         limits, _catch_up = self.settings.throttle_limits()  # the sim sets no catch-up rate
         checked = limits if config.rate_check else ()
-        rate = RateCheck(checked, config.shard_count, self.start_ms) if checked else None
+        # With a limit, the store has the limited lane's shards too (N more).
+        shards = config.shard_count * (2 if limits else 1)
+        rate = RateCheck(checked, shards, self.start_ms) if checked else None
         self.oracle = Oracle(self.now_ms, config.bound_ms, rate)
         self.table: Table = self.backend.dump()
         self.instances: list[SimInstance] = []

@@ -36,6 +36,42 @@ def shard_of(task_id: str, shard_count: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Which shard a task's row goes to (docs/design/flow-control.md, 3b).
+
+    Lane 0 is shards ``0 .. N-1``: ``shard_of(id)``. Where the database has
+    the rate-limited lane (``lanes == 2``: shards ``N .. 2N-1``), a task whose
+    routing key ``limited`` names goes to ``shard_of(id) + N``, so that a
+    limited key's backlog is armed apart from every other key's tasks. A row
+    stays where it was written (only a replace moves it), so a write by id
+    locks every candidate shard of the id: the row is in one of them."""
+
+    shard_count: int
+    lanes: int = 1
+    limited: Callable[[str], bool] | None = None  # the writer's settings: rate_limits
+
+    @property
+    def total(self) -> int:
+        """Shard rows in the database: N per lane."""
+        return self.shard_count * self.lanes
+
+    def shard(self, task_id: str, routing_key: str) -> int:
+        """The shard a row of ``task_id`` with ``routing_key`` is written to."""
+        home = shard_of(task_id, self.shard_count)
+        if self.lanes > 1 and self.limited is not None and self.limited(routing_key):
+            return home + self.shard_count
+        return home
+
+    def candidates(self, task_id: str) -> tuple[int, ...]:
+        """Every shard a row of ``task_id`` may be in, in lock order."""
+        home = shard_of(task_id, self.shard_count)
+        return tuple(home + lane * self.shard_count for lane in range(self.lanes))
+
+    def lane(self, shard: int) -> int:
+        return shard // self.shard_count
+
+
+@dataclass(frozen=True, slots=True)
 class ShardMarks:
     """A shard row's arm state: the watermark and the generation."""
 

@@ -83,7 +83,7 @@ class Armer(Worker):
         self._interval_ms = interval_ms
         self._interval_s = interval_ms / 1000.0
         self._full_interval_ms = full_interval_ms(arm_ahead_ms, interval_ms)
-        self._next_full_ms = -math.inf  # a full pass is due from then on
+        self._next_full_ms: dict[int, float] = {}  # by lane: a full pass is due from then on
         self._batch_size = batch_size
         self._wakeup = threading.Event()
         # R3a: ids that passes whose answer was lost took, per lease (this thread's).
@@ -148,10 +148,35 @@ class Armer(Worker):
         self._unanswered = {k: v for k, v in self._unanswered.items() if k in held}
         if not leases:
             return []
+        count = self._store.placement().shard_count
+        first = [lease for lease in leases if lease.shard < count]
+        tasks = self._arm_lane(0, first, now_ms, limit) if first else []
+        limited = [lease for lease in leases if lease.shard >= count]
+        # Lanes (docs/design/flow-control.md, 3b): the rate-limited lane's
+        # rows after every other key's, and in at most half the memory, so
+        # a limited key's backlog never delays another key's arming.
+        if not limited:
+            return tasks
+        lane_room = self._inventory.capacity // 2 - self._inventory.from_shard(count)
+        room = min(limit - len(tasks), lane_room)
+        if room > 0:
+            try:
+                tasks += self._arm_lane(1, limited, now_ms, room)
+            except TransientError as exc:
+                if not tasks:
+                    raise
+                # Lane 0's pass committed: its tasks go to memory; lane 1 is
+                # tried again by the next pass (R3a's ids are kept).
+                log.warning("arming the rate-limited lane failed, tried again next pass: %s", exc)
+        return tasks
+
+    def _arm_lane(self, lane: int, leases: list[Lease], now_ms: float, limit: int) -> list[Task]:
+        """One pass (R3) over one lane's leases."""
         unanswered = {k: self._unanswered[k] for k in leases if k in self._unanswered}
         urgent_ms = None
-        if now_ms < self._next_full_ms and not unanswered:
-            urgent_ms = int(self._next_full_ms) + self._interval_ms
+        next_full_ms = self._next_full_ms.get(lane, -math.inf)
+        if now_ms < next_full_ms and not unanswered:
+            urgent_ms = int(next_full_ms) + self._interval_ms
         horizon_ms = int(now_ms) + self._ahead_ms
         try:
             armed = self._store.arm(
@@ -172,7 +197,7 @@ class Armer(Worker):
         self.passes += 1
         # A pass cut by its limit leaves rows due by its horizon: the next is full.
         cut = len(armed.tasks) >= limit
-        self._next_full_ms = -math.inf if cut else now_ms + self._full_interval_ms
+        self._next_full_ms[lane] = -math.inf if cut else now_ms + self._full_interval_ms
         self.settled += armed.settled
         return armed.tasks
 

@@ -16,6 +16,7 @@ and defers undelivered ones; the group committers write what callers ask.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -23,10 +24,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from triggerhook.domain.ratelimits import RateLimit, Throttle
+from triggerhook.domain.ratelimits import RateLimit, Throttle, topic_matches
 from triggerhook.domain.task import Task
 from triggerhook.engine.armer import Armer
 from triggerhook.engine.confirmer import Confirmer
@@ -109,7 +110,6 @@ class Engine:
         self.inventory = Inventory(config.max_tasks_in_memory)
         self.shards = ShardTable(clock, config.lease_margin_ms)
         self.buffer = SendBuffer(config.send_buffer_size)
-        self._shard_total: int | None = None  # the store's shard count, once read
         throttle = Throttle(
             config.rate_limits, self._share, config.catch_up, config.catch_up_after_ms
         )
@@ -195,7 +195,15 @@ class Engine:
     def running(self) -> bool:
         return self._running and not self.failed.is_set()
 
+    def open_lanes(self) -> None:
+        """With rate limits, limited keys' tasks are written to shards of their
+        own, armed after every other key's (lanes: docs/design/flow-control.md,
+        3b); their shard rows are added where missing. Before any write."""
+        if self.config.rate_limits:
+            self._store.open_lanes(limited_keys(self.config.rate_limits))
+
     def start(self) -> None:
+        self.open_lanes()
         if not self.config.fires:
             self.writes.start()
             self._running = True
@@ -237,16 +245,18 @@ class Engine:
 
     def _share(self) -> float:
         """This instance's share of each rate limit: the fraction of the shards
-        it holds (the scheduler's thread asks, for a limited task). The shard
-        count, read once, is known by then (the keeper read it to hold any);
-        unknown, the share is 0: the limited task waits and asks again."""
-        if self._shard_total is None:
-            try:
-                self._shard_total = self._store.shard_count()
-            except TriggerHookError as exc:
-                log.warning("the shard count is unknown (%s): rate-limited tasks wait", exc)
-                return 0.0
-        return len(self.shards) / max(1, self._shard_total)
+        it holds, of both lanes (the scheduler's thread asks, for a limited
+        task). Shards are acquired at random, so each lane's come alike; a
+        skew between the lanes' fractions can only run a limit below its
+        rate, never above (the shares still sum to one). The shard count is
+        known by then (the keeper read it to hold any); unknown, the share is
+        0: the limited task waits and asks again."""
+        try:
+            total = self._store.placement().total  # kept by the store, read again by the keeper
+        except TriggerHookError as exc:
+            log.warning("the shard count is unknown (%s): rate-limited tasks wait", exc)
+            return 0.0
+        return len(self.shards) / max(1, total)
 
     def write_refusal(self) -> str | None:
         """How the database refuses this engine's writes now (``read-only``,
@@ -405,3 +415,15 @@ def _nobody() -> None:
 
 def _left(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
+
+
+def limited_keys(limits: Sequence[RateLimit]) -> Callable[[str], bool]:
+    """Whether a routing key is one a rate limit names (its tasks go to the
+    rate-limited lane). Memoized: a writer asks at every insert."""
+    patterns = tuple(limit.pattern for limit in limits)
+
+    @functools.lru_cache(maxsize=4096)
+    def limited(key: str) -> bool:
+        return any(topic_matches(pattern, key) for pattern in patterns)
+
+    return limited

@@ -98,6 +98,11 @@ class Inventory:
         """Copies held of the shard's tasks (a shard is released once none are)."""
         return self._per_shard[shard]
 
+    def from_shard(self, first: int) -> int:
+        """Copies held of shards ``first`` and above (the rate-limited lane's)."""
+        with self._lock:
+            return sum(n for shard, n in self._per_shard.items() if shard >= first)
+
     def snapshot(self) -> list[str]:
         with self._lock:
             return list(self._held)

@@ -266,7 +266,9 @@ class ShardKeeper(Worker):
         if members != self.members or lost:
             self._quick_until_ms = now_ms + _CHANGE_WINDOW_LEASES * cfg.lease_ms
         self.members = members
-        fair = math.ceil(self._store.shard_count() / members)
+        # Read each round: another instance may have added the rate-limited
+        # lane's shards (store/lanes.py), which someone must hold.
+        fair = math.ceil(self._store.placement(fresh=True).total / members)
         owned = len(self.table) - len(self.table.draining())
         acquired = 0
         if owned < fair:

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from triggerhook.domain.arming import shard_of
 from triggerhook.domain.task import CancelResult, InsertOutcome, OnConflict, SeriesResult, Task
 from triggerhook.engine.groupcommit import Done, GroupCommitter, Ticket
 from triggerhook.errors import AlreadyFiredError, NotRunningError, StoreReadOnly
@@ -229,8 +228,11 @@ class Writes:
         next interval (another instance's rows wait for their owner's pass).
         In an API process every shard counts: its wake goes to the firing one."""
         soon_ms = self._clock.now_ms() + self._limits.soon_ms
-        count, owns = self._store.shard_count(), self._owns
-        if any(due_ms <= soon_ms and owns(shard_of(tid, count)) for tid, due_ms in written):
+        placement, owns = self._store.placement(), self._owns
+        if any(
+            due_ms <= soon_ms and any(map(owns, placement.candidates(tid)))
+            for tid, due_ms in written
+        ):
             self._wake_armer()
 
     def counters(self) -> dict[str, int]:

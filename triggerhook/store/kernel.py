@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from triggerhook.domain.arming import BOTTOM, Mark, ShardMarks, shard_of
+from triggerhook.domain.arming import BOTTOM, Mark, Placement, ShardMarks
 from triggerhook.domain.series import PARKED_MS, copy_of
 from triggerhook.domain.task import (
     CancelResult,
@@ -74,6 +74,7 @@ from triggerhook.interfaces import (
     new_rev,
 )
 from triggerhook.store.arm_pass import PassResult, held_only, merge_taken, plan_pass
+from triggerhook.store.lanes import candidates, check_locked, lock_set, retried
 from triggerhook.store.rows import (
     ShardRow,
     TaskRow,
@@ -116,27 +117,61 @@ class StoreKernel:
         # The armer's hints (see _nothing_to_arm): the marks each lease's
         # shard had after the last locked pass, and whether it armed nothing.
         self._arm_cache: dict[int, tuple[int, ShardMarks]] = {}
-        self._probe_next = False
+        self._probe_next: dict[int, bool] = {}  # by lane
+        # Lanes (store/lanes.py): the placement read from the database, and
+        # the keys this instance's rate limits name (open_lanes).
+        self._placement: Placement | None = None
+        self._limited: Callable[[str], bool] | None = None
 
     def shard_count(self) -> int:
         raise NotImplementedError
 
+    def _lanes_stored(self, shard_count: int) -> int:
+        """1, or 2 where the database has the rate-limited lane's shard rows."""
+        raise NotImplementedError
+
+    def _add_lane(self, shard_count: int) -> None:
+        """Add the rate-limited lane's shard rows (N .. 2N-1), where missing."""
+        raise NotImplementedError
+
+    def placement(self, fresh: bool = False) -> Placement:
+        """Read from the database once, and again when ``fresh`` or after LanesChanged."""
+        placement = self._placement
+        if placement is None or fresh:
+            count = self.shard_count()
+            placement = Placement(count, self._lanes_stored(count), self._limited)
+            self._placement = placement
+        return placement
+
+    def forget_placement(self) -> None:
+        self._placement = None
+
+    def open_lanes(self, limited: Callable[[str], bool]) -> None:
+        """From now on, a row whose routing key ``limited`` names goes to
+        the rate-limited lane; its shard rows are added where missing."""
+        self._add_lane(self.shard_count())
+        self._limited = limited
+        self._placement = None
+
     def _task(self, row: TaskRow, epoch: int = 0) -> Task:
         return task_of(row, epoch, self._default_routing_key)
 
-    def _shards_of(self, task_ids: Sequence[str]) -> dict[str, int]:
-        """Each distinct id that a row can have (ASCII), with its shard, in order."""
-        count = self.shard_count()
-        found: dict[str, int] = {}
-        for tid in task_ids:
-            try:
-                found.setdefault(tid, shard_of(tid, count))
-            except UnicodeEncodeError:
-                continue
+    def _shards_of(self, task_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        """Each distinct id that a row can have, with the shards it may be in."""
+        return candidates(self.placement(), task_ids)
+
+    @staticmethod
+    def _lock_rows(
+        tx: Tx, task_ids: Sequence[str], locked: Mapping[int, ShardRow]
+    ) -> dict[str, TaskRow]:
+        """The task rows, locked; each must lie in a shard locked (LanesChanged)."""
+        found = tx.lock_rows(task_ids)
+        check_locked(found, locked)
         return found
 
     # -- R6: insert -----------------------------------------------------------------
 
+    @retried
     def insert(
         self,
         rows: Sequence[NewRow],
@@ -162,9 +197,10 @@ class StoreKernel:
     ) -> list[Inserted]:
         """R6 in ``tx``: the shard rows locked shared, then each round of ids in order."""
         answers: list[Inserted | None] = [None] * len(rows)
-        count = self.shard_count()
-        # A shard without its row: insert_params refuses it (run `db init`).
-        locked = tx.lock_shards({shard_of(row.task.id, count) for row in rows}, False)
+        # Every candidate shard of each id: a row of it (a replace) may be in
+        # either lane. A shard without its row: insert_params refuses it.
+        shards = self._shards_of([row.task.id for row in rows])
+        locked = tx.lock_shards(lock_set(shards), False)
         # A later row of an id sees what the earlier ones wrote: in order.
         for indexes in rounds:
             for chunk in insert_chunks([rows[i] for i in indexes], indexes):
@@ -175,6 +211,7 @@ class StoreKernel:
 
     # -- R6o: the outbox mover ------------------------------------------------------
 
+    @retried
     def move_outbox(self, limit: int, now_ms: float) -> OutboxMoved:
         """R6o: the oldest committed outbox rows (skipping rows other
         transactions hold), R6's insert of their tasks by each one's
@@ -227,7 +264,7 @@ class StoreKernel:
                 for i in pending:
                     answers[i] = _written(rows[i].task, i in replacing, fired)
                 return
-            existing = tx.lock_rows([rows[i].task.id for i in pending])
+            existing = self._lock_rows(tx, [rows[i].task.id for i in pending], locked)
             remaining, gone = [], []
             for i in pending:
                 found = existing.get(rows[i].task.id)
@@ -284,13 +321,15 @@ class StoreKernel:
         epochs = {lease.shard: lease.epoch for lease in leases}
         if not epochs or limit <= 0:
             return Armed([], [])
-        # After a pass that armed nothing, probe the whole horizon: an idle
-        # pass costs one statement.
-        probe_ms = horizon_ms if self._probe_next else urgent_ms
+        # After a pass of the lane that armed nothing, probe the whole
+        # horizon: an idle pass costs one statement.
+        lane = self.placement().lane(min(epochs))
+        probe_whole = self._probe_next.get(lane, False)
+        probe_ms = horizon_ms if probe_whole else urgent_ms
         if (
             not unanswered
             and probe_ms is not None
-            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms))
+            and self._nothing_to_arm(epochs, min(probe_ms, horizon_ms), probe_whole)
         ):
             return Armed([], [], skipped=True)
         taken: dict[int, list[TaskRow]] = {}
@@ -323,8 +362,8 @@ class StoreKernel:
             ids = {Lease(s, epochs[s]): frozenset(r.id for r in rows) for s, rows in taken.items()}
             raise ArmUnanswered(str(exc), ids) from exc
         held.update(result.marks)
-        self._arm_cache = {shard: (epochs[shard], marks) for shard, marks in held.items()}
-        self._probe_next = not taken
+        self._arm_cache.update((shard, (epochs[shard], marks)) for shard, marks in held.items())
+        self._probe_next[lane] = not taken
         key = self._default_routing_key
         tasks = [task_of(row, epochs[s], key) for s, rows in sorted(taken.items()) for row in rows]
         return Armed(tasks, lost, len(result.settle))
@@ -340,7 +379,7 @@ class StoreKernel:
         found: dict[int, list[TaskRow]] = {}
         for part in chunks(sorted(shard_of_id), ID_CHUNK):
             for row in tx.lock_rows(part).values():
-                # An id only ever lives in its own shard.
+                # A row replaced since may lie in its other lane: not this one.
                 if shard_of_id[row.id] == row.shard and is_armed_row(row, locked):
                     found.setdefault(row.shard, []).append(row)
         if found:
@@ -350,7 +389,7 @@ class StoreKernel:
             )
         return {shard: sorted(rows, key=row_mark) for shard, rows in found.items()}
 
-    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int) -> bool:
+    def _nothing_to_arm(self, epochs: dict[int, int], horizon_ms: int, whole: bool) -> bool:
         """The pass's reads up to ``horizon_ms``, without a lock, from the
         marks the last pass left (only the owner moves them, and only up: the
         reads are a superset). Finding nothing, the pass is skipped. Any
@@ -362,7 +401,7 @@ class StoreKernel:
             return False
         held = {s: cache[s][1] for s in epochs}
         with self._tables.read() as tx:
-            if self._probe_next:
+            if whole:
                 # Every row a pass could arm has fire_ms <= max(horizon, its watermark).
                 bound_ms = max(horizon_ms, *(marks.armed[0] for marks in held.values()))
                 if not tx.any_due(held, bound_ms):
@@ -431,6 +470,7 @@ class StoreKernel:
 
     # -- R5s: a series' next occurrence ---------------------------------------------------
 
+    @retried
     def advance(self, fired: Sequence[Task], now_ms: float) -> int:
         if not fired:
             return 0
@@ -441,9 +481,9 @@ class StoreKernel:
         shards = self._shards_of([task.id for task in fired])
         changed = 0
         with self._tables.write() as tx:
-            locked = tx.lock_shards(set(shards.values()), exclusive=False)
+            locked = tx.lock_shards(lock_set(shards), exclusive=False)
             for part in chunks(list(shards), ID_CHUNK):
-                rows = tx.lock_rows(part)
+                rows = self._lock_rows(tx, part, locked)
                 steps = [next_step(rows.get(tid), confirmed, now_ms) for tid in part]
                 taken = [step for step in steps if step is not None]
                 ended = [step.row.id for step in taken if step.due_ms is None]
@@ -483,8 +523,7 @@ class StoreKernel:
         if not copies:
             return
         rows = [NewRow(task, on_conflict=OnConflict.KEEP) for task in copies]
-        count = self.shard_count()
-        missing = {shard_of(task.id, count) for task in copies} - set(locked)
+        missing = lock_set(self._shards_of([task.id for task in copies])) - set(locked)
         if missing:
             locked.update(tx.lock_shards(missing, exclusive=False))
         answers: list[Inserted | None] = [None] * len(rows)
@@ -503,14 +542,15 @@ class StoreKernel:
         """Resume each paused series at its next occurrence, by its catch-up policy."""
         return self._series_change(task_ids, now_ms)
 
+    @retried
     def _series_change(self, task_ids: Sequence[str], now_ms: float | None) -> list[SeriesResult]:
         shards = self._shards_of(task_ids)
         results = dict.fromkeys(task_ids, SeriesResult.NOT_FOUND)
         if shards:
             with self._tables.write() as tx:
-                locked = tx.lock_shards(set(shards.values()), exclusive=False)
+                locked = tx.lock_shards(lock_set(shards), exclusive=False)
                 for part in chunks(list(shards), ID_CHUNK):
-                    change = series_change(tx.lock_rows(part), locked, now_ms)
+                    change = series_change(self._lock_rows(tx, part, locked), locked, now_ms)
                     results.update(change.results)
                     if change.marks:
                         tx.set_meta(change.marks)
@@ -526,6 +566,7 @@ class StoreKernel:
 
     # -- R7: cancel -------------------------------------------------------------------------
 
+    @retried
     def cancel(self, task_ids: Sequence[str]) -> list[CancelResult]:
         if not task_ids:
             return []
@@ -536,9 +577,9 @@ class StoreKernel:
         results = dict.fromkeys(task_ids, CancelResult.NOT_FOUND)
         if unique:
             with self._tables.write() as tx:
-                locked = tx.lock_shards(set(shards.values()), exclusive=False)
+                locked = tx.lock_shards(lock_set(shards), exclusive=False)
                 for part in chunks(unique, ID_CHUNK):
-                    found = tx.lock_rows(part)
+                    found = self._lock_rows(tx, part, locked)
                     for tid, row in found.items():
                         results[tid] = cancel_result(is_armed_row(row, locked))
                     gone = [tid for tid in part if results[tid] is CancelResult.CANCELLED]
@@ -552,6 +593,7 @@ class StoreKernel:
 
     # -- R6: reschedule ---------------------------------------------------------------------
 
+    @retried
     def reschedule(self, moves: Sequence[Move]) -> list[Moved]:
         last = {move.task_id: move for move in moves}  # an id moved twice: the last move
         shards = self._shards_of(list(last))
@@ -559,7 +601,7 @@ class StoreKernel:
         unique = list(shards)
         if unique:
             with self._tables.write() as tx:
-                locked = tx.lock_shards(set(shards.values()), exclusive=False)
+                locked = tx.lock_shards(lock_set(shards), exclusive=False)
                 for part in chunks(unique, ID_CHUNK):
                     self._reschedule_part(tx, part, last, locked, moved)
         return [moved[move.task_id] for move in moves]
@@ -573,7 +615,7 @@ class StoreKernel:
         moved: dict[str, Moved],
     ) -> None:
         writes: list[RowMove] = []
-        for tid, row in tx.lock_rows(part).items():
+        for tid, row in self._lock_rows(tx, part, locked).items():
             if is_armed_row(row, locked):
                 moved[tid] = Moved(RescheduleResult.TOO_LATE)
                 continue

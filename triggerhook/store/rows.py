@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from triggerhook.domain.arming import Mark, ShardMarks, is_armed, is_inherited, shard_of
+from triggerhook.domain.arming import Mark, Placement, ShardMarks, is_armed, is_inherited
 from triggerhook.domain.meta import NO_META, Meta, from_record, stopping
 from triggerhook.domain.series import after_fire
 from triggerhook.domain.task import (
@@ -120,9 +120,11 @@ def meta_of(blob: bytes | None, task_id: str) -> Meta:
         return NO_META
 
 
-def insert_params(row: NewRow, shard_count: int, gens: Mapping[int, int], default_key: str) -> Row:
+def insert_params(
+    row: NewRow, placement: Placement, gens: Mapping[int, int], default_key: str
+) -> Row:
     task = row.task
-    shard = shard_of(task.id, shard_count)
+    shard = placement.shard(task.id, task.routing_key or default_key)
     if shard not in gens:
         raise StoreError(f"the database has no row for shard {shard}: run `triggerhook db init`")
     return (

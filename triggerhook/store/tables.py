@@ -149,9 +149,10 @@ class Tables(Protocol):
         False (having written nothing): take the general path."""
         ...
 
-    def cancel_unarmed(self, shards: Mapping[str, int]) -> bool:
-        """Optional fast path of R7: every id (of the shard given) exists and
-        is unarmed: all deleted at once. False (nothing written): the general path."""
+    def cancel_unarmed(self, shards: Mapping[str, tuple[int, ...]]) -> bool:
+        """Optional fast path of R7: every id exists and is unarmed: all
+        deleted at once, under the locks of every candidate shard given
+        (store/lanes.py). False (nothing written): the general path."""
         ...
 
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:

@@ -36,6 +36,8 @@ STORE_SHARD_COUNT = "INSERT IGNORE INTO th_meta (name, value) VALUES ('shard_cou
 # One row per shard, made with the column defaults (free, nothing armed);
 # IGNORE keeps the rows that exist. executemany makes it one statement.
 ADD_SHARD = "INSERT IGNORE INTO th_shards (shard) VALUES (%s)"
+# The rate-limited lane's shard rows (N .. 2N-1: store/lanes.py).
+LANE_SHARDS = "SELECT COUNT(*) FROM th_shards WHERE shard >= %s"
 
 DROP_SHARDS_BEYOND = "DELETE FROM th_shards WHERE shard < 0 OR shard >= %s"
 

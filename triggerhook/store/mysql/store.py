@@ -110,7 +110,7 @@ class MySQLStore(StoreKernel):
             self._autocommit_pool,
             default_routing_key,
             to.driver.errors.integrity,
-            self.shard_count,
+            self.placement,
         )
         super().__init__(tables, default_routing_key)
 
@@ -135,6 +135,17 @@ class MySQLStore(StoreKernel):
                 )
             self._shard_count = count
         return self._shard_count
+
+    def _lanes_stored(self, shard_count: int) -> int:
+        with self._autocommit_pool.transaction() as cur:
+            cur.execute(sql.LANE_SHARDS, (shard_count,))
+            row = cur.fetchone()
+        return 2 if row and row[0] else 1
+
+    def _add_lane(self, shard_count: int) -> None:
+        with self._pool.transaction() as cur:
+            shards = [(s,) for s in range(shard_count, 2 * shard_count)]
+            cur.executemany(sql.ADD_SHARD, shards)
 
     # -- R2: shard leases -----------------------------------------------------------
 

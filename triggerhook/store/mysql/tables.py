@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import astuple
 from typing import Any
 
-from triggerhook.domain.arming import BOTTOM, TOP_ID, Mark, ShardMarks, arm_horizon, shard_of
+from triggerhook.domain.arming import BOTTOM, TOP_ID, Mark, Placement, ShardMarks, arm_horizon
 from triggerhook.domain.meta import Meta
 from triggerhook.errors import StoreError
 from triggerhook.interfaces import NewRow
@@ -112,10 +112,14 @@ class MySQLTx:
     """One transaction's steps on ``cur`` (see :class:`triggerhook.store.tables.Tx`)."""
 
     def __init__(
-        self, cur: Cursor, shard_count: int, default_key: str, integrity_error: type[Exception]
+        self,
+        cur: Cursor,
+        placement: Callable[[], Placement],
+        default_key: str,
+        integrity_error: type[Exception],
     ) -> None:
         self.cur = cur
-        self._shard_count = shard_count
+        self._placement = placement
         self._default_key = default_key
         self._integrity_error = integrity_error
 
@@ -136,11 +140,11 @@ class MySQLTx:
         return found
 
     def insert_rows(self, rows: Sequence[NewRow], gens: Mapping[int, int]) -> None:
-        count, key = self._shard_count, self._default_key
+        placement, key = self._placement(), self._default_key
         try:
             # One multi-row statement: all of it or, on a duplicate key, nothing.
             self.cur.executemany(
-                sql.INSERT_TASKS, [insert_params(r, count, gens, key) for r in rows]
+                sql.INSERT_TASKS, [insert_params(r, placement, gens, key) for r in rows]
             )
         except self._integrity_error as exc:
             if is_duplicate_key(exc):
@@ -258,19 +262,19 @@ class MySQLTables:
         autocommit: ConnectionPool,
         default_key: str,
         integrity_error: type[Exception],
-        shard_count: Callable[[], int],
+        placement: Callable[[], Placement],
     ) -> None:
         self._pool = pool
         self._autocommit = autocommit
         self._default_key = default_key
         self._integrity_error = integrity_error
-        self._shard_count = shard_count  # a callable: read once from the database
+        self._placement = placement  # a callable: read from the database (store/lanes.py)
         # A task with a dedup window was written (sql.DEDUP_FLAG, never
         # cleared): the fast insert path is over. Any thread may set it.
         self.dedup_seen = False
 
     def _tx(self, cur: Cursor) -> MySQLTx:
-        return MySQLTx(cur, self._shard_count(), self._default_key, self._integrity_error)
+        return MySQLTx(cur, self._placement, self._default_key, self._integrity_error)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[MySQLTx]:
@@ -296,9 +300,10 @@ class MySQLTables:
             return False
         params: list[Any] = []
         shards: set[int] = set()
-        shard_count = self._shard_count()
+        placement, key = self._placement(), self._default_key
         for row in rows:
-            task, shard = row.task, shard_of(row.task.id, shard_count)
+            task = row.task
+            shard = placement.shard(task.id, task.routing_key or key)
             shards.add(shard)
             params += (task.id, shard, row.rev, task.due_ms, task.due_ms)
             params += (task.routing_key or self._default_key, task.payload or None)
@@ -319,10 +324,10 @@ class MySQLTables:
             return False
         return True
 
-    def cancel_unarmed(self, shards: Mapping[str, int]) -> bool:
+    def cancel_unarmed(self, shards: Mapping[str, tuple[int, ...]]) -> bool:
         """The usual case in one statement (sql.CANCEL_UNARMED). Commits only
         when it deleted every id; otherwise rolls back."""
-        ids, shard_set = list(shards), sorted(set(shards.values()))
+        ids, shard_set = list(shards), sorted({s for each in shards.values() for s in each})
         statement = sql.CANCEL_UNARMED.format(
             shards=sql.placeholders(len(shard_set)), ids=sql.placeholders(len(ids)), armed=sql.ARMED
         )

@@ -125,7 +125,7 @@ def _stored_shard_count(cur: sqlite3.Cursor, path: str, wanted: int) -> int:
     count = int(stored)
     cur.execute(q.COUNT_SHARDS)
     row = cur.fetchone()
-    if row is None or row[0] != count:
+    if row is None or row[0] not in (count, 2 * count):  # 2N: with the rate-limited lane
         raise SchemaError(
             f"SQLite database {path!r} has {row and row[0]} shard rows for its"
             f" shard count {count}: it is damaged"

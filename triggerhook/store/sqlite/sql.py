@@ -130,6 +130,8 @@ READ_META = "SELECT value FROM th_meta WHERE name = ?"
 WRITE_META = "INSERT INTO th_meta (name, value) VALUES (?, ?)"
 ADD_SHARD = "INSERT INTO th_shards (shard) VALUES (?)"
 COUNT_SHARDS = "SELECT COUNT(*) FROM th_shards"
+LANE_SHARDS = "SELECT COUNT(*) FROM th_shards WHERE shard >= ?"
+ADD_LANE_SHARD = "INSERT OR IGNORE INTO th_shards (shard) VALUES (?)"
 
 # -- rows <-> tasks --------------------------------------------------------------------------
 

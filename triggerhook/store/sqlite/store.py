@@ -85,12 +85,14 @@ class SQLiteStore(StoreKernel):
         conn = connect(path, busy_timeout_ms)
         tables = SQLiteTables(conn, path, default_routing_key)
         super().__init__(tables, default_routing_key)
+        tables.placement = self.placement
+        self._shard_count = 0
         self._sqlite = tables
         self._conn = conn
         self._lock = tables.lock
         try:
             with self._transaction() as cur:
-                tables.shard_count = open_schema(cur, path, shard_count)
+                self._shard_count = open_schema(cur, path, shard_count)
         except BaseException:
             conn.close()
             raise
@@ -114,7 +116,15 @@ class SQLiteStore(StoreKernel):
             check_version(cur, self._path)
 
     def shard_count(self) -> int:
-        return self._sqlite.shard_count
+        return self._shard_count
+
+    def _lanes_stored(self, shard_count: int) -> int:
+        row = self._one(q.LANE_SHARDS, (shard_count,))
+        return 2 if row and row[0] else 1
+
+    def _add_lane(self, shard_count: int) -> None:
+        with self._transaction() as cur:
+            cur.executemany(q.ADD_LANE_SHARD, [(s,) for s in range(shard_count, 2 * shard_count)])
 
     def _info(self, row: Row) -> TaskInfo:
         """A task and its state from q.TASK_STATE_COLUMNS."""

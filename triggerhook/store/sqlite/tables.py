@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import astuple
 from typing import Any
 
-from triggerhook.domain.arming import Mark, ShardMarks, arm_horizon
+from triggerhook.domain.arming import Mark, Placement, ShardMarks, arm_horizon
 from triggerhook.domain.meta import Meta
 from triggerhook.interfaces import NewRow
 from triggerhook.store.arm_pass import PassReads, split_read
@@ -44,9 +44,9 @@ IN_LIST_CHUNK = 500
 class SQLiteTx:
     """One transaction's steps on ``cur`` (see :class:`triggerhook.store.tables.Tx`)."""
 
-    def __init__(self, cur: sqlite3.Cursor, shard_count: int, default_key: str) -> None:
+    def __init__(self, cur: sqlite3.Cursor, placement: Placement, default_key: str) -> None:
         self.cur = cur
-        self._shard_count = shard_count
+        self._placement = placement
         self._default_key = default_key
 
     def _by_ids(self, statement: str, ids: Sequence[str]) -> list[Row]:
@@ -67,8 +67,8 @@ class SQLiteTx:
     def insert_rows(self, rows: Sequence[NewRow], gens: Mapping[int, int]) -> None:
         if self._by_ids(q.SELECT_IDS, [row.task.id for row in rows]):
             raise DuplicateRow
-        count, key = self._shard_count, self._default_key
-        self.cur.executemany(q.INSERT_TASK, [insert_params(r, count, gens, key) for r in rows])
+        placement, key = self._placement, self._default_key
+        self.cur.executemany(q.INSERT_TASK, [insert_params(r, placement, gens, key) for r in rows])
         self.cur.executemany(q.INSERT_TAG, tag_rows([row.task for row in rows]))
 
     def delete_rows(self, task_ids: Sequence[str]) -> None:
@@ -163,6 +163,10 @@ class SQLiteTx:
         self.cur.executemany(q.ARM_SETTLE, [(tid,) for tid in task_ids])
 
 
+def _unset() -> Placement:
+    raise RuntimeError("the store opens its schema before any transaction")
+
+
 class SQLiteTables:
     """The connection side (see :class:`triggerhook.store.tables.Tables`).
 
@@ -174,7 +178,8 @@ class SQLiteTables:
     def __init__(self, conn: sqlite3.Connection, path: str, default_key: str) -> None:
         self.conn = conn
         self.lock = threading.RLock()
-        self.shard_count = 0  # set by the store once the schema is open
+        # Set by the store once the schema is open (store/lanes.py).
+        self.placement: Callable[[], Placement] = _unset
         self._path = path
         self._default_key = default_key
 
@@ -201,18 +206,20 @@ class SQLiteTables:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[SQLiteTx]:
+        placement = self.placement()  # before: its first read is a transaction too
         with self.transaction() as cur:
-            yield SQLiteTx(cur, self.shard_count, self._default_key)
+            yield SQLiteTx(cur, placement, self._default_key)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SQLiteTx]:
+        placement = self.placement()  # before: its first read is a transaction too
         with self.transaction(write=False) as cur:
-            yield SQLiteTx(cur, self.shard_count, self._default_key)
+            yield SQLiteTx(cur, placement, self._default_key)
 
     def insert_fast(self, rows: Sequence[NewRow]) -> bool:
         return False  # in-process: the general path costs no round trips
 
-    def cancel_unarmed(self, shards: Mapping[str, int]) -> bool:
+    def cancel_unarmed(self, shards: Mapping[str, tuple[int, ...]]) -> bool:
         return False
 
     def delete_fired(self, fired: Sequence[tuple[str, int]]) -> int:
