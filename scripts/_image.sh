@@ -95,7 +95,9 @@ engine_detect() {
         ENGINE_NAME=podman
         return 0
     fi
-    if [[ "$wanted" == docker ]]; then
+    if [[ "$wanted" == docker ]] && ! command -v docker >/dev/null 2>&1; then
+        ENGINE_WHY="TRIGGERHOOK_CONTAINER_ENGINE=docker, and docker is not installed"
+    elif [[ "$wanted" == docker ]]; then
         ENGINE_WHY="docker's daemon does not answer (docker info)"
     elif command -v docker >/dev/null 2>&1; then
         ENGINE_WHY="no podman, and docker's daemon does not answer (docker info)"

@@ -8,6 +8,7 @@ needs one is skipped, saying why; the others (packaging, apt) still run.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -29,15 +30,21 @@ def engine() -> Engine:
 
 
 @pytest.fixture(scope="session")
-def image(engine: Engine) -> Iterator[str]:
-    """The image, built by ``scripts/image build`` (its report is printed with
-    ``-s`` or on a failure); removed at the end of the session (its layers
-    stay in the engine's cache)."""
+def built(engine: Engine) -> Iterator[subprocess.CompletedProcess[str]]:
+    """``scripts/image build`` of the tier's image (its report is printed with
+    ``-s`` or on a failure); the image is removed at the end of the session
+    (its layers stay in the engine's cache)."""
     done = image_script("build", "--tag", TAG, timeout_s=BUILD_TIMEOUT_S)
     assert done.returncode == 0, f"scripts/image build failed:\n{done.stderr[-6000:]}"
-    assert done.stdout.strip().splitlines()[-1] == TAG, done.stdout
     for line in done.stderr.splitlines():
         if line.startswith("image: "):
             report(line)
-    yield TAG
+    yield done
     engine("rmi", TAG)
+
+
+@pytest.fixture(scope="session")
+def image(built: subprocess.CompletedProcess[str]) -> str:
+    """The image's name, as ``scripts/image build`` printed it last."""
+    assert built.stdout.strip().splitlines()[-1] == TAG, built.stdout
+    return TAG
