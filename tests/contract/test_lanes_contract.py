@@ -57,6 +57,15 @@ def armed(store: TaskStore, leases: Iterable[Lease], horizon_ms: int) -> dict[st
     return {t.id: t for t in store.arm(ME, list(leases), horizon_ms, 1000).tasks}
 
 
+def soon_armed_later_not(store: TaskStore, now: int) -> None:
+    """Two tasks of the limited key in its lane: "soon" armed there, "later" not."""
+    soon = Task("soon", now + 1000, LIMITED, b"p")
+    later = Task("later", now + 600_000, LIMITED, b"p")
+    store.insert([NewRow(soon), NewRow(later)], atomic=True)
+    _, second = held(store)
+    assert set(armed(store, second, now + 60_000)) == {"soon"}
+
+
 def test_the_lane_is_added_once_and_its_shards_are_acquired(store: TaskStore) -> None:
     assert store.placement() == Placement(SHARD_COUNT)  # no limits: no lane
     store.open_lanes(limited)
@@ -80,11 +89,7 @@ def test_a_limited_key_is_armed_only_in_its_lane(lanes: TaskStore, now: int) -> 
 
 
 def test_writes_by_id_find_a_row_in_the_limited_lane(lanes: TaskStore, now: int) -> None:
-    soon = Task("soon", now + 1000, LIMITED, b"p")
-    later = Task("later", now + 600_000, LIMITED, b"p")
-    lanes.insert([NewRow(soon), NewRow(later)], atomic=True)
-    _, second = held(lanes)
-    assert set(armed(lanes, second, now + 60_000)) == {"soon"}
+    soon_armed_later_not(lanes, now)
     moved = lanes.reschedule([Move("soon", now + 5000), Move("later", now + 700_000)])
     assert [m.result for m in moved] == [RescheduleResult.TOO_LATE, RescheduleResult.RESCHEDULED]
     assert lanes.cancel(["soon", "later", "none"]) == [
@@ -114,11 +119,7 @@ def test_a_replace_moves_the_row_between_lanes_unarmed(lanes: TaskStore, now: in
 
 
 def test_an_instance_that_read_no_lane_reads_it_again(lanes: TaskStore, now: int) -> None:
-    soon = Task("soon", now + 1000, LIMITED, b"p")
-    later = Task("later", now + 600_000, LIMITED, b"p")
-    lanes.insert([NewRow(soon), NewRow(later)], atomic=True)
-    _, second = held(lanes)
-    assert set(armed(lanes, second, now + 60_000)) == {"soon"}
+    soon_armed_later_not(lanes, now)
     # As an instance that read the placement before another added the lane:
     # it locks only the home shards, finds the rows elsewhere, and must not
     # judge them there (an armed row would be cancelled).
