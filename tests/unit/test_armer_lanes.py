@@ -34,14 +34,14 @@ def _fail(name: str, exc: BaseException) -> None:
 
 
 class Lanes:
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = CAPACITY) -> None:
         self.clock = FakeClock(NOW)
         self.store = FakeStore(now_ms=self.clock.now_ms, shard_count=SHARDS)
         self.store.open_lanes(lambda key: key == LIMITED)
         self.shards = ShardTable(self.clock, 100)
-        self.inventory = Inventory(CAPACITY)
+        self.inventory = Inventory(capacity)
         self.scheduler = Scheduler(
-            self.clock, SendBuffer(CAPACITY), self.shards, self.inventory, CAPACITY, _fail
+            self.clock, SendBuffer(capacity), self.shards, self.inventory, capacity, _fail
         )
         self.armer = Armer(
             self.clock,
@@ -52,7 +52,7 @@ class Lanes:
             self.scheduler,
             arm_ahead_ms=200,
             interval_ms=10,
-            batch_size=CAPACITY,
+            batch_size=capacity,
             on_failure=_fail,
         )
         taken = self.store.acquire("me", 2 * SHARDS, 10_000)
@@ -81,6 +81,13 @@ def test_a_limited_backlog_takes_half_the_memory_after_every_other_key() -> None
     lanes.insert("later", 10, "mail.sent", NOW + 150)
     lanes.armer.step(NOW)  # another key's new rows find room at once
     assert lanes.held() == {"mail.sent": 20, LIMITED: CAPACITY // 2}
+
+
+def test_a_memory_of_one_task_still_arms_the_limited_lane() -> None:
+    lanes = Lanes(capacity=1)
+    lanes.insert("only", 1, LIMITED, NOW)
+    lanes.armer.step(NOW)
+    assert lanes.held() == {LIMITED: 1}
 
 
 def test_a_failed_pass_of_the_limited_lane_keeps_lane_0s_tasks(

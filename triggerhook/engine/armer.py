@@ -157,7 +157,8 @@ class Armer(Worker):
         # a limited key's backlog never delays another key's arming.
         if not limited:
             return tasks
-        lane_room = self._inventory.capacity // 2 - self._inventory.from_shard(count)
+        # Half, rounded up: a memory of one task still arms the lane.
+        lane_room = (self._inventory.capacity + 1) // 2 - self._inventory.from_shard(count)
         room = min(limit - len(tasks), lane_room)
         if room > 0:
             try:
