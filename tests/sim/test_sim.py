@@ -7,11 +7,11 @@
   another hash seed.
 * The simulator bites: with each of the defects it was built to catch put
   back (by a patch the test applies), some seed of a few dozen finds it.
-* The rate check (``sim.oracle_rate``) runs in every run with a limit; what
-  it still finds on a queue behind the limit (known gaps of the engine) is
-  kept as a strict expected failure (``test_a_backlog_keeps_to_its_rate_limit``).
-  (One it found is rarer than CI can wait for — a shard taken back by its own
-  owner at a newer epoch, about one seed in a hundred: its example test is
+* The rate check (``sim.oracle_rate``) runs in every run with a limit, a
+  queue behind the limit past memory included
+  (``test_a_backlog_keeps_to_its_rate_limit``). (One it found is rarer than
+  CI can wait for — a shard taken back by its own owner at a newer epoch,
+  about one seed in a hundred: its example test is
   tests/unit/test_armer_faults.py.)
 """
 
@@ -72,35 +72,35 @@ def test_every_promise_holds_over_mariadb(seed: int) -> None:
     _held(run(seed, SimConfig(store="mysql", fault_ms=15_000)))
 
 
-# R8p: a queue behind a tight limit, larger than memory (max_tasks_in_memory
-# 24): tasks held past the arming horizon wait in the database.
+# A queue behind a tight limit, larger than memory (max_tasks_in_memory 24):
+# the limited key's lane takes at most half the memory, and what is past it
+# waits in the database unarmed; held copies are written back (R8p) when the
+# other keys' tasks fill the other half.
 BACKLOG = SimConfig(limit="10/s burst 2", backlog=80)
 BACKLOG_SEEDS = range(1, 41)
-# Without the rate check: its known findings (test_a_backlog_keeps_to_its_rate_limit)
-# would stop some of these runs before the promises this test is about.
-BACKLOG_UNTIMED = dataclasses.replace(BACKLOG, rate_check=False)
 
 
 @pytest.mark.parametrize("seed", BACKLOG_SEEDS)
 def test_a_backlog_past_memory_waits_in_the_database(seed: int) -> None:
     assert BACKLOG.backlog > BACKLOG.settings().max_tasks_in_memory
-    outcome = run(seed, BACKLOG_UNTIMED)
-    _held(outcome)  # none early, none stranded, none lost, none after a cancel
-    assert outcome.stats["postponed"] > 0, outcome.stats  # R8p was taken
+    _held(run(seed, BACKLOG))  # none early, stranded, lost or after a cancel; the rate kept
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine gaps (operations.md, rate limits): tasks past the throttle wait in the send"
-    " buffer through a broker outage and are published together after it; and tasks held for"
-    " their second (release) token go together after a stall or a step of the clock that"
-    " passed their instants; replay: scripts/sim --limit '10/s burst 2' --backlog 80 --seed 2",
-)
+def test_held_copies_are_written_back_when_memory_is_short() -> None:
+    """R8p is taken in these runs: of the first backlog seeds (38 of 40 wrote
+    some back when lanes came in), most write held copies back."""
+    postponed = [run(seed, BACKLOG).stats["postponed"] for seed in BACKLOG_SEEDS[:5]]
+    assert sum(1 for n in postponed if n > 0) >= 3, postponed
+
+
 def test_a_backlog_keeps_to_its_rate_limit() -> None:
     """No second of the backlog's events above its rate * (1 + one share)
-    (sim.oracle_rate). When this passes, the marker goes, and the backlog
-    test above takes the rate check back."""
+    (sim.oracle_rate), through broker outages, stalls, steps of the clock
+    and late arming: tasks are counted again as they leave the send buffer
+    (``Throttle.depart``). Before that, ``scripts/sim --limit '10/s burst 2'
+    --backlog 80`` broke it in 20 of the seeds 1-200 and 21 of 5000-5199
+    (seed 2: an outage; 5001: a stall; 5017: a step of the clock; 5044: rows
+    armed late), and, with lanes (3b), in 22 and 14 of them."""
     found = _found(range(1, 11), BACKLOG)
     if found is not None and "rate:" not in (found.violation or ""):
         pytest.fail(found.report(last=40))  # another promise: not this finding
@@ -264,8 +264,10 @@ def _clean_seeds(seeds: range, config: SimConfig, count: int) -> list[int]:
     return clean
 
 
-def _admits_everything(self: Throttle, tasks: Sequence[Task], now_ms: float) -> object:
-    return list(tasks), []
+def _admits_everything(
+    self: Throttle, tasks: Sequence[Task], now_ms: float, paced: list[Task] | None = None
+) -> object:
+    return list(tasks), []  # none held, none paced as they leave the send buffer
 
 
 @pytest.mark.parametrize("defect", ["admits everything", "doubles its rate"])
@@ -288,6 +290,20 @@ def test_it_finds_a_throttle_above_its_rate(defect: str, mutate: Callable[..., N
     found = next((o for o in outcomes if o.violation is not None), None)
     assert found is not None, f"seeds {clean}: the rate check missed a throttle that {defect}"
     assert "rate:" in (found.violation or ""), found.report(last=40)
+
+
+def _departs_at_once(self: Throttle, tasks: Sequence[Task], now_ms: float) -> object:
+    return list(tasks), []  # nothing held back as it leaves the send buffer
+
+
+def test_it_finds_a_send_buffer_that_hands_out_unpaced(mutate: Callable[..., None]) -> None:
+    """The count as tasks leave the send buffer undone (``Throttle.depart``
+    lets every one go): what a broker outage kept in the buffer, or what a
+    stall, a step of the clock or a late arming brought back past its
+    instants, leaves together again (found first at seed 6; seeds 6, 15 and
+    17 of these find it)."""
+    mutate(Throttle, "depart", _departs_at_once)
+    _finds("rate:", range(1, 31), BACKLOG)
 
 
 def test_it_finds_a_pause_that_parks_an_armed_occurrence(mutate: Callable[..., None]) -> None:

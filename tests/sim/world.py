@@ -83,9 +83,8 @@ class SimConfig:
     # early in the run: a queue behind the limit that may outgrow the memory
     # bound (max_tasks_in_memory), so held tasks wait in the database (R8p).
     backlog: int = 0
-    # The oracle's rate check (sim.oracle_rate) on the limited key. Off only
-    # where its known finding would stop a run before the promises a test is
-    # about (test_sim.py: a held task back after its token's instant goes at once).
+    # The oracle's rate check (sim.oracle_rate) on the limited key (off: to
+    # look at the other promises alone, scripts/sim --no-rate-check).
     rate_check: bool = True
 
     def settings(self) -> Settings:

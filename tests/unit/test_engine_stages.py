@@ -662,6 +662,52 @@ def test_send_buffer_over_capacity_after_requeue() -> None:
     assert rooms == [1]
 
 
+def test_send_buffer_paces_its_rate_limited_lane_first_and_hands_out_the_rest() -> None:
+    buffer = SendBuffer(10)
+    seen: list[list[str]] = []
+
+    def pace(tasks: list[Task]) -> list[Task]:  # lets one through: the others wait elsewhere
+        seen.append(ids(tasks))
+        return tasks[:1]
+
+    buffer.pace = pace
+    buffer.gate = lambda tasks: [t for t in tasks if t.id != "lost"]  # before the pace
+    buffer.put_many([task("a", 1), task("b", 2)])
+    buffer.put_paced([task("p1", 0), task("lost", 0), task("p2", 0)])
+    assert len(buffer) == 5 and buffer.room() == 5
+    assert ids(buffer.take(10)) == ["p1", "a", "b"]
+    assert seen == [["p1", "p2"]]  # the gate first; only the paced lane is paced
+    assert len(buffer) == 0  # what the pace held back left the buffer
+
+
+def test_send_buffer_without_paced_tasks_never_calls_the_pace() -> None:
+    buffer = SendBuffer(10)
+    paced: list[Task] = []
+
+    def pace(tasks: list[Task]) -> list[Task]:
+        paced.extend(tasks)
+        return tasks
+
+    buffer.pace = pace
+    buffer.put_many([task("a", 1), task("b", 2)])
+    assert ids(buffer.take(1)) == ["a"]
+    buffer.requeue_front([task("r", 0)])  # no split set: the unlimited lane
+    assert ids(buffer.take(10)) == ["r", "b"]
+    assert paced == []
+
+
+def test_send_buffer_requeue_puts_each_task_back_into_its_lane() -> None:
+    buffer = SendBuffer(10)
+    buffer.paced = lambda tasks: (
+        [t for t in tasks if not t.id.startswith("p")],
+        [t for t in tasks if t.id.startswith("p")],
+    )
+    buffer.put_many([task("x", 5)])
+    buffer.put_paced([task("p9", 5)])
+    buffer.requeue_front([task("r1", 1), task("p1", 1), task("r2", 2), task("p2", 2)])
+    assert ids(buffer.take(10)) == ["p1", "p2", "p9", "r1", "r2", "x"]
+
+
 # -- Confirmer -------------------------------------------------------------------------------
 
 
@@ -911,6 +957,7 @@ def run_until(stages: Stages, until_ms: int) -> list[tuple[str, int]]:
     left: list[tuple[str, int]] = []
     now = NOW
     while now <= until_ms:
+        stages.clock.set(now)  # the send buffer paces what leaves it by the clock
         batch, _ = stages.scheduler.poll(now)
         if batch:
             stages.scheduler.handle(batch, now)
@@ -1126,3 +1173,42 @@ def test_with_room_to_spare_a_held_copy_waits_in_memory_unwritten() -> None:
     row = stages.store.row("b")
     assert row is not None and row.rev == rev and stages.store.is_armed("b")
     assert step_until(stages, NOW + 1, NOW + 1000) == [("b", rev, NOW + 1000)]
+
+
+def test_postponed_rows_armed_late_leave_at_the_rate_not_together() -> None:
+    # The simulator's seed 5044 (--limit "10/s burst 2" --backlog 80): held
+    # copies waiting in the database for their second (release) token were
+    # armed again late, after the instants of several had passed, and went
+    # together. Each now also takes a token of what really left as it leaves
+    # the send buffer, so they leave at the rate.
+    stages, confirmer = postponing("rk=4/s burst 1")  # a token every 250 ms
+    names = [f"t{i}" for i in range(10)]
+    _insert(stages, *(plain(name, NOW - 10 + i) for i, name in enumerate(names)))
+    left: list[tuple[str, int]] = []
+
+    def at(now: int) -> None:
+        stages.clock.set(now)
+        stages.armer.step(now)
+        batch, _ = stages.scheduler.poll(now)
+        if batch:
+            stages.scheduler.handle(batch, now)
+            left.extend((t.id, now) for t in stages.buffer.take(100))
+        while confirmer.step():  # the postponements written
+            pass
+
+    at(NOW)  # t0 goes; the queue is postponed to 250, 500, ... 2,250
+    assert confirmer.postponed == 9
+    at(NOW + 2400)  # armed late (all nine): t1 goes, the others wait for their second token
+    assert stages.store.rows["t9"].fire_ms > NOW + 2400 + 200  # postponed again
+    for now in range(NOW + 5000, NOW + 8000):  # armed late again, then on time
+        at(now)
+    assert sorted(name for name, _ in left) == names  # each once
+    times = sorted(when for _, when in left)
+    # Never more than the burst and the rate allow in a second (5.004), where
+    # the second count alone let the eight whose instants had passed go at once.
+    most = max(sum(1 for t in times if start <= t < start + 1000) for start in times)
+    assert most <= 1 + 4 * 1.001
+    # The burst and the two tokens a departure may be late by, then one
+    # every 250 ms, within the second's bound.
+    assert [t - NOW for t in times[2:7]] == [5000, 5000, 5000, 5249, 5499]
+    assert stages.failures.seen == []

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from triggerhook.domain.ratelimits import Throttle
 from triggerhook.domain.task import Task
 from triggerhook.engine.inventory import Inventory
+from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.engine.shards import ShardTable, Verdict
 from triggerhook.engine.timed import TimedWorker
 from triggerhook.interfaces import Clock, FiredSink
@@ -39,7 +40,10 @@ class Scheduler(TimedWorker[Task]):
     later than the arming horizon and memory is getting short (R8p,
     :meth:`postpone_to`), it leaves memory and its row waits in the database
     until then, so that a long queue does not fill the memory bound while
-    other keys' tasks wait to be armed.
+    other keys' tasks wait to be armed. A limited task that goes waits in the
+    send buffer's rate-limited lane, and is counted again as it leaves it to
+    be published (:meth:`pace`): what a broker outage, a stall or a step of
+    the clock kept back leaves at the rate, not all at once.
     """
 
     lead_ms = 0
@@ -63,7 +67,15 @@ class Scheduler(TimedWorker[Task]):
         self._postpone: Postpone | None = None
         self._postpone_after_ms = 0
         self._keep_free = 0
-        self.fired = 0
+        # Limited tasks that go wait in the send buffer's lane of their own,
+        # paced as they leave it (pace); a sink without one takes them as any.
+        self._put_paced = sink.put_many
+        if isinstance(sink, SendBuffer):
+            self._put_paced = sink.put_paced
+            sink.pace = self.pace
+            sink.paced = self._paced
+        self._handed = 0  # tasks put into the sink (this thread's)
+        self._paced_back = 0  # of those, held back as they left it (the publisher's thread)
         self.dropped = 0  # copies of lost shards
         self.held_back = 0  # times a copy waited for its lease
         self.holding = False  # fired nothing: the clock was not bounded
@@ -90,6 +102,12 @@ class Scheduler(TimedWorker[Task]):
         self._postpone = postpone
         self._postpone_after_ms = after_ms
         self._keep_free = self._inventory.capacity if keep_free is None else keep_free
+
+    @property
+    def fired(self) -> int:
+        """Tasks handed to the publisher, since start: once each (one held
+        back as it left the send buffer counts when it goes again)."""
+        return self._handed - self._paced_back
 
     def throttled(self) -> int:
         """Tasks held back by a rate limit, since start (a task once per hold)."""
@@ -123,10 +141,43 @@ class Scheduler(TimedWorker[Task]):
             if drop:  # never coming back: their tokens are not waited for
                 self.throttle.forget(drop)
             if fire:
-                fire, held = self.throttle.admit(fire, now_ms)
+                paced: list[Task] = []
+                fire, held = self.throttle.admit(fire, now_ms, paced)
                 self._hold(held, now_ms)
-        self.fired += len(fire)
+                if paced:
+                    self._handed += len(paced)
+                    self._put_paced(paced)
+        self._handed += len(fire)
         self._sink.put_many(fire)
+
+    def pace(self, tasks: list[Task]) -> list[Task]:
+        """Rate-limited tasks as they leave the send buffer to be published
+        (its ``pace``, on the publisher's thread): those whose departure the
+        limit allows now, by the clock their ``x-fired-ms`` is read from
+        (:meth:`~triggerhook.domain.ratelimits.Throttle.depart`). The others
+        go back into the heap, each at the instant it may come back, and
+        leave the buffer's room to the other keys. Thread-safe."""
+        throttle = self.throttle
+        if throttle is None:
+            return tasks
+        now_ms = self._clock.now_ms()
+        go, held = throttle.depart(tasks, now_ms)
+        if held:
+            self._paced_back += len(held)
+            by_instant: dict[int, list[Task]] = {}
+            for task, at_ms in held:
+                by_instant.setdefault(at_ms, []).append(task)
+            for at_ms, waiting in by_instant.items():
+                self.push_at(waiting, at_ms)
+        return go
+
+    def _paced(self, tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
+        """The send buffer's ``paced``: tasks put back into it unpublished,
+        split into the other keys' and the rate-limited ones (paced again)."""
+        throttle = self.throttle
+        if throttle is None:
+            return list(tasks), []
+        return throttle.paced(tasks, self._clock.now_ms())
 
     def _hold(self, held: list[tuple[Task, int]], now_ms: float) -> None:
         """Rate-limited tasks back into the heap, each at its token's instant;
