@@ -533,13 +533,7 @@ class Throttle:
             self._bound(self._departs)
         per_ms = limit.per_s * share / 1000
         most = max(1.0, limit.burst * share) + per_ms + _LATE_TOKENS
-        gone = self._departs.get(name)
-        if gone is None:
-            gone = self._departs[name] = _Leaving(most, now_ms)
-        if now_ms > gone.at_ms:
-            gone.tokens = min(most, gone.tokens + (now_ms - gone.at_ms) * per_ms)
-            gone.at_ms = now_ms
-        return gone
+        return _kept_now(self._departs, name, _Leaving, most, per_ms, now_ms)
 
     def _refilled(
         self,
@@ -556,13 +550,7 @@ class Throttle:
         burst = max(1.0, limit.burst * share)
         if buckets is self._releases:
             burst += per_ms
-        bucket = buckets.get(name)
-        if bucket is None:
-            bucket = buckets[name] = _Bucket(burst, now_ms)
-        if now_ms > bucket.at_ms:
-            bucket.tokens = min(burst, bucket.tokens + (now_ms - bucket.at_ms) * per_ms)
-            bucket.at_ms = now_ms
-        return bucket
+        return _kept_now(buckets, name, _Bucket, burst, per_ms, now_ms)
 
     def _take(
         self,
@@ -581,6 +569,25 @@ class Throttle:
             return None
         per_ms = limit.per_s * share / 1000
         return max(math.ceil(now_ms + -bucket.tokens / per_ms), math.floor(now_ms) + 1)
+
+
+def _kept_now(
+    kept: dict[int | str, _Kept],
+    name: int | str,
+    make: Callable[[float, float], _Kept],
+    most: float,
+    per_ms: float,
+    now_ms: float,
+) -> _Kept:
+    """Bucket ``name`` of ``kept`` (made full, ``most`` tokens, if new),
+    refilled at ``per_ms`` up to ``now_ms``, holding at most ``most``."""
+    found = kept.get(name)
+    if found is None:
+        found = kept[name] = make(most, now_ms)
+    if now_ms > found.at_ms:
+        found.tokens = min(most, found.tokens + (now_ms - found.at_ms) * per_ms)
+        found.at_ms = now_ms
+    return found
 
 
 def parse_rate_list(text: str, field: str = "rate_limits") -> tuple[RateLimit, ...]:
