@@ -30,6 +30,7 @@ import pika.exceptions
 import pytest
 from support import influx
 from support.amqp import AmqpNames, EventConsumer, delete_topology
+from support.logstate import LoggingState
 from support.mysql import temporary_database
 from support.names import unique_name
 
@@ -163,6 +164,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(tier)
         if is_serial(item):
             item.add_marker("serial")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found() -> Iterator[None]:
+    """Each test leaves logging as it found it (support/logstate.py says why)."""
+    state = LoggingState.taken()
+    yield
+    state.restore()
 
 
 @pytest.fixture(scope="session")
