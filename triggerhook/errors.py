@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "EngineFailure",
+    "Forbidden",
     "InstanceNameInUse",
     "Interrupted",
     "MetricsRejected",
@@ -72,6 +73,12 @@ class AlreadyFiredError(ConflictError):
     def __init__(self, task_id: str, fired_ms: int, index: int | None = None) -> None:
         super().__init__(task_id, index)
         self.fired_ms = fired_ms
+
+
+class Forbidden(TriggerHookError):
+    """The caller's token may not do this (its namespace or its scopes:
+    docs/design/shared-service.md); nothing was written. The message names
+    the rule."""
 
 
 class ConfigError(TriggerHookError):

@@ -292,6 +292,19 @@ class Settings:
         "Bearer token every /v1/* request must carry; empty = no authentication "
         "(then only a loopback http_host is allowed, see http_allow_public_without_token).",
     )
+    namespaces_file: str = _setting(
+        "",
+        "A TOML file of namespaces (the task ids and routing keys each owns) and the tokens "
+        "that act in them, stored as SHA-256 (`triggerhook token new`); read at start and "
+        "again when it changes. api_token stays a token of every namespace. Empty = none; "
+        "see docs/api.md, Namespaces.",
+    )
+    namespaces_reload_s: float = _setting(
+        5.0,
+        "How often each API process looks whether namespaces_file changed (a token added "
+        "or removed takes effect within this long, no restart). Above 0.",
+        above=0.0,
+    )
     http_allow_public_without_token: bool = _setting(
         False, "Allow a non-loopback http_host without api_token (trusted networks only)."
     )
@@ -473,7 +486,18 @@ class Settings:
                 "own port; set a port, or api_processes = 1"
             )
         self.allowed_hosts()
-        open_to_all = not self.api_token and not self.http_allow_public_without_token
+        if self.namespaces_file and self.commands_enabled and not self.api_token:
+            # The command channel takes api_token only: without it, it would be
+            # open to every publisher while the HTTP API is scoped.
+            raise ConfigError(
+                "namespaces_file: the AMQP command channel does not take namespace tokens "
+                "yet; set api_token for it, or commands_enabled = false"
+            )
+        open_to_all = (
+            not self.api_token
+            and not self.namespaces_file
+            and not self.http_allow_public_without_token
+        )
         if self.http_enabled and open_to_all and not is_loopback(self.http_host):
             raise ConfigError(
                 f"http_host: {self.http_host!r} is not a loopback address and api_token "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from triggerhook.amqp.connection import AmqpNodes, amqp_parameters
 from triggerhook.amqp.publisher import AmqpPublisher
+from triggerhook.api.access import read_namespaces
 from triggerhook.api.config import CommandConfig, HttpConfig
 from triggerhook.app import Figures, TriggerHook
 from triggerhook.clock import ClockSync, DatabaseClock
@@ -65,6 +66,8 @@ def build_daemon(settings: Settings) -> Service:
     from triggerhook.processes import ApiProcesses, SummedRequestStats  # noqa: PLC0415
     from triggerhook.service import Service  # noqa: PLC0415
 
+    if settings.http_enabled and settings.namespaces_file:
+        read_namespaces(settings.namespaces_file)  # wrong: say so now, not in an API process
     params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumer
     hook = _build(settings, params)
     if settings.api_processes and (settings.http_enabled or settings.commands_enabled):
@@ -166,6 +169,8 @@ def http_config(settings: Settings) -> HttpConfig:
         allowed_hosts=tuple(settings.allowed_hosts()),
         listing_concurrency=settings.listing_concurrency,
         bulk_cancel_timeout_s=float(settings.bulk_cancel_timeout_s),
+        namespaces_file=settings.namespaces_file,
+        namespaces_reload_s=settings.namespaces_reload_s,
     )
 
 

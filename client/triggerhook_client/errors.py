@@ -27,7 +27,7 @@ class ApiError(TriggerHookError):
     ``status``: the HTTP status, None when there was no answer (or the client
     refused the input itself); ``code``: the API's error code (``invalid``,
     ``conflict``, ``too_late``, ``already_fired``, ``not_found``, ``not_a_series``,
-    ``unauthorized``, ``unavailable``, ...); ``field``: the offending field,
+    ``unauthorized``, ``forbidden``, ``unavailable``, ...); ``field``: the offending field,
     when the API named one. Other unexpected answers (500, 405, a proxy's
     HTML page) raise this base class.
     """
@@ -51,6 +51,12 @@ class InvalidRequest(ApiError):
 
 class Unauthorized(ApiError):
     """401: missing or wrong bearer token (the daemon's ``api_token``)."""
+
+
+class Forbidden(ApiError):
+    """403 ``forbidden``: the token may not do this — the task id or routing
+    key is outside its namespace, or it lacks the scope; the message names
+    the rule. Nothing was written."""
 
 
 class NotFound(ApiError):
@@ -131,6 +137,6 @@ def _error_class(status: int, code: str) -> type[ApiError]:
         return InvalidRequest
     if status == 409:
         return _CONFLICTS.get(code, Conflict)
-    return {401: Unauthorized, 404: NotFound}.get(
+    return {401: Unauthorized, 403: Forbidden, 404: NotFound}.get(
         status, Unavailable if status in RETRIED_STATUSES else ApiError
     )

@@ -49,6 +49,7 @@ from triggerhook_client import (
     BulkCancelled,
     Conflict,
     Copies,
+    Forbidden,
     InvalidRequest,
     Late,
     NotASeries,
@@ -117,6 +118,7 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
     # A read over its bounds: the same read costs as much again (narrow the filter).
     Outcome.TOO_COSTLY: (InvalidRequest, False),
     Outcome.UNAUTHORIZED: (Unauthorized, False),
+    Outcome.FORBIDDEN: (Forbidden, False),  # the namespace's rule: the same call is refused again
     Outcome.UNAVAILABLE: (Unavailable, True),
     Outcome.OVERLOADED: (Unavailable, True),  # answered as unavailable
     Outcome.STOPPING: (Unavailable, True),

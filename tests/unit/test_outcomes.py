@@ -58,6 +58,7 @@ NOT_AMQP = {
     Outcome.TOO_LARGE,  # HTTP's (an oversized command body is INVALID, field "body")
     Outcome.REQUEST_TIMEOUT,  # HTTP's
     Outcome.TOO_COSTLY,  # no command reads tasks in bulk
+    Outcome.FORBIDDEN,  # commands act as api_token (namespaces there: next)
 }
 
 
@@ -140,6 +141,7 @@ def test_http_rendering() -> None:
         Outcome.TOO_LARGE: 413,
         Outcome.REQUEST_TIMEOUT: 408,
         Outcome.UNAUTHORIZED: 401,
+        Outcome.FORBIDDEN: 403,
         Outcome.UNAVAILABLE: 503,
         Outcome.OVERLOADED: 503,
         Outcome.STOPPING: 503,

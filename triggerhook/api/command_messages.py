@@ -105,6 +105,9 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.REQUEST_TIMEOUT: None,  # HTTP's
     Outcome.UNKNOWN_TYPE: _DEAD,
     Outcome.UNAUTHORIZED: _REFUSED,
+    # Commands act with api_token's powers (namespaces on this channel: next,
+    # docs/design/shared-service.md).
+    Outcome.FORBIDDEN: None,
     Outcome.FORBIDDEN_REPLY_TO: _REFUSED,
     Outcome.TOO_COSTLY: None,  # no command reads tasks in bulk
     Outcome.UNAVAILABLE: _RETRIED,

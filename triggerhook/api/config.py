@@ -30,6 +30,8 @@ class HttpConfig:
     listing_concurrency: int = 4  # reads of many tasks, bulk cancels at once (api/listing_work.py)
     bulk_cancel_timeout_s: float = 300.0  # a bulk cancel stops after the batch that passes it
     allowed_hosts: tuple[str, ...] = ()  # Host names besides the default ones (api/hosts.py)
+    namespaces_file: str = ""  # empty: api_token alone (docs/design/shared-service.md)
+    namespaces_reload_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from triggerhook.api import openapi
+from triggerhook.api.access import Access
 from triggerhook.api.bodies import (
     MalformedJson,
     decode_json,
@@ -59,8 +60,10 @@ from triggerhook.api.limits import (
 )
 from triggerhook.api.listing import ListingApi, only_method
 from triggerhook.api.render import due_json, task_json
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.api.web import WebView, is_ui_path
 from triggerhook.app import Figures, Scheduled, Ticket, TriggerHook
+from triggerhook.domain.namespaces import ALL, READ, Principal
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     INSERT_OUTCOMES,
@@ -99,6 +102,7 @@ _COMMIT_TIMEOUT_S = 30.0
 # reads and discards what the client still sends for this long before closing,
 # so the client can read the answer; short, as a refused body is not wanted.
 _LINGER_S = 2.0
+_PRINCIPAL = web.RequestKey("principal", Principal)  # who the request's token is
 
 
 class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -202,6 +206,7 @@ class HttpApi:
         self._readiness = readiness
         self._executor = executor
         self._token = f"Bearer {config.api_token}".encode() if config.api_token else None
+        self._access = Access(config.api_token, config.namespaces_file, config.namespaces_reload_s)
         self._metrics_tokens = _metrics_tokens(config)  # none: /metrics is open
         self._runner: web.AppRunner | None = None
         # Keyword arguments of every connection's aiohttp RequestHandler.
@@ -223,7 +228,7 @@ class HttpApi:
         self.port: int | None = None
         self.stats = RequestStats()  # read by the metrics thread
         self._openapi = openapi.document(config.max_payload_bytes, config.max_batch_tasks)
-        self._web = WebView(hook, config, executor, self._figures) if config.web_view else None
+        self._web = WebView(hook, config, executor, self._figures) if _web_view(config) else None
         # The engine runs in our parent process when its figures come from afar
         # (triggerhook.processes): /metrics reports that process too.
         firing_pid = os.getppid() if figures is not None else None
@@ -236,7 +241,7 @@ class HttpApi:
             client_max_size=self._config.max_body_bytes,
             middlewares=[self.guard.middleware, self._observe, hosts, self._errors, self._auth],
         )
-        listing = ListingApi(self._hook, self._config)  # and the web view's: one bound for all
+        listing = ListingApi(self._scoped, self._config)  # and the web view's: one bound for all
         if self._web is not None:  # /ui/...: no other route starts so
             self._web.add_routes(app.router, listing.work)
         app.router.add_post("/v1/tasks", self.create)
@@ -247,7 +252,7 @@ class HttpApi:
         app.router.add_get("/v1/tasks/{id}", self.get, allow_head=False)
         app.router.add_patch("/v1/tasks/{id}", self.reschedule)
         app.router.add_delete("/v1/tasks/{id}", self.cancel)
-        SeriesApi(self._hook, self._blocking, self._body).add_routes(app.router)
+        SeriesApi(self._scoped, self._blocking, self._body).add_routes(app.router)
         app.router.add_get("/healthz", self.healthz, allow_head=False)
         app.router.add_get("/readyz", self.readyz, allow_head=False)
         app.router.add_get("/openapi.json", self.openapi, allow_head=False)
@@ -281,7 +286,7 @@ class HttpApi:
             "http api listening on %s:%s",
             self._config.host,
             self.port,
-            extra={"auth": self._token is not None},
+            extra={"auth": self._access.required},
         )
 
     async def stop(self) -> None:
@@ -335,12 +340,16 @@ class HttpApi:
             bearer = self._token is not None and self._authorized(request)
             refused = self._web.refuse(request, bearer)
             return refused if refused is not None else await handler(request)
-        if self._protected(request.path) and not self._authorized(request):
-            return ApiError(Outcome.UNAUTHORIZED).response()
+        if self._access.required and request.path.startswith("/v1/"):  # /metrics: its handler
+            principal = self._access.principal(request.headers.get("Authorization", ""))
+            if principal is None:
+                return ApiError(Outcome.UNAUTHORIZED).response()
+            request[_PRINCIPAL] = principal
         return await handler(request)
 
-    def _protected(self, path: str) -> bool:
-        return self._token is not None and path.startswith("/v1/")  # /metrics: its handler
+    def _scoped(self, request: web.Request) -> ScopedHook:
+        """The library as this request's token may use it."""
+        return ScopedHook(self._hook, request.get(_PRINCIPAL, ALL))
 
     def _authorized(self, request: web.Request) -> bool:
         try:
@@ -381,29 +390,31 @@ class HttpApi:
     async def create(self, request: web.Request) -> web.Response:
         spec = parse_create(await self._body(request))
         commit: Commit[Scheduled] = Commit()
-        commit.hold(self._hook.schedule_nowait(spec, commit.done))
+        commit.hold(self._scoped(request).schedule_nowait(spec, commit.done))
         scheduled = await commit.wait()
         return _response(*_created(scheduled))
 
     async def create_batch(self, request: web.Request) -> web.Response:
         body = await self._body(request)
-        scheduled = await self._blocking(lambda: self._schedule_batch(body))
+        hook = self._scoped(request)
+        scheduled = await self._blocking(lambda: self._schedule_batch(hook, body))
         ids = [s.task.id for s in scheduled]
         outcomes = [INSERT_OUTCOMES[s.outcome].code for s in scheduled]
         return _response(status_of(Outcome.CREATED), {"ids": ids, "outcomes": outcomes})
 
-    def _schedule_batch(self, body: object) -> list[Scheduled]:
+    def _schedule_batch(self, hook: ScopedHook, body: object) -> list[Scheduled]:
         """On a pool thread: validating 10,000 tasks takes a while."""
         specs = parse_batch(body, self._config.max_batch_tasks)
         try:
-            return self._hook.schedule_many(specs)
+            return hook.schedule_many(specs)
         except ConflictError as exc:  # TooLateError, AlreadyFiredError too: their own outcomes
             assert exc.index is not None  # schedule_many names the task
             raise _refused_create(exc, f"tasks[{exc.index}].id") from None
 
     async def get(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
-        info = await self._blocking(lambda: self._hook.get(task_id))
+        hook = self._scoped(request)
+        info = await self._blocking(lambda: hook.get(task_id))
         if info is None:
             raise ApiError(Outcome.NOT_FOUND, id=task_id)
         return _response(status_of(Outcome.FOUND), task_json(info))
@@ -413,7 +424,7 @@ class HttpApi:
         when = parse_reschedule(await self._body(request))
         commit: Commit[Moved] = Commit()
         commit.hold(
-            self._hook.reschedule_nowait(
+            self._scoped(request).reschedule_nowait(
                 task_id, commit.done, at_ms=when.at_ms, delay_ms=when.delay_ms
             )
         )
@@ -428,7 +439,7 @@ class HttpApi:
     async def cancel(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)
         commit: Commit[CancelResult] = Commit()
-        commit.hold(self._hook.cancel_nowait(task_id, commit.done))
+        commit.hold(self._scoped(request).cancel_nowait(task_id, commit.done))
         outcome = CANCEL_OUTCOMES[await commit.wait()]
         if not outcome.ok:
             raise ApiError(outcome, id=task_id)
@@ -449,8 +460,9 @@ class HttpApi:
             return _response(503, {"status": "unready", "reasons": reasons})
         return _response(200, {"status": "ready"})
 
-    async def status(self, _request: web.Request) -> web.Response:
+    async def status(self, request: web.Request) -> web.Response:
         """The live figures: the last metrics period, and totals since start."""
+        self._scoped(request).principal.need(READ)
         figures = self._figures()
         return _response(
             200,
@@ -480,6 +492,16 @@ class HttpApi:
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)
+
+
+def _web_view(config: HttpConfig) -> bool:
+    """The web view is served, unless namespaces are on without api_token: its
+    pages would show every namespace, and its login takes api_token only (a
+    namespace's token in the web view: docs/design/shared-service.md, next)."""
+    if config.web_view and config.namespaces_file and not config.api_token:
+        log.warning("web view off: with namespaces_file it needs api_token to log in with")
+        return False
+    return config.web_view
 
 
 def _metrics_tokens(config: HttpConfig) -> tuple[bytes, ...]:

@@ -67,6 +67,7 @@ HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
     Outcome.UNAUTHORIZED: HttpRendering(
         401, Outcome.UNAUTHORIZED, (("WWW-Authenticate", "Bearer"),)
     ),
+    Outcome.FORBIDDEN: HttpRendering(403, Outcome.FORBIDDEN),
     Outcome.FORBIDDEN_REPLY_TO: None,  # a command channel's
     Outcome.TOO_COSTLY: HttpRendering(422, Outcome.TOO_COSTLY),
     Outcome.UNAVAILABLE: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),

@@ -25,7 +25,8 @@ from aiohttp import web
 from triggerhook.api.bodies import parse_backfill, parse_no_fields
 from triggerhook.api.http_answers import ApiError, json_answer, status_of
 from triggerhook.api.render import series_json
-from triggerhook.app import Copied, Scheduled, TriggerHook
+from triggerhook.api.scoped import ScopedHook
+from triggerhook.app import Copied, Scheduled
 from triggerhook.domain.outcomes import SERIES_OUTCOMES
 from triggerhook.domain.task import SeriesResult, validate_id
 
@@ -55,8 +56,14 @@ def _copied(task_id: str, copied: Copied) -> web.Response:
 class SeriesApi:
     """The handlers; :meth:`add_routes` puts them on the application."""
 
-    def __init__(self, hook: TriggerHook, blocking: Blocking[Any], json_body: JsonBody) -> None:
-        self._hook = hook
+    def __init__(
+        self,
+        hook_of: Callable[[web.Request], ScopedHook],
+        blocking: Blocking[Any],
+        json_body: JsonBody,
+    ) -> None:
+        """``hook_of``: the library as a request's token may use it."""
+        self._hook_of = hook_of
         self._blocking = blocking
         self._json_body = json_body
 
@@ -68,24 +75,28 @@ class SeriesApi:
 
     async def pause(self, request: web.Request) -> web.Response:
         task_id = await self._bodiless(request)
-        result: SeriesResult = await self._blocking(lambda: self._hook.pause(task_id))
+        hook = self._hook_of(request)
+        result: SeriesResult = await self._blocking(lambda: hook.pause(task_id))
         return series_answer(task_id, result)
 
     async def resume(self, request: web.Request) -> web.Response:
         task_id = await self._bodiless(request)
-        result: SeriesResult = await self._blocking(lambda: self._hook.resume(task_id))
+        hook = self._hook_of(request)
+        result: SeriesResult = await self._blocking(lambda: hook.resume(task_id))
         return series_answer(task_id, result)
 
     async def trigger(self, request: web.Request) -> web.Response:
         task_id = await self._bodiless(request)
-        copied: Copied = await self._blocking(lambda: self._hook.trigger(task_id))
+        hook = self._hook_of(request)
+        copied: Copied = await self._blocking(lambda: hook.trigger(task_id))
         return _copied(task_id, copied)
 
     async def backfill(self, request: web.Request) -> web.Response:
         task_id = validate_id(request.match_info["id"])
         span = parse_backfill(await self._json_body(request))
+        hook = self._hook_of(request)
         copied: Copied = await self._blocking(
-            lambda: self._hook.backfill(task_id, from_ms=span.from_ms, to_ms=span.to_ms)
+            lambda: hook.backfill(task_id, from_ms=span.from_ms, to_ms=span.to_ms)
         )
         return _copied(task_id, copied)
 

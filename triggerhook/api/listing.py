@@ -43,7 +43,7 @@ from triggerhook.api.fields import (
 )
 from triggerhook.api.listing_work import ListingWork
 from triggerhook.api.render import task_json, timeline_json
-from triggerhook.app import TriggerHook
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.domain.listing import (
     MAX_BUCKET_MS,
     MIN_BUCKET_MS,
@@ -185,8 +185,9 @@ class ListingApi:
     ``/v1/tasks/{id}``, so that these paths are not read as task ids).
     :attr:`work` runs them (the web view's reads and bulk cancels too)."""
 
-    def __init__(self, hook: TriggerHook, config: HttpConfig) -> None:
-        self._hook = hook
+    def __init__(self, hook_of: Callable[[web.Request], ScopedHook], config: HttpConfig) -> None:
+        """``hook_of``: the library as a request's token may use it."""
+        self._hook_of = hook_of
         self.work = ListingWork(config.listing_concurrency, config.bulk_cancel_timeout_s)
 
     def add_routes(self, app: web.Application, json_body: Callable[..., Any]) -> None:
@@ -213,9 +214,10 @@ class ListingApi:
         values = query_values(request.query, LIST_PARAMS)
         where, limit = parse_filter(values), _integer(values, "limit")
         cursor = request.query.get("cursor")  # given once: checked above
+        hook = self._hook_of(request)
         page = await self.work.run(
             request,
-            lambda stop: self._hook.list_tasks(where, limit=limit, cursor=cursor, interrupt=stop),
+            lambda stop: hook.list_tasks(where, limit=limit, cursor=cursor, interrupt=stop),
         )
         return web.json_response(
             {
@@ -227,8 +229,9 @@ class ListingApi:
     async def count(self, request: web.Request) -> web.Response:
         values = query_values(request.query, COUNT_PARAMS)
         where, up_to = parse_filter(values), count_cap(_integer(values, "up_to"))
+        hook = self._hook_of(request)
         number = await self.work.run(
-            request, lambda stop: self._hook.count(where, up_to=up_to, interrupt=stop)
+            request, lambda stop: hook.count(where, up_to=up_to, interrupt=stop)
         )
         # at_least: the count stopped at up_to; there may be more.
         return web.json_response({"count": number, "at_least": number == up_to})
@@ -238,9 +241,10 @@ class ListingApi:
         where = parse_filter({k: v for k, v in values.items() if k in SELECTION_PARAMS})
         bucket_ms, buckets = timeline_bucket_ms(values), _integer(values, "buckets")
         start_ms = _time_ms(values, "start")
+        hook = self._hook_of(request)
         found = await self.work.run(
             request,
-            lambda stop: self._hook.timeline(
+            lambda stop: hook.timeline(
                 where,
                 bucket_ms=bucket_ms,
                 buckets=DEFAULT_BUCKETS if buckets is None else buckets,
@@ -254,9 +258,10 @@ class ListingApi:
         body = await self._json_body(request)
         where = parse_bulk_cancel(body)
         cursor = bulk_cursor(body)
+        hook = self._hook_of(request)
         done = await self.work.run(
             request,
-            lambda stop: self._hook.cancel_where(where, cursor=cursor, interrupt=stop),
+            lambda stop: hook.cancel_where(where, cursor=cursor, interrupt=stop),
             self.work.bulk_cancel_timeout_s,
         )
         return web.json_response(

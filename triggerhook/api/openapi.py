@@ -265,6 +265,7 @@ def _figure_paths() -> Schema:
                         **json_content(open_answer(FIGURES)),
                     },
                     "401": COMMON["401"],
+                    "403": COMMON["403"],
                 },
             }
         },

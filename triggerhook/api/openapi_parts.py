@@ -114,7 +114,11 @@ BODY_ERRORS = {
     "422": error("A field is invalid; error.field names it."),
 }
 COMMON = {
-    "401": error("Missing or wrong bearer token (when api_token is set)."),
+    "401": error("Missing or wrong bearer token (when api_token or namespaces_file is set)."),
+    "403": error(
+        "The token may not do this: the task id or routing key is outside its namespace, "
+        "or it lacks the scope (namespaces_file); error.message names the rule."
+    ),
     "503": error("Database unavailable or daemon stopping; retry."),
 }
 

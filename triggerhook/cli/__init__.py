@@ -59,6 +59,7 @@ from triggerhook.cli.rendering import print_outcome as _outcome
 from triggerhook.cli.series_cmd import SERIES_COMMANDS, add_catch_up_arguments, add_series_parsers
 from triggerhook.cli.tail_cmd import add_tail_parser, run_tail
 from triggerhook.cli.task_args import LateArg, Metadata, parse_dedup_window
+from triggerhook.cli.token_cmd import add_token_parser, run_token
 from triggerhook.domain.listing import MAX_PAGE
 from triggerhook.domain.outcomes import Outcome, error_outcome
 from triggerhook.domain.recurrence import DST_REPEATED, DST_SKIPPED
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_config_parser(sub)
     add_tail_parser(sub)
+    add_token_parser(sub)
     add_dev_parser(sub)
     run = sub.add_parser("run", help="run the daemon until SIGTERM/SIGINT")
     run.add_argument(
@@ -296,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "config":  # prints; logs nothing, starts nothing
             return run_config(args, overrides(args))
+        if args.command == "token":  # needs no settings
+            return run_token(args)
         settings = _settings(args)
         logs.configure(settings.log_level, log_format=settings.log_format)
         return _dispatch(args, settings)

@@ -24,6 +24,7 @@ from triggerhook_client import (
     Client,
     Conflict,
     Copies,
+    Forbidden,
     InvalidRequest,
     Late,
     NotASeries,
@@ -348,6 +349,7 @@ _CLIENT_OUTCOMES: tuple[tuple[type[ApiError], Outcome], ...] = (
     (AlreadyFired, Outcome.ALREADY_FIRED),  # a Conflict: first
     (Conflict, Outcome.CONFLICT),
     (Unauthorized, Outcome.UNAUTHORIZED),
+    (Forbidden, Outcome.FORBIDDEN),
     (Unavailable, Outcome.UNAVAILABLE),
 )
 

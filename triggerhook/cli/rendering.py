@@ -65,6 +65,7 @@ CLI_RENDERING: dict[Outcome, CliRendering] = {
     Outcome.UNAUTHORIZED: CliRendering(
         EXIT_USAGE, hint=" (the daemon's api_token: --api-token or TRIGGERHOOK_API_TOKEN)"
     ),
+    Outcome.FORBIDDEN: CliRendering(EXIT_USAGE),  # the error line names the rule
     Outcome.FORBIDDEN_REPLY_TO: CliRendering(EXIT_USAGE),
     Outcome.TOO_COSTLY: CliRendering(EXIT_USAGE),
     Outcome.UNAVAILABLE: CliRendering(EXIT_FAILURE),

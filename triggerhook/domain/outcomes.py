@@ -25,6 +25,7 @@ from triggerhook.errors import (
     AlreadyFiredError,
     BrokerUnavailable,
     ConflictError,
+    Forbidden,
     Interrupted,
     NotRunningError,
     Overloaded,
@@ -67,6 +68,7 @@ class Outcome(enum.Enum):
     REQUEST_TIMEOUT = "request_timeout"  # HTTP: the body did not arrive in time
     UNKNOWN_TYPE = "unknown_type"  # AMQP: no such command
     UNAUTHORIZED = "unauthorized"  # missing or wrong bearer token
+    FORBIDDEN = "forbidden"  # the token may not: its namespace or scopes (the rule named)
     FORBIDDEN_REPLY_TO = "forbidden_reply_to"  # AMQP: a reply_to not allowed
     TOO_COSTLY = "too_costly"  # a read over its bounds (time, answer size): narrow the filter
     # not now: retry (nothing, or the same thing, was written)
@@ -140,6 +142,7 @@ MESSAGES: dict[Outcome, str] = {
     Outcome.REQUEST_TIMEOUT: "body did not arrive within {timeout_s}s",
     Outcome.UNKNOWN_TYPE: "{given}; expected one of {expected}",
     Outcome.UNAUTHORIZED: "missing or wrong bearer token",
+    Outcome.FORBIDDEN: "{detail}",  # the rule: the namespace or the scope
     Outcome.FORBIDDEN_REPLY_TO: "{detail}",
     Outcome.TOO_COSTLY: "{detail}",  # what was over which bound
     Outcome.UNAVAILABLE: "{what} unavailable; retry",
@@ -196,6 +199,8 @@ def error_outcome(exc: BaseException) -> Outcome:
         return Outcome.STOPPING
     if isinstance(exc, TooCostly):
         return Outcome.TOO_COSTLY
+    if isinstance(exc, Forbidden):
+        return Outcome.FORBIDDEN
     if isinstance(exc, Overloaded):
         return Outcome.OVERLOADED
     if isinstance(exc, TransientError):

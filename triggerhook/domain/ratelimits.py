@@ -94,10 +94,10 @@ def parse_rate_limits(value: object, field: str = "rate_limits") -> tuple[RateLi
 
 
 def _limit(pattern: object, rate: object, field: str) -> RateLimit:
-    if not isinstance(pattern, str) or not _valid_pattern(pattern):
-        raise ValidationError(
-            field, "the pattern must be words of [A-Za-z0-9_:/-], * or # separated by dots"
-        )
+    why = pattern_error(pattern)
+    if why is not None:
+        raise ValidationError(field, why)
+    assert isinstance(pattern, str)  # pattern_error said so
     found = _RATE.fullmatch(rate) if isinstance(rate, str) else None
     if found is None:
         raise ValidationError(field, 'must be "N/s", "N/m" or "N/h", optionally "burst B"')
@@ -110,10 +110,18 @@ def _limit(pattern: object, rate: object, field: str) -> RateLimit:
     return RateLimit(pattern, per_s, burst)
 
 
-def _valid_pattern(pattern: str) -> bool:
-    if not 0 < len(pattern) <= MAX_PATTERN_CHARS:
-        return False
-    return all(word in ("*", "#") or _WORD.fullmatch(word) for word in pattern.split("."))
+def pattern_error(pattern: object) -> str | None:
+    """Why ``pattern`` is not a routing key pattern (None: it is one)."""
+    if (
+        isinstance(pattern, str)
+        and 0 < len(pattern) <= MAX_PATTERN_CHARS
+        and all(word in ("*", "#") or _WORD.fullmatch(word) for word in pattern.split("."))
+    ):
+        return None
+    return (
+        f"the pattern must be words of [A-Za-z0-9_:/-], * or # separated by dots,"
+        f" at most {MAX_PATTERN_CHARS} characters"
+    )
 
 
 def topic_matches(pattern: str, key: str) -> bool:
