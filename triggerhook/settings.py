@@ -486,13 +486,6 @@ class Settings:
                 "own port; set a port, or api_processes = 1"
             )
         self.allowed_hosts()
-        if self.namespaces_file and self.commands_enabled and not self.api_token:
-            # The command channel takes api_token only: without it, it would be
-            # open to every publisher while the HTTP API is scoped.
-            raise ConfigError(
-                "namespaces_file: the AMQP command channel does not take namespace tokens "
-                "yet; set api_token for it, or commands_enabled = false"
-            )
         open_to_all = (
             not self.api_token
             and not self.namespaces_file

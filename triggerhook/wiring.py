@@ -183,6 +183,8 @@ def command_config(settings: Settings) -> CommandConfig:
         reply_prefix=settings.command_reply_prefix,
         max_payload_bytes=settings.max_payload_bytes,
         queue_arguments=settings.queue_arguments(),
+        namespaces_file=settings.namespaces_file,
+        namespaces_reload_s=settings.namespaces_reload_s,
     )
 
 

@@ -1,5 +1,6 @@
-"""Namespaces on a real daemon (``triggerhook run``: its API process, MariaDB):
-a token of one namespace cannot read, list or create another's tasks; a
+"""Namespaces on a real daemon (``triggerhook run``: its API process, MariaDB,
+RabbitMQ's command channel): a token of one namespace cannot read, list,
+cancel or create another's tasks, over HTTP or AMQP commands; a
 token added to the file works within ``namespaces_reload_s`` and a removed
 one stops, with no restart; a wrong file stops the daemon at start, naming
 the entry (docs/api.md, "Namespaces: scoped tokens")."""
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.commands import CommandClient
 from support.daemon import daemon_env, run_cli
 from support.http import ROUTED, Api, api_daemon
 from support.waiting import wait_until
@@ -124,10 +126,36 @@ def test_a_wrong_file_stops_the_daemon_at_start_naming_the_entry(
         amqp_url,
         "unused",
         "wrong",
-        api_token=ADMIN,
         namespaces_file=str(path),
     )
     done = run_cli(["run"], env)
     assert done.returncode == 2, done.stderr
     assert "token[0].namespace: no namespace named 'nowhere'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_command_outside_its_namespace_is_refused_and_dead_lettered(
+    api: Api, amqp_url: str
+) -> None:
+    queue = f"{api.names.exchange}.commands"
+    with CommandClient(amqp_url, queue, token=BILLING) as billing:
+        mine = {"id": "billing-cmd", "at_ms": AT_MS, "routing_key": "fire.billing.y"}
+        assert billing.call("create", mine)["outcome"] == "created"
+        theirs = {"id": "shop-cmd", "at_ms": AT_MS, "routing_key": "fire.shop"}
+        refused = billing.call("create", theirs)
+        assert refused == {
+            "ok": False,
+            "error": {
+                "code": "forbidden",
+                "message": (
+                    "task id 'shop-cmd' is outside namespace 'billing'"
+                    " (its ids start with 'billing-')"
+                ),
+            },
+        }
+        (dead,) = billing.dead_letters(1, 15.0)
+        assert dead.json() == theirs
+        assert billing.call("cancel", {"id": "shop-1"})["error"]["code"] == "forbidden"
+    with client(api, ADMIN) as admin:
+        assert admin.get("/v1/tasks/shop-cmd").status_code == 404  # nothing written
+        assert admin.get("/v1/tasks/shop-1").status_code == 200  # not cancelled

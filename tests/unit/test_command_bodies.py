@@ -40,6 +40,7 @@ from triggerhook.amqp.consumer import KEPT_OF_OVERSIZED_BYTES, Delivery, Settle
 from triggerhook.amqp.content import BoundedAssembler, CutBody, declared_size
 from triggerhook.api.commands import CommandConsumer
 from triggerhook.app import TriggerHook
+from triggerhook.domain.namespaces import ALL
 from triggerhook.settings import Settings
 from triggerhook.store.mysql import drivers
 from triggerhook.wiring import assemble, command_config
@@ -187,7 +188,7 @@ def test_a_read_only_database_is_retried_with_back_off_then_applied(
     store.fail_next("insert", *[_driver_error(*READ_ONLY) for _ in range(4)])
     started = time.monotonic()
 
-    outcome = commands._process(_current(commands))
+    outcome = commands._process(_current(commands), ALL)
 
     assert outcome.settle is Settle.ACK  # never dead-lettered
     assert outcome.reply is None  # no reply_to
@@ -208,7 +209,7 @@ def test_an_unexpected_error_is_dead_lettered_without_the_drivers_text(
     store.fail_next("insert", *[_driver_error(*ACCESS_DENIED) for _ in range(3)])
     delivery = dataclasses.replace(_current(commands), reply_to="triggerhook.reply.x")
 
-    outcome = commands._process(delivery)
+    outcome = commands._process(delivery, ALL)
 
     assert outcome.settle is Settle.DEAD
     assert outcome.reply is not None

@@ -13,7 +13,9 @@ from support.dedup import refuse_as_fired
 from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
 
 from triggerhook.api.command_messages import Command, Rejected, execute, max_body_bytes
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.app import TriggerHook
+from triggerhook.domain.namespaces import ALL
 from triggerhook.domain.task import Task
 from triggerhook.errors import StoreUnavailable
 from triggerhook.settings import Settings
@@ -47,7 +49,7 @@ def run(
     redelivered: bool = False,
 ) -> dict[str, object]:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return execute(hook, Command(type_, raw, message_id, redelivered), LIMIT)
+    return execute(ScopedHook(hook, ALL), Command(type_, raw, message_id, redelivered), LIMIT)
 
 
 def rejected(hook: TriggerHook, type_: str | None, body: object) -> Rejected:

@@ -28,7 +28,9 @@ from triggerhook.api.command_messages import (
     decode,
     execute,
 )
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.app import TriggerHook
+from triggerhook.domain.namespaces import ALL
 from triggerhook.settings import Settings
 from triggerhook.wiring import assemble, command_config
 
@@ -120,7 +122,7 @@ def test_execute_answers_or_rejects(
 ) -> None:
     hook = _hook()
     try:
-        reply = execute(hook, Command(type_, body, message_id, again), LIMIT)
+        reply = execute(ScopedHook(hook, ALL), Command(type_, body, message_id, again), LIMIT)
     except Rejected as exc:
         assert exc.code in ("unknown_type", "malformed_json", "invalid")
         assert isinstance(exc.reply()["error"], dict)
@@ -170,7 +172,7 @@ def test_execute_cost_grows_linearly_with_the_body(shape: str) -> None:
 
     def run(body: object) -> object:
         assert isinstance(body, bytes)
-        return execute(hook, Command("create", body, "m", False), limit)
+        return execute(ScopedHook(hook, ALL), Command("create", body, "m", False), limit)
 
     ratio = cost_ratio(run, _BODY_SHAPES[shape], 40_000, (Rejected,))
     assert ratio < MAX_RATIO, f"{shape}: 10x the body cost {ratio:.0f}x the time"

@@ -274,7 +274,7 @@ def test_a_read_only_token_cannot_write_and_an_unknown_one_is_401(daemon: Daemon
 def test_without_api_token_the_web_view_is_not_served(tmp_path: Path) -> None:
     path = tmp_path / "namespaces.toml"
     path.write_text(NAMESPACES)
-    settings = Settings(instance_id="unit", namespaces_file=str(path), commands_enabled=False)
+    settings = Settings(instance_id="unit", namespaces_file=str(path))
     store = FakeStore()
     hook = assemble(settings, store, FakeClock(), lambda b, s, r, f: FakePublisher())
     with ThreadPoolExecutor(max_workers=1) as executor:

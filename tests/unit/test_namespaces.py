@@ -13,9 +13,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.fakes import FakeClock, FakePublisher, FakeStore
 
 from triggerhook import cli
 from triggerhook.api.access import MAX_FILE_BYTES, Access, read_namespaces
+from triggerhook.api.command_auth import CommandGuard
+from triggerhook.api.command_messages import Command, Rejected, execute
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.cli.token_cmd import new_token
 from triggerhook.domain.namespaces import (
     ALL,
@@ -29,6 +33,7 @@ from triggerhook.domain.namespaces import (
 from triggerhook.domain.task import ID_PATTERN
 from triggerhook.errors import ConfigError, Forbidden
 from triggerhook.settings import Settings
+from triggerhook.wiring import assemble, command_config
 
 BILLING = Namespace("billing", "billing-", ("billing.#", "audit.billing"))
 TOKEN = "th_billing-secret"
@@ -266,17 +271,66 @@ def test_a_file_that_cannot_be_read_is_a_configuration_error(tmp_path: Path) -> 
         read_namespaces(str(wrong))
 
 
-def test_namespaces_without_api_token_need_the_command_channel_off() -> None:
-    # The command channel takes api_token only: it would be open to everyone.
-    with pytest.raises(ConfigError, match="set api_token for it, or commands_enabled = false"):
-        Settings(namespaces_file="n.toml")
-    Settings(namespaces_file="n.toml", commands_enabled=False)
-    Settings(namespaces_file="n.toml", api_token="t")
-
-
 def test_token_new_prints_the_token_and_its_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["token", "new"]) == 0
     secret, line = capsys.readouterr().out.splitlines()
     assert line == f'sha256 = "{token_hash(secret)}"'
     entry = {"name": "n", "sha256": token_hash(secret), "scopes": ["read"]}
     assert parse_namespaces({"token": [entry]}).principal(secret) is not None
+
+
+# -- the command channel's guard -------------------------------------------------------------
+
+
+def test_the_command_guard_answers_who_a_command_acts_as(tmp_path: Path) -> None:
+    path = tmp_path / "n.toml"
+    write(path, ("billing-ro", "th_ro"))
+    settings = Settings(api_token="admin", namespaces_file=str(path), command_allowed_users="svc")
+    guard = CommandGuard(command_config(settings))
+    assert guard.authenticates
+    assert guard.check({"authorization": "Bearer admin"}, None, None) is ALL
+    assert guard.check({}, "svc", None) is ALL
+    reader = guard.check({"authorization": "Bearer th_ro"}, None, None)
+    assert (reader.name, set(reader.scopes)) == ("billing-ro", {"read"})
+    with pytest.raises(Rejected, match="wrong bearer token"):
+        guard.check({"authorization": "Bearer th_nobody"}, None, None)
+
+
+def test_a_command_out_of_scope_is_rejected_as_forbidden_and_writes_nothing() -> None:
+    store = FakeStore()
+    hook = assemble(
+        Settings(instance_id="unit", switch_interval_us=0, shutdown_timeout_s=1),
+        store,
+        FakeClock(),
+        lambda buffer, sink, retry, fail: FakePublisher(),
+    )
+    hook.start()
+    try:
+        scoped = ScopedHook(hook, principal("write"))
+        body = b'{"id": "shop-1", "delay_ms": 60000, "routing_key": "billing.x"}'
+        with pytest.raises(Rejected) as refused:
+            execute(scoped, Command("create", body), 10_000)
+        assert (refused.value.code, refused.value.message) == (
+            "forbidden",
+            "task id 'shop-1' is outside namespace 'billing' (its ids start with 'billing-')",
+        )
+        with pytest.raises(Rejected, match="has no 'write' scope"):
+            execute(
+                ScopedHook(hook, principal("read")),
+                Command("cancel", b'{"id": "billing-1"}'),
+                10_000,
+            )
+        assert store.rows == {}
+    finally:
+        hook.close()
+
+
+def test_a_commands_message_id_names_its_task_within_the_namespace() -> None:
+    billing = ScopedHook(None, principal())  # type: ignore[arg-type]  # no call reaches the library
+    assert billing.id_of_message("m-1") == "billing-m-1"
+    assert billing.id_of_message("billing-m-1") == "billing-m-1"
+    assert billing.id_of_message("m" * 60) is None  # prefixed, no longer an id
+    assert billing.id_of_message(None) is None
+    anyone = ScopedHook(None, ALL)  # type: ignore[arg-type]
+    assert anyone.id_of_message("m-1") == "m-1"
+    assert anyone.id_of_message("no spaces allowed") is None

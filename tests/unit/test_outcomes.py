@@ -58,7 +58,6 @@ NOT_AMQP = {
     Outcome.TOO_LARGE,  # HTTP's (an oversized command body is INVALID, field "body")
     Outcome.REQUEST_TIMEOUT,  # HTTP's
     Outcome.TOO_COSTLY,  # no command reads tasks in bulk
-    Outcome.FORBIDDEN,  # commands act as api_token (namespaces there: next)
 }
 
 

@@ -5,10 +5,11 @@ and a constant-time comparison), so an unauthorized command is dead-lettered
 without its body ever being decoded. It raises
 :class:`~triggerhook.api.command_messages.Rejected`:
 
-* :class:`Unauthorized` when ``api_token`` is set and the message carries
-  neither the header ``authorization: Bearer <token>`` nor a ``user_id`` listed
-  in ``command_allowed_users`` (RabbitMQ refuses a ``user_id`` other than the
-  publishing connection's user, unless that user has the ``impersonator`` tag);
+* :class:`Unauthorized` when ``api_token`` (or ``namespaces_file``) is set and
+  the message carries neither the header ``authorization: Bearer <token>`` of
+  one of them nor a ``user_id`` listed in ``command_allowed_users`` (RabbitMQ
+  refuses a ``user_id`` other than the publishing connection's user, unless
+  that user has the ``impersonator`` tag);
 * ``forbidden_reply_to`` when ``reply_to`` is neither direct reply-to nor a
   queue whose name starts with ``command_reply_prefix``: the daemon must not
   be a tool to publish into any queue of the vhost.
@@ -18,11 +19,12 @@ without its body ever being decoded. It raises
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 
+from triggerhook.api.access import Access
 from triggerhook.api.command_messages import Rejected
 from triggerhook.api.config import CommandConfig
+from triggerhook.domain.namespaces import ALL, Principal
 from triggerhook.domain.outcomes import Outcome
 
 AUTH_HEADER = "authorization"
@@ -49,12 +51,12 @@ class Unauthorized(Rejected):
 
 
 class CommandGuard:
-    """The checks of one command channel, built from its configuration."""
+    """The checks of one command channel, built from its configuration. Its
+    namespaces file is re-read on the channel's I/O thread, which checks."""
 
     def __init__(self, config: CommandConfig) -> None:
-        token = config.api_token
-        # None: no token configured, the channel is open (vhost permissions only).
-        self._expected = f"Bearer {token}".encode() if token else None
+        # Neither a token nor a file: the channel is open (vhost permissions only).
+        self._access = Access(config.api_token, config.namespaces_file, config.namespaces_reload_s)
         self._users = config.allowed_users
         self._reply_prefix = config.reply_prefix
         # A reply must never land in a queue the daemon consumes itself.
@@ -62,28 +64,30 @@ class CommandGuard:
 
     @property
     def authenticates(self) -> bool:
-        return self._expected is not None
+        return self._access.required
 
-    def check(self, headers: object, user_id: object, reply_to: object) -> None:
-        """Raise :class:`Rejected` unless the command may be applied and answered."""
-        self.authorize(headers, user_id)
+    def check(self, headers: object, user_id: object, reply_to: object) -> Principal:
+        """Who the command acts as; raise :class:`Rejected` unless it may be
+        applied and answered."""
+        principal = self.authorize(headers, user_id)
         self.check_reply_to(reply_to)
+        return principal
 
-    def authorize(self, headers: object, user_id: object) -> None:
-        expected = self._expected
-        if expected is None:
-            return
+    def authorize(self, headers: object, user_id: object) -> Principal:
+        if not self._access.required:
+            return ALL
         if isinstance(user_id, str) and user_id in self._users:
-            return
+            return ALL
         given = headers.get(AUTH_HEADER) if isinstance(headers, Mapping) else None
         if given is None:
             raise Unauthorized(_without_token(user_id))
-        # Only ASCII text can equal "Bearer <token>"; anything else is wrong,
-        # never an error (compare_digest refuses non-ASCII str).
+        # Only ASCII text can be "Bearer <token>"; anything else is wrong, never an error.
         if not (isinstance(given, str) and given.isascii()):
             raise Unauthorized("authorization header is not ASCII text")
-        if not hmac.compare_digest(given.encode("ascii"), expected):
+        principal = self._access.principal(given)
+        if principal is None:
             raise Unauthorized("wrong bearer token")
+        return principal
 
     def check_reply_to(self, reply_to: object) -> None:
         if reply_to is None or reply_to == "":

@@ -24,7 +24,8 @@ from triggerhook.api.bodies import (
     parse_reschedule,
 )
 from triggerhook.api.render import due_json, series_json
-from triggerhook.app import Copied, TaskSpec, TriggerHook
+from triggerhook.api.scoped import ScopedHook
+from triggerhook.app import Copied, TaskSpec
 from triggerhook.domain.outcomes import (
     CANCEL_OUTCOMES,
     INSERT_OUTCOMES,
@@ -32,8 +33,14 @@ from triggerhook.domain.outcomes import (
     SERIES_OUTCOMES,
     Outcome,
 )
-from triggerhook.domain.task import ID_PATTERN, RescheduleResult, SeriesResult, Task, TaskInfo
-from triggerhook.errors import AlreadyFiredError, ConflictError, TooLateError, ValidationError
+from triggerhook.domain.task import RescheduleResult, SeriesResult, Task, TaskInfo
+from triggerhook.errors import (
+    AlreadyFiredError,
+    ConflictError,
+    Forbidden,
+    TooLateError,
+    ValidationError,
+)
 
 # A series' life: pause, resume, trigger, backfill (docs/api.md, "A series' life").
 SERIES_TYPES = ("pause", "resume", "trigger", "backfill")
@@ -105,9 +112,8 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.REQUEST_TIMEOUT: None,  # HTTP's
     Outcome.UNKNOWN_TYPE: _DEAD,
     Outcome.UNAUTHORIZED: _REFUSED,
-    # Commands act with api_token's powers (namespaces on this channel: next,
-    # docs/design/shared-service.md).
-    Outcome.FORBIDDEN: None,
+    # Out of the token's namespace or scopes: refused as invalid input is.
+    Outcome.FORBIDDEN: _DEAD,
     Outcome.FORBIDDEN_REPLY_TO: _REFUSED,
     Outcome.TOO_COSTLY: None,  # no command reads tasks in bulk
     Outcome.UNAVAILABLE: _RETRIED,
@@ -206,23 +212,28 @@ def _invalid(exc: ValidationError) -> Rejected:
     return Rejected.of(Outcome.INVALID, exc.field, detail=exc.message)
 
 
-def execute(hook: TriggerHook, command: Command, body_limit: int) -> Reply:
-    """Apply one command and return its answer; returns once committed.
+def execute(hook: ScopedHook, command: Command, body_limit: int) -> Reply:
+    """Apply one command, as far as ``hook``'s token may, and return its
+    answer; returns once committed.
 
-    Raises :class:`Rejected` for a malformed command (nothing written) and lets
+    Raises :class:`Rejected` for a malformed command, or one outside the
+    token's namespace or scopes (nothing written), and lets
     :class:`~triggerhook.errors.TransientError` through (retry it).
     """
     if command.type not in COMMAND_TYPES:
         given = "no type property" if command.type is None else f"type {command.type!r}"
         raise Rejected.of(Outcome.UNKNOWN_TYPE, given=given, expected=", ".join(COMMAND_TYPES))
     document = decode(command.body, body_limit)
-    if command.type == "create":
-        return _create(hook, document, command)
-    if command.type == "cancel":
-        return _cancel(hook, document)
-    if command.type == "reschedule":
-        return _reschedule(hook, document)
-    return _series(hook, command.type, document)
+    try:
+        if command.type == "create":
+            return _create(hook, document, command)
+        if command.type == "cancel":
+            return _cancel(hook, document)
+        if command.type == "reschedule":
+            return _reschedule(hook, document)
+        return _series(hook, command.type, document)
+    except Forbidden as exc:
+        raise Rejected.of(Outcome.FORBIDDEN, detail=exc) from None
 
 
 def oversized(size: int, body_limit: int) -> Rejected:
@@ -248,12 +259,13 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _create(hook: TriggerHook, document: object, command: Command) -> Reply:
+def _create(hook: ScopedHook, document: object, command: Command) -> Reply:
     try:
         spec = parse_create(document)
-        if spec.id is None and command.message_id and ID_PATTERN.fullmatch(command.message_id):
+        named = hook.id_of_message(command.message_id) if spec.id is None else None
+        if named is not None:
             # The message id names the task, so a redelivered command is applied once.
-            spec = dataclasses.replace(spec, id=command.message_id)
+            spec = dataclasses.replace(spec, id=named)
         scheduled = hook.schedule(spec)
     except ValidationError as exc:
         raise _invalid(exc) from None
@@ -284,7 +296,7 @@ def _created(outcome: Outcome, task: Task) -> Reply:
     )
 
 
-def _redelivered_delay(hook: TriggerHook, command: Command, spec: TaskSpec) -> Task | None:
+def _redelivered_delay(hook: ScopedHook, command: Command, spec: TaskSpec) -> Task | None:
     """The stored task, if this conflict is a redelivered ``delay`` create meeting
     its own earlier application (the due time, computed from the time of
     receipt, is all that differs)."""
@@ -300,7 +312,7 @@ def _redelivered_delay(hook: TriggerHook, command: Command, spec: TaskSpec) -> T
     return None
 
 
-def _cancel(hook: TriggerHook, document: object) -> Reply:
+def _cancel(hook: ScopedHook, document: object) -> Reply:
     try:
         task_id = parse_cancel(document)
         result = hook.cancel(task_id)
@@ -312,7 +324,7 @@ def _cancel(hook: TriggerHook, document: object) -> Reply:
     return answer(outcome, id=task_id, action="cancel")
 
 
-def _reschedule(hook: TriggerHook, document: object) -> Reply:
+def _reschedule(hook: ScopedHook, document: object) -> Reply:
     try:
         when = parse_reschedule(document, extra=_ID_FIELD)
         task_id = parse_cancel(document, extra=RESCHEDULE_FIELDS)
@@ -327,7 +339,7 @@ def _reschedule(hook: TriggerHook, document: object) -> Reply:
     return answer(outcome, id=task_id, action="reschedule")
 
 
-def _series(hook: TriggerHook, type_: str, document: object) -> Reply:
+def _series(hook: ScopedHook, type_: str, document: object) -> Reply:
     """A series' pause, resume, trigger (``{"id"}``) or backfill (``{"id",
     "from_ms", "to_ms"}``): replied as the HTTP API answers it, with ``ok``."""
     try:
@@ -353,8 +365,8 @@ def _series(hook: TriggerHook, type_: str, document: object) -> Reply:
     return _success(outcome, **series_json(task_id, outcome, copies))
 
 
-_SERIES_CALLS: dict[str, Callable[[TriggerHook, str], Copied | SeriesResult]] = {
-    "pause": TriggerHook.pause,
-    "resume": TriggerHook.resume,
-    "trigger": TriggerHook.trigger,
+_SERIES_CALLS: dict[str, Callable[[ScopedHook, str], Copied | SeriesResult]] = {
+    "pause": ScopedHook.pause,
+    "resume": ScopedHook.resume,
+    "trigger": ScopedHook.trigger,
 }

@@ -76,7 +76,9 @@ from triggerhook.api.command_messages import (
     oversized,
 )
 from triggerhook.api.config import CommandConfig
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.app import TriggerHook
+from triggerhook.domain.namespaces import Principal
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.errors import (
     EngineFailure,
@@ -150,7 +152,8 @@ class CommandConsumer:
         self._rejections_log = RateLimitedLog(log, LOG_INTERVAL_S)
         if not self._guard.authenticates and config.allowed_users:
             log.warning(
-                "command_allowed_users is ignored: api_token is empty, so commands are "
+                "command_allowed_users is ignored: api_token and namespaces_file are empty, "
+                "so commands are "
                 "not authenticated (the vhost's permissions are the only guard)"
             )
         self._stopping = threading.Event()
@@ -169,7 +172,8 @@ class CommandConsumer:
             # A larger body is not even held (only its first bytes, for its dead letter).
             max_body_bytes=self._body_limit,
         )
-        self._work: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
+        # Each command with who it acts as (the guard's answer on the I/O thread).
+        self._work: queue.SimpleQueue[tuple[Delivery, Principal] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self.refused = 0  # dead-lettered by the guard: unauthorized, or a forbidden reply_to
 
@@ -235,19 +239,22 @@ class CommandConsumer:
     def _work_loop(self) -> None:
         name_os_thread(threading.current_thread().name)
         try:
-            while (delivery := self._work.get()) is not None:
-                self._broker.post(delivery, self._process(delivery))
+            while (work := self._work.get()) is not None:
+                delivery, principal = work
+                self._broker.post(delivery, self._process(delivery, principal))
         except BaseException as exc:
             log.critical("command worker failed: %r", exc, exc_info=exc)
             self._on_failure(threading.current_thread().name, exc)
 
-    def _process(self, delivery: Delivery) -> Settlement:
+    def _process(self, delivery: Delivery, principal: Principal) -> Settlement:
+        """Apply the command as ``principal`` (retried while not applied)."""
         command = Command(delivery.type, delivery.body, delivery.message_id, delivery.redelivered)
+        hook = ScopedHook(self._hook, principal)
         backoff: Backoff | None = None  # made on the first failure: seeding costs
         unexpected = 0
         while not self._stopping.is_set() and self._broker.is_current(delivery):
             try:
-                outcome = self._attempt(command, delivery)
+                outcome = self._attempt(hook, command, delivery)
                 if backoff is not None:
                     log.info(
                         "command handled after %d failed attempts",
@@ -278,9 +285,9 @@ class CommandConsumer:
             self._stopping.wait(delay_s)
         return _LEAVE
 
-    def _attempt(self, command: Command, delivery: Delivery) -> Settlement:
+    def _attempt(self, hook: ScopedHook, command: Command, delivery: Delivery) -> Settlement:
         try:
-            reply = execute(self._hook, command, self._body_limit)
+            reply = execute(hook, command, self._body_limit)
         except Rejected as exc:
             return self._rejected(delivery, exc)
         if log.isEnabledFor(logging.DEBUG):
@@ -293,7 +300,7 @@ class CommandConsumer:
         # Here, not on a worker: a header lookup and a digest comparison, so
         # a flood of unauthorized commands never reaches the body parser.
         try:
-            self._guard.check(delivery.headers, delivery.user_id, delivery.reply_to)
+            principal = self._guard.check(delivery.headers, delivery.user_id, delivery.reply_to)
         except Rejected as exc:
             self._refuse(delivery, exc)
             return
@@ -301,7 +308,7 @@ class CommandConsumer:
             # Its content header said so: the body was never held, only its start.
             self._reject(delivery, oversized(delivery.body_size, self._body_limit))
             return
-        self._work.put(delivery)
+        self._work.put((delivery, principal))
 
     def _rejected(self, delivery: Delivery, exc: Rejected) -> Settlement:
         """A malformed command's settlement: its reply, and dead-lettered."""

@@ -43,3 +43,5 @@ class CommandConfig:
     reply_prefix: str  # replies only to direct reply-to or queues with this prefix
     max_payload_bytes: int
     queue_arguments: Mapping[str, str] = field(default_factory=dict)  # the queues' (type)
+    namespaces_file: str = ""  # empty: api_token alone (docs/design/shared-service.md)
+    namespaces_reload_s: float = 5.0

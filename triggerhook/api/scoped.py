@@ -25,7 +25,14 @@ from triggerhook.app import Copied, Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.listing import BulkCancelled, Page, TaskFilter, Timeline
 from triggerhook.domain.namespaces import ADMIN, READ, WRITE, Principal
 from triggerhook.domain.spec import Due, TaskSpec
-from triggerhook.domain.task import CancelResult, SeriesResult, TaskInfo, new_task_id
+from triggerhook.domain.task import (
+    ID_PATTERN,
+    CancelResult,
+    SeriesResult,
+    Task,
+    TaskInfo,
+    new_task_id,
+)
 from triggerhook.engine.groupcommit import Done
 from triggerhook.errors import Forbidden
 from triggerhook.interfaces import Moved
@@ -59,11 +66,25 @@ class ScopedHook:
             raise (Forbidden(f"{field}: {exc}") if field else exc) from None
         return spec
 
+    def id_of_message(self, message_id: str | None) -> str | None:
+        """The task id a create without one takes from its AMQP ``message_id``
+        (so that a redelivery is applied once): the message id, in a namespace
+        with its prefix unless it starts with it; None: no valid id so made."""
+        if not message_id:
+            return None
+        prefix = self.principal.id_prefix
+        named = message_id if message_id.startswith(prefix) else prefix + message_id
+        return named if ID_PATTERN.fullmatch(named) else None
+
     def schedule_nowait(self, spec: TaskSpec, done: Done[Scheduled]) -> Ticket:
         return self._hook.schedule_nowait(self._in_scope(spec), done)
 
     def schedule(self, spec: TaskSpec, timeout_s: float = 30.0) -> Scheduled:
         return self._hook.schedule(self._in_scope(spec), timeout_s)
+
+    def resolve(self, spec: TaskSpec) -> Task:
+        """What :meth:`schedule` would store (nothing written, nothing checked)."""
+        return self._hook.resolve(spec)
 
     def schedule_many(self, specs: Sequence[TaskSpec]) -> list[Scheduled]:
         """Every task checked before any is written: one out of scope refuses all."""
@@ -87,6 +108,12 @@ class ScopedHook:
     ) -> Ticket:
         self.principal.check_id(task_id, WRITE)
         return self._hook.reschedule_nowait(task_id, done, at=at, at_ms=at_ms, delay_ms=delay_ms)
+
+    def reschedule(
+        self, task_id: str, *, at_ms: int | None = None, delay_ms: int | None = None
+    ) -> Moved:
+        self.principal.check_id(task_id, WRITE)
+        return self._hook.reschedule(task_id, at_ms=at_ms, delay_ms=delay_ms)
 
     def cancel_nowait(self, task_id: str, done: Done[CancelResult]) -> Ticket:
         self.principal.check_id(task_id, WRITE)
