@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -41,7 +40,8 @@ from aiohttp.test_utils import TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 from support.dedup import refuse_as_fired
-from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
+from support.fakes import DEFAULT_NOW_MS, FakeClock, FakeStore
+from support.served import served
 from triggerhook_client import (
     AlreadyFired,
     ApiError,
@@ -70,7 +70,7 @@ from triggerhook_client.errors import RETRIED_STATUSES, error_from
 from triggerhook_client.retry import Attempts
 
 from triggerhook.api import bodies as daemon_bodies
-from triggerhook.api.http import HTTP_RENDERING, HttpApi, HttpRendering
+from triggerhook.api.http import HTTP_RENDERING, HttpRendering
 from triggerhook.api.http import ApiError as DaemonError
 from triggerhook.api.render import due_json, series_json
 from triggerhook.api.render import task_json as _info
@@ -83,7 +83,6 @@ from triggerhook.domain.task import InsertOutcome, Task, TaskInfo, TaskState
 from triggerhook.domain.timeparse import parse_at
 from triggerhook.errors import ValidationError
 from triggerhook.settings import Settings
-from triggerhook.wiring import assemble, http_config
 
 AT_MS = 1_893_456_000_250
 
@@ -476,19 +475,8 @@ def daemon() -> Iterator[InProcess]:
         shutdown_timeout_s=1,
         default_routing_key=DEFAULT_KEY,
     )
-    clock = FakeClock(NOW_MS)
-    store = FakeStore(now_ms=clock.now_ms)
-    hook = assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
-    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="contract")
-    api = HttpApi(hook, http_config(settings), list, executor)
-    hook.start()
-    try:
-        yield InProcess(hook, api.app, clock, store)
-        assert hook.health().failure is None
-    finally:
-        clock.advance(10 * settings.shard_lease_ms)  # past anything armed: a quick stop
-        hook.close()
-        executor.shutdown(wait=True)
+    with served(settings) as made:
+        yield InProcess(made.hook, made.api.app, made.clock, made.store)
 
 
 def client_at_ms(value: float) -> int | None:

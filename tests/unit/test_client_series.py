@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
+from support.fakes import DEFAULT_NOW_MS
+from support.served import served
 from triggerhook_client import (
     ApiError,
     AsyncClient,
@@ -34,11 +34,9 @@ from triggerhook_client import (
     Unavailable,
 )
 
-from triggerhook.api.http import HttpApi
 from triggerhook.app import TriggerHook
 from triggerhook.domain.series import PARKED_MS
 from triggerhook.settings import Settings
-from triggerhook.wiring import assemble, http_config
 
 URL = "http://daemon.test"
 AT_MS = 4_000_000_000_000
@@ -402,20 +400,8 @@ class InProcess:
 
 @pytest.fixture
 def daemon() -> Iterator[InProcess]:
-    settings = Settings(instance_id="unit", switch_interval_us=0, shutdown_timeout_s=1)
-    clock = FakeClock(NOW_MS)
-    store = FakeStore(now_ms=clock.now_ms)
-    hook = assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
-    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="series")
-    api = HttpApi(hook, http_config(settings), list, executor)
-    hook.start()
-    try:
-        yield InProcess(hook, api.app)
-        assert hook.health().failure is None
-    finally:
-        clock.advance(10 * settings.shard_lease_ms)  # past anything armed: a quick stop
-        hook.close()
-        executor.shutdown(wait=True)
+    with served(Settings(instance_id="unit", switch_interval_us=0, shutdown_timeout_s=1)) as made:
+        yield InProcess(made.hook, made.api.app)
 
 
 def test_a_series_life_through_the_client(daemon: InProcess) -> None:

@@ -6,25 +6,16 @@ test_http_api.py (the engine runs; the clock stands still)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
+from support.served import Client, Served, served
 
-from triggerhook.api.http import HttpApi
-from triggerhook.app import TriggerHook
 from triggerhook.domain.namespaces import token_hash
 from triggerhook.settings import Settings
-from triggerhook.wiring import assemble, http_config
 
-NOW_MS = int(DEFAULT_NOW_MS)
 AT_MS = 1_893_456_000_250  # far beyond arm_ahead_ms: never armed meanwhile
 ADMIN = "admin-secret"
 BILLING, SHOP, READER = "th_billing", "th_shop", "th_billing_reader"
@@ -59,28 +50,9 @@ scopes = ["read", "write"]
 sha256 = "{token_hash(SHOP)}"
 """
 
-Client = TestClient[web.Request, web.Application]
-Scenario = Callable[[Client], Awaitable[None]]
-
-
-@dataclass
-class Daemon:
-    hook: TriggerHook
-    store: FakeStore
-    api: HttpApi
-
-    def serve(self, scenario: Scenario) -> None:
-        asyncio.run(_serve(self.api.app, scenario))
-
-
-async def _serve(app: web.Application, scenario: Scenario) -> None:
-    client: Client = TestClient(TestServer(app))
-    async with client:
-        await scenario(client)
-
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
+def daemon(tmp_path: Path) -> Iterator[Served]:
     path = tmp_path / "namespaces.toml"
     path.write_text(NAMESPACES)
     settings = Settings(
@@ -91,19 +63,8 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         namespaces_file=str(path),
         default_routing_key="billing.default",
     )
-    clock = FakeClock(NOW_MS)
-    store = FakeStore(now_ms=clock.now_ms)
-    hook = assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
-    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-namespaces-test")
-    api = HttpApi(hook, http_config(settings), list, executor)
-    hook.start()
-    try:
-        yield Daemon(hook, store, api)
-        assert hook.health().failure is None
-    finally:
-        clock.advance(10 * settings.shard_lease_ms)
-        hook.close()
-        executor.shutdown(wait=True)
+    with served(settings) as daemon:
+        yield daemon
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -128,7 +89,7 @@ async def create(client: Client, token: str, task_id: str, key: str) -> tuple[in
 OUTSIDE = "task id 'shop-1' is outside namespace 'billing' (its ids start with 'billing-')"
 
 
-def test_a_namespace_token_creates_only_its_ids_and_routing_keys(daemon: Daemon) -> None:
+def test_a_namespace_token_creates_only_its_ids_and_routing_keys(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         assert (await create(client, BILLING, "billing-1", "billing.charge"))[0] == 201
         assert await create(client, BILLING, "shop-1", "billing.charge") == (
@@ -154,7 +115,7 @@ def test_a_namespace_token_creates_only_its_ids_and_routing_keys(daemon: Daemon)
     assert sorted(daemon.store.rows) == ["billing-1", "shop-1"]
 
 
-def test_a_create_without_an_id_gets_one_in_its_namespace(daemon: Daemon) -> None:
+def test_a_create_without_an_id_gets_one_in_its_namespace(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         body = {"at_ms": AT_MS, "routing_key": "billing.x"}
         status, made = await answer(client.post("/v1/tasks", json=body, headers=bearer(BILLING)))
@@ -165,7 +126,7 @@ def test_a_create_without_an_id_gets_one_in_its_namespace(daemon: Daemon) -> Non
     daemon.serve(scenario)
 
 
-def test_a_batch_with_one_task_outside_writes_nothing_and_names_it(daemon: Daemon) -> None:
+def test_a_batch_with_one_task_outside_writes_nothing_and_names_it(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         tasks = [
             {"id": "billing-1", "at_ms": AT_MS, "routing_key": "billing.a"},
@@ -180,7 +141,7 @@ def test_a_batch_with_one_task_outside_writes_nothing_and_names_it(daemon: Daemo
     assert daemon.store.rows == {}
 
 
-def test_another_namespaces_task_cannot_be_read_moved_or_cancelled(daemon: Daemon) -> None:
+def test_another_namespaces_task_cannot_be_read_moved_or_cancelled(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         assert (await create(client, SHOP, "shop-1", "shop.paid"))[0] == 201
         calls = [
@@ -203,7 +164,7 @@ def test_another_namespaces_task_cannot_be_read_moved_or_cancelled(daemon: Daemo
     assert stored is not None and stored.task.due_ms == AT_MS
 
 
-def test_listing_counting_and_the_timeline_see_only_the_namespace(daemon: Daemon) -> None:
+def test_listing_counting_and_the_timeline_see_only_the_namespace(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         for task_id, token, key in (
             ("billing-1", BILLING, "billing.a"),
@@ -234,7 +195,7 @@ def test_listing_counting_and_the_timeline_see_only_the_namespace(daemon: Daemon
     daemon.serve(scenario)
 
 
-def test_bulk_cancel_needs_admin_and_cancels_only_the_namespaces_tasks(daemon: Daemon) -> None:
+def test_bulk_cancel_needs_admin_and_cancels_only_the_namespaces_tasks(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         for task_id, token, key in (
             ("billing-1", BILLING, "billing.a"),
@@ -256,7 +217,7 @@ def test_bulk_cancel_needs_admin_and_cancels_only_the_namespaces_tasks(daemon: D
     assert list(daemon.store.rows) == ["shop-1"]
 
 
-def test_a_read_only_token_cannot_write_and_an_unknown_one_is_401(daemon: Daemon) -> None:
+def test_a_read_only_token_cannot_write_and_an_unknown_one_is_401(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         assert await create(client, READER, "billing-1", "billing.a") == (
             403,
@@ -274,15 +235,12 @@ def test_a_read_only_token_cannot_write_and_an_unknown_one_is_401(daemon: Daemon
 def test_without_api_token_the_web_view_is_not_served(tmp_path: Path) -> None:
     path = tmp_path / "namespaces.toml"
     path.write_text(NAMESPACES)
-    settings = Settings(instance_id="unit", namespaces_file=str(path))
-    store = FakeStore()
-    hook = assemble(settings, store, FakeClock(), lambda b, s, r, f: FakePublisher())
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        api = HttpApi(hook, http_config(settings), list, executor)
+    settings = Settings(instance_id="unit", switch_interval_us=0, namespaces_file=str(path))
 
-        async def scenario(client: Client) -> None:
-            # No route: the pages would show every namespace to a namespace's token.
-            assert (await answer(client.get("/ui/", headers=bearer(BILLING))))[0] == 404
-            assert (await answer(client.get("/ui/")))[0] == 404
+    async def scenario(client: Client) -> None:
+        # No route: the pages would show every namespace to a namespace's token.
+        assert (await answer(client.get("/ui/", headers=bearer(BILLING))))[0] == 404
+        assert (await answer(client.get("/ui/")))[0] == 404
 
-        asyncio.run(_serve(api.app, scenario))
+    with served(settings) as daemon:
+        daemon.serve(scenario)

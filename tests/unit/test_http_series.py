@@ -12,68 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-from support.fakes import DEFAULT_NOW_MS, FakeClock, FakePublisher, FakeStore
+from support.fakes import FakeStore
+from support.served import NOW_MS, Client, Served, served
 from support.waiting import wait_until
 from triggerhook_client.answer_fields import COPIED, COPY, SERIES_DONE, required
 
-from triggerhook.api.http import HttpApi
-from triggerhook.app import TriggerHook
 from triggerhook.domain.series import MAX_BACKFILL, MAX_SERIES_ID_FOR_COPIES, PARKED_MS
 from triggerhook.domain.task import SeriesResult
 from triggerhook.errors import StoreUnavailable
 from triggerhook.settings import Settings
-from triggerhook.wiring import assemble, http_config
 
-NOW_MS = int(DEFAULT_NOW_MS)
 MINUTE_MS = 60_000
 FIRST_MS = NOW_MS + 10 * MINUTE_MS  # beyond arm_ahead_ms: never armed meanwhile
 JSON = {"Content-Type": "application/json"}
 
-Client = TestClient[web.Request, web.Application]
-Scenario = Callable[[Client], Awaitable[None]]
-
-
-@dataclass
-class Daemon:
-    hook: TriggerHook
-    store: FakeStore
-    clock: FakeClock
-    api: HttpApi
-
-    def serve(self, scenario: Scenario) -> None:
-        asyncio.run(_serve(self.api.app, scenario))
-
-
-async def _serve(app: web.Application, scenario: Scenario) -> None:
-    client: Client = TestClient(TestServer(app))
-    async with client:
-        await scenario(client)
-
 
 @pytest.fixture
-def daemon() -> Iterator[Daemon]:
-    settings = Settings(instance_id="unit", switch_interval_us=0, shutdown_timeout_s=1)
-    clock = FakeClock(NOW_MS)
-    store = FakeStore(now_ms=clock.now_ms)
-    hook = assemble(settings, store, clock, lambda buffer, sink, retry, fail: FakePublisher())
-    executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="http-series-test")
-    api = HttpApi(hook, http_config(settings), list, executor)
-    hook.start()
-    try:
-        yield Daemon(hook, store, clock, api)
-        assert hook.health().failure is None
-    finally:
-        clock.advance(10 * settings.shard_lease_ms)  # past every due time armed
-        hook.close()
-        executor.shutdown(wait=True)
+def daemon() -> Iterator[Served]:
+    with served(Settings(instance_id="unit", switch_interval_us=0, shutdown_timeout_s=1)) as made:
+        yield made
 
 
 async def answer(response: Any) -> tuple[int, Any]:
@@ -121,7 +82,7 @@ def fields_of(table: Sequence[Any], data: dict[str, Any]) -> bool:
 # -- pause and resume -------------------------------------------------------------------------
 
 
-def test_a_paused_series_shows_paused_and_resumes_at_its_next_occurrence(daemon: Daemon) -> None:
+def test_a_paused_series_shows_paused_and_resumes_at_its_next_occurrence(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "s")
         paused = await answer(client.post("/v1/tasks/s/pause"))
@@ -149,7 +110,7 @@ def test_a_paused_series_shows_paused_and_resumes_at_its_next_occurrence(daemon:
     assert due_of(daemon.store, "s") == FIRST_MS
 
 
-def test_a_series_being_published_is_paused_after_this_occurrence(daemon: Daemon) -> None:
+def test_a_series_being_published_is_paused_after_this_occurrence(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "busy", at_ms=NOW_MS + 50)  # within arm_ahead_ms: armed
         # The publisher never confirms: the occurrence stays being published.
@@ -165,7 +126,7 @@ def test_a_series_being_published_is_paused_after_this_occurrence(daemon: Daemon
     daemon.serve(scenario)
 
 
-def test_a_series_whose_end_passed_while_paused_ends_when_resumed(daemon: Daemon) -> None:
+def test_a_series_whose_end_passed_while_paused_ends_when_resumed(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         # catch_up skip: a missed occurrence does not fire late (one would: resumed).
         await create(client, "short", until_ms=FIRST_MS, catch_up="skip")
@@ -182,7 +143,7 @@ def test_a_series_whose_end_passed_while_paused_ends_when_resumed(daemon: Daemon
 
 
 @pytest.mark.parametrize("action", ["pause", "resume", "trigger"])
-def test_a_one_off_is_not_a_series_and_an_unknown_id_not_found(daemon: Daemon, action: str) -> None:
+def test_a_one_off_is_not_a_series_and_an_unknown_id_not_found(daemon: Served, action: str) -> None:
     async def scenario(client: Client) -> None:
         made = await answer(client.post("/v1/tasks", json={"id": "once", "at_ms": FIRST_MS}))
         assert made[0] == 201
@@ -208,7 +169,7 @@ def test_a_one_off_is_not_a_series_and_an_unknown_id_not_found(daemon: Daemon, a
 
 @pytest.mark.parametrize("action", ["pause", "resume", "trigger"])
 def test_no_body_or_an_empty_object_is_taken_and_any_field_refused(
-    daemon: Daemon, action: str
+    daemon: Served, action: str
 ) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "s")
@@ -230,7 +191,7 @@ def test_no_body_or_an_empty_object_is_taken_and_any_field_refused(
     daemon.serve(scenario)
 
 
-def test_a_database_down_is_503_and_changes_nothing(daemon: Daemon) -> None:
+def test_a_database_down_is_503_and_changes_nothing(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "s")
         daemon.store.fail_next("pause", StoreUnavailable("db1:3306 refused"))
@@ -248,7 +209,7 @@ def test_a_database_down_is_503_and_changes_nothing(daemon: Daemon) -> None:
 
 
 def test_a_blocked_store_call_leaves_the_event_loop_serving(
-    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+    daemon: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entered, release = threading.Event(), threading.Event()
     pause = daemon.store.pause
@@ -276,7 +237,7 @@ def test_a_blocked_store_call_leaves_the_event_loop_serving(
 # -- trigger ----------------------------------------------------------------------------------
 
 
-def test_trigger_writes_one_copy_due_now_and_leaves_the_schedule(daemon: Daemon) -> None:
+def test_trigger_writes_one_copy_due_now_and_leaves_the_schedule(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "s", tags=["t"])
         status, triggered = await answer(client.post("/v1/tasks/s/trigger"))
@@ -302,7 +263,7 @@ def test_trigger_writes_one_copy_due_now_and_leaves_the_schedule(daemon: Daemon)
     assert due_of(daemon.store, "s") == FIRST_MS  # the series itself is unchanged
 
 
-def test_trigger_refuses_a_series_whose_copies_ids_would_be_too_long(daemon: Daemon) -> None:
+def test_trigger_refuses_a_series_whose_copies_ids_would_be_too_long(daemon: Served) -> None:
     long_id = "s" * (MAX_SERIES_ID_FOR_COPIES + 1)
 
     async def scenario(client: Client) -> None:
@@ -315,7 +276,7 @@ def test_trigger_refuses_a_series_whose_copies_ids_would_be_too_long(daemon: Dae
     assert daemon.store.ids() == {long_id}
 
 
-def test_a_copys_id_holding_other_content_is_a_409_conflict(daemon: Daemon) -> None:
+def test_a_copys_id_holding_other_content_is_a_409_conflict(daemon: Served) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "s")
         taken = {"id": f"s:{NOW_MS}", "at_ms": FIRST_MS, "payload": "other"}
@@ -332,7 +293,7 @@ def test_a_copys_id_holding_other_content_is_a_409_conflict(daemon: Daemon) -> N
 # -- backfill ---------------------------------------------------------------------------------
 
 
-def test_backfill_writes_each_occurrence_once_and_a_repeat_finds_them(daemon: Daemon) -> None:
+def test_backfill_writes_each_occurrence_once_and_a_repeat_finds_them(daemon: Served) -> None:
     span = {"from_ms": NOW_MS - 5 * MINUTE_MS, "to_ms": NOW_MS}
     # The series' occurrences keep its phase: FIRST_MS less whole minutes.
     dues = [NOW_MS - n * MINUTE_MS for n in range(5, 0, -1)]
@@ -373,7 +334,7 @@ def test_backfill_writes_each_occurrence_once_and_a_repeat_finds_them(daemon: Da
     ids=str,
 )
 def test_a_bad_backfill_is_422_naming_the_field_and_writes_nothing(
-    daemon: Daemon, body: dict[str, object], field: str, message: str
+    daemon: Served, body: dict[str, object], field: str, message: str
 ) -> None:
     async def scenario(client: Client) -> None:
         await create(client, "s")
@@ -389,7 +350,7 @@ def test_a_bad_backfill_is_422_naming_the_field_and_writes_nothing(
     assert daemon.store.ids() == {"s"}
 
 
-def test_backfill_of_a_one_off_an_unknown_id_and_without_a_body(daemon: Daemon) -> None:
+def test_backfill_of_a_one_off_an_unknown_id_and_without_a_body(daemon: Served) -> None:
     span = {"from_ms": NOW_MS - MINUTE_MS, "to_ms": NOW_MS}
 
     async def scenario(client: Client) -> None:
