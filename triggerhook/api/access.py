@@ -10,9 +10,10 @@ often than every ``reload_s``, on the thread of the request that looks (a
 ``stat``; a read and parse only when it changed). A changed file that does
 not parse is logged, once per change, and the last good contents stay.
 
-Threads: the HTTP API's event loop calls :meth:`Access.principal`; the
-reload state is that thread's (a second caller at the same moment at worst
-reads the file twice).
+Threads: the HTTP API's event loop calls :meth:`Access.principal`, and the
+command channel's I/O thread an :class:`Access` of its own; the reload
+state is its caller's (a second caller at the same moment at worst reads
+the file twice).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from collections.abc import Callable
 
 from triggerhook.domain.namespaces import (
     ALL,
-    NO_NAMESPACES,
     Namespaces,
     Principal,
     parse_namespaces,
@@ -129,9 +129,6 @@ class Access:
     @property
     def reload_failures(self) -> int:
         return 0 if self._file is None else self._file.reload_failures
-
-    def namespaces(self) -> Namespaces:
-        return NO_NAMESPACES if self._file is None else self._file.current()
 
     def principal(self, authorization: str) -> Principal | None:
         """Who the header's bearer token is; None: nobody (401)."""

@@ -128,9 +128,6 @@ class Namespaces:
         return self.tokens.get(token_hash(token))
 
 
-NO_NAMESPACES = Namespaces({}, {})
-
-
 def parse_namespaces(data: Mapping[str, object]) -> Namespaces:
     """The namespaces file's contents (its TOML parsed): ``[[namespace]]`` and
     ``[[token]]`` entries. Raises :class:`ConfigError` naming the entry and
