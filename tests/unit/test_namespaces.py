@@ -334,3 +334,14 @@ def test_a_commands_message_id_names_its_task_within_the_namespace() -> None:
     anyone = ScopedHook(None, ALL)  # type: ignore[arg-type]
     assert anyone.id_of_message("m-1") == "m-1"
     assert anyone.id_of_message("no spaces allowed") is None
+
+
+def test_only_api_token_itself_is_api_token(tmp_path: Path) -> None:
+    path = tmp_path / "n.toml"
+    write(path, ("billing-ro", "th_ro"))
+    access = Access("admin", str(path))
+    assert access.carries_api_token("Bearer admin")
+    assert not access.carries_api_token("Bearer th_ro")  # a token of the file: the web view's no
+    assert not access.carries_api_token("Bearer admin ")
+    assert not access.carries_api_token("Bearer \udcff")  # not UTF-8
+    assert not Access("", str(path)).carries_api_token("Bearer ")

@@ -130,15 +130,20 @@ class Access:
     def reload_failures(self) -> int:
         return 0 if self._file is None else self._file.reload_failures
 
-    def principal(self, authorization: str) -> Principal | None:
-        """Who the header's bearer token is; None: nobody (401)."""
-        if not self.required:
-            return ALL
+    def carries_api_token(self, authorization: str) -> bool:
+        """Whether the header is ``Bearer <api_token>`` (compared in constant
+        time); never, without an api_token."""
+        if self._token is None:
+            return False
         try:
             given = authorization.encode()
-        except UnicodeEncodeError:  # not UTF-8: never a token
-            return None
-        if self._token is not None and hmac.compare_digest(given, self._token):
+        except UnicodeEncodeError:  # not UTF-8: never the token
+            return False
+        return hmac.compare_digest(given, self._token)
+
+    def principal(self, authorization: str) -> Principal | None:
+        """Who the header's bearer token is; None: nobody (401)."""
+        if not self.required or self.carries_api_token(authorization):
             return ALL
         if self._file is None or not authorization.startswith(_BEARER):
             return None

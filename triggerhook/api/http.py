@@ -205,7 +205,6 @@ class HttpApi:
         self._config = config
         self._readiness = readiness
         self._executor = executor
-        self._token = f"Bearer {config.api_token}".encode() if config.api_token else None
         self._access = Access(config.api_token, config.namespaces_file, config.namespaces_reload_s)
         self._metrics_tokens = _metrics_tokens(config)  # none: /metrics is open
         self._runner: web.AppRunner | None = None
@@ -337,7 +336,8 @@ class HttpApi:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if self._web is not None and is_ui_path(request.path):
-            bearer = self._token is not None and self._authorized(request)
+            # The web view takes api_token only (docs/design/shared-service.md).
+            bearer = self._access.carries_api_token(request.headers.get("Authorization", ""))
             refused = self._web.refuse(request, bearer)
             return refused if refused is not None else await handler(request)
         if self._access.required and request.path.startswith("/v1/"):  # /metrics: its handler
@@ -350,14 +350,6 @@ class HttpApi:
     def _scoped(self, request: web.Request) -> ScopedHook:
         """The library as this request's token may use it."""
         return ScopedHook(self._hook, request.get(_PRINCIPAL, ALL))
-
-    def _authorized(self, request: web.Request) -> bool:
-        try:
-            given = request.headers.get("Authorization", "").encode()
-        except UnicodeEncodeError:  # bytes that are not UTF-8: never the token
-            return False
-        assert self._token is not None
-        return hmac.compare_digest(given, self._token)
 
     # -- request helpers -----------------------------------------------------------
 
