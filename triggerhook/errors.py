@@ -23,6 +23,7 @@ __all__ = [
     "MetricsRejected",
     "MetricsUnavailable",
     "NotRunningError",
+    "OverQuota",
     "Overloaded",
     "SchemaError",
     "StoreError",
@@ -129,6 +130,13 @@ class StoreReadOnly(StoreUnavailable):
 
 class Overloaded(TransientError):
     """Too many calls already wait (a full group-commit queue): refused at once."""
+
+
+class OverQuota(TriggerHookError):
+    """A create over its namespace's quota: creates a second, or pending tasks
+    (docs/design/shared-service.md); nothing was written. The message names
+    the quota. Not now: the same create passes once tokens come back or
+    tasks fire."""
 
 
 class StoreError(TriggerHookError):

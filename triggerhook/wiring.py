@@ -138,15 +138,19 @@ def _attach_interfaces(
 ) -> None:
     from triggerhook.api.commands import CommandConsumer  # noqa: PLC0415
     from triggerhook.api.http import HttpApi  # noqa: PLC0415
+    from triggerhook.api.quotas import keeper_of  # noqa: PLC0415
 
     hook = service.hook
+    # One per process: a namespace's creates a second, whichever way they come.
+    quotas = keeper_of(hook, 1 / settings.api_processes)
     commands = None
     if settings.commands_enabled and params is not None:  # None: no broker (dev)
-        commands = CommandConsumer(hook, command_config(settings), params, service.fail)
+        channel = command_config(settings)
+        commands = CommandConsumer(hook, channel, params, service.fail, quotas)
     http = None
     if settings.http_enabled:
         config = replace(http_config(settings), reuse_port=reuse_port)
-        http = HttpApi(hook, config, service.readiness, service.executor, figures)
+        http = HttpApi(hook, config, service.readiness, service.executor, figures, quotas)
     service.attach(http, commands)
 
 

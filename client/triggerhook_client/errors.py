@@ -59,6 +59,13 @@ class Forbidden(ApiError):
     the rule. Nothing was written."""
 
 
+class OverQuota(ApiError):
+    """429 ``over_quota``: a create over its namespace's quota (creates a
+    second, or pending tasks); the message names it. Nothing was written. Not
+    retried by the client: sending it again at once only adds to the load;
+    ``Retry-After`` says when to (1 s)."""
+
+
 class NotFound(ApiError):
     """404: the task is unknown, or it fired and was deleted."""
 
@@ -137,6 +144,6 @@ def _error_class(status: int, code: str) -> type[ApiError]:
         return InvalidRequest
     if status == 409:
         return _CONFLICTS.get(code, Conflict)
-    return {401: Unauthorized, 403: Forbidden, 404: NotFound}.get(
+    return {401: Unauthorized, 403: Forbidden, 404: NotFound, 429: OverQuota}.get(
         status, Unavailable if status in RETRIED_STATUSES else ApiError
     )

@@ -54,6 +54,7 @@ from triggerhook_client import (
     Late,
     NotASeries,
     NotFound,
+    OverQuota,
     Scheduled,
     SeriesChange,
     TaskRequest,
@@ -118,6 +119,8 @@ ERROR_READING: dict[Outcome, tuple[type[ApiError], bool]] = {
     Outcome.TOO_COSTLY: (InvalidRequest, False),
     Outcome.UNAUTHORIZED: (Unauthorized, False),
     Outcome.FORBIDDEN: (Forbidden, False),  # the namespace's rule: the same call is refused again
+    # Not now, but the caller's doing: the client does not send it again at once.
+    Outcome.OVER_QUOTA: (OverQuota, False),
     Outcome.UNAVAILABLE: (Unavailable, True),
     Outcome.OVERLOADED: (Unavailable, True),  # answered as unavailable
     Outcome.STOPPING: (Unavailable, True),

@@ -143,6 +143,7 @@ def test_http_rendering() -> None:
         Outcome.FORBIDDEN: 403,
         Outcome.UNAVAILABLE: 503,
         Outcome.OVERLOADED: 503,
+        Outcome.OVER_QUOTA: 429,
         Outcome.STOPPING: 503,
         Outcome.INTERNAL: 500,
     }

@@ -38,6 +38,7 @@ from triggerhook.errors import (
     AlreadyFiredError,
     ConflictError,
     Forbidden,
+    OverQuota,
     TooLateError,
     ValidationError,
 )
@@ -118,6 +119,9 @@ AMQP_RENDERING: dict[Outcome, AmqpRendering | None] = {
     Outcome.TOO_COSTLY: None,  # no command reads tasks in bulk
     Outcome.UNAVAILABLE: _RETRIED,
     Outcome.OVERLOADED: _RETRIED,
+    # Answered and dead-lettered, not retried: a worker waiting on one
+    # namespace's quota would hold up every other namespace's commands.
+    Outcome.OVER_QUOTA: _DEAD,
     Outcome.STOPPING: _RETRIED,
     # After three failures in a row (triggerhook.api.commands). The error
     # itself goes to the daemon's log only: its text (a driver's message, a
@@ -234,6 +238,8 @@ def execute(hook: ScopedHook, command: Command, body_limit: int) -> Reply:
         return _series(hook, command.type, document)
     except Forbidden as exc:
         raise Rejected.of(Outcome.FORBIDDEN, detail=exc) from None
+    except OverQuota as exc:
+        raise Rejected.of(Outcome.OVER_QUOTA, detail=exc) from None
 
 
 def oversized(size: int, body_limit: int) -> Rejected:

@@ -76,6 +76,7 @@ from triggerhook.api.command_messages import (
     oversized,
 )
 from triggerhook.api.config import CommandConfig
+from triggerhook.api.quotas import QuotaKeeper, keeper_of
 from triggerhook.api.scoped import ScopedHook
 from triggerhook.app import TriggerHook
 from triggerhook.domain.namespaces import Principal
@@ -140,8 +141,11 @@ class CommandConsumer:
         config: CommandConfig,
         nodes: AmqpNodes,
         on_failure: FailureHandler,
+        quotas: QuotaKeeper | None = None,
     ) -> None:
+        """``quotas``: the process's (None: one of its own)."""
         self._hook = hook
+        self._quotas = quotas or keeper_of(hook)
         self._on_failure = on_failure
         self.queue = config.queue
         self.dead_queue = f"{config.queue}.dead"
@@ -216,6 +220,7 @@ class CommandConsumer:
         self._stopping.set()
         self._broker.finish(timeout_s)
         self.join(timeout_s + _CLOSE_GRACE_S)
+        self._quotas.close()
 
     def join(self, timeout_s: float | None = None) -> bool:
         deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
@@ -249,7 +254,7 @@ class CommandConsumer:
     def _process(self, delivery: Delivery, principal: Principal) -> Settlement:
         """Apply the command as ``principal`` (retried while not applied)."""
         command = Command(delivery.type, delivery.body, delivery.message_id, delivery.redelivered)
-        hook = ScopedHook(self._hook, principal)
+        hook = ScopedHook(self._hook, principal, self._quotas)
         backoff: Backoff | None = None  # made on the first failure: seeding costs
         unexpected = 0
         while not self._stopping.is_set() and self._broker.is_current(delivery):

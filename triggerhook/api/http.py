@@ -59,6 +59,7 @@ from triggerhook.api.limits import (
     read_body,
 )
 from triggerhook.api.listing import ListingApi, only_method
+from triggerhook.api.quotas import QuotaKeeper, keeper_of
 from triggerhook.api.render import due_json, task_json
 from triggerhook.api.scoped import ScopedHook
 from triggerhook.api.web import WebView, is_ui_path
@@ -196,11 +197,14 @@ class HttpApi:
         readiness: Readiness,
         executor: ThreadPoolExecutor,
         figures: Callable[[], Figures] | None = None,
+        quotas: QuotaKeeper | None = None,
     ) -> None:
         """``figures``: what ``/v1/status`` and ``/metrics`` show when the engine
         runs in another process (they then include every API process's request
-        figures); None: this process's own."""
+        figures); None: this process's own. ``quotas``: the process's (None:
+        one of its own)."""
         self._hook = hook
+        self.quotas = quotas or keeper_of(hook)
         self._remote_figures = figures
         self._config = config
         self._readiness = readiness
@@ -294,6 +298,7 @@ class HttpApi:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.quotas.close()
 
     # -- middlewares -------------------------------------------------------------
 
@@ -349,7 +354,7 @@ class HttpApi:
 
     def _scoped(self, request: web.Request) -> ScopedHook:
         """The library as this request's token may use it."""
-        return ScopedHook(self._hook, request.get(_PRINCIPAL, ALL))
+        return ScopedHook(self._hook, request.get(_PRINCIPAL, ALL), self.quotas)
 
     # -- request helpers -----------------------------------------------------------
 

@@ -73,6 +73,8 @@ HTTP_RENDERING: dict[Outcome, HttpRendering | None] = {
     Outcome.UNAVAILABLE: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
     # Told apart from a dependency being down only in the daemon's log.
     Outcome.OVERLOADED: HttpRendering(503, Outcome.UNAVAILABLE, _RETRY_AFTER),
+    # The caller's own doing, not the daemon's state: 429, as rate limits answer.
+    Outcome.OVER_QUOTA: HttpRendering(429, Outcome.OVER_QUOTA, _RETRY_AFTER),
     Outcome.STOPPING: HttpRendering(503, Outcome.STOPPING),
     Outcome.INTERNAL: HttpRendering(500, Outcome.INTERNAL),
 }

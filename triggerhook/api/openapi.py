@@ -62,6 +62,7 @@ from triggerhook.api.openapi_parts import (
     BODY_ERRORS,
     COMMON,
     ID_SCHEMA,
+    OVER_QUOTA,
     SECURITY,
     Schema,
     error,
@@ -135,6 +136,7 @@ def _create_operation() -> Schema:
             ),
             **BODY_ERRORS,
             **COMMON,
+            **OVER_QUOTA,
         },
     }
 
@@ -169,6 +171,7 @@ def _batch_operation(max_batch_tasks: int) -> Schema:
             ),
             **BODY_ERRORS,
             **COMMON,
+            **OVER_QUOTA,
         },
     }
 

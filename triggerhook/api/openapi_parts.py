@@ -121,6 +121,13 @@ COMMON = {
     ),
     "503": error("Database unavailable or daemon stopping; retry."),
 }
+# A create's: over its namespace's quota (namespaces_file).
+OVER_QUOTA = {
+    "429": error(
+        "Over the namespace's create_rate or max_pending (namespaces_file): nothing "
+        "written; error.message names the quota. Retry after Retry-After seconds."
+    )
+}
 
 
 def only(*methods: str) -> Schema:

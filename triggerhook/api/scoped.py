@@ -14,6 +14,11 @@ names none) must be one the namespace publishes to, so the task is resolved
 (validated) before the check, and again by the library as it is written.
 Listing, counting, the timeline and bulk cancel see the namespace's ids
 only: their filter's id prefix is narrowed to it.
+
+A namespace's creates are held to its quotas (:mod:`triggerhook.domain.quotas`):
+each task's payload as it is checked, then the creates a second and the
+pending tasks, all of a batch at once, through the process's
+:class:`~triggerhook.api.quotas.QuotaKeeper`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from triggerhook.api.quotas import QuotaKeeper
 from triggerhook.app import Copied, Figures, Scheduled, Ticket, TriggerHook
 from triggerhook.domain.listing import BulkCancelled, Page, TaskFilter, Timeline
 from triggerhook.domain.namespaces import ADMIN, READ, WRITE, Principal
@@ -40,21 +46,27 @@ from triggerhook.runtime.interrupt import Interrupt
 
 
 class ScopedHook:
-    """``hook`` for ``principal``; made per request (it holds nothing else)."""
+    """``hook`` for ``principal``; made per request. ``quotas``: the
+    process's (None: no quota is kept)."""
 
-    __slots__ = ("_hook", "principal")
+    __slots__ = ("_hook", "_quotas", "principal")
 
-    def __init__(self, hook: TriggerHook, principal: Principal) -> None:
+    def __init__(
+        self, hook: TriggerHook, principal: Principal, quotas: QuotaKeeper | None = None
+    ) -> None:
         self._hook = hook
         self.principal = principal
+        self._quotas = quotas
 
     # -- creates -----------------------------------------------------------------
 
     def _in_scope(self, spec: TaskSpec, field: str = "") -> TaskSpec:
         """``spec`` checked for this caller (an id made in its namespace if it
-        names none); Forbidden names the rule (and ``field``, in a batch)."""
+        names none); Forbidden names the rule (and ``field``, in a batch), a
+        payload over the namespace's quota is invalid."""
         who = self.principal
-        if who.namespace is None:
+        space = who.namespace
+        if space is None:
             who.need(WRITE)
             return spec
         if spec.id is None:
@@ -64,7 +76,16 @@ class ScopedHook:
             who.check_create(task.id, task.routing_key)
         except Forbidden as exc:
             raise (Forbidden(f"{field}: {exc}") if field else exc) from None
+        where = f"{field}.payload" if field else "payload"
+        space.quota.check_payload(space.name, len(task.payload), where)
         return spec
+
+    def _admit(self, creates: int) -> None:
+        """The namespace's creates a second and pending tasks: OverQuota, or
+        ValidationError for a batch no wait lets through."""
+        space = self.principal.namespace
+        if space is not None and self._quotas is not None:
+            self._quotas.admit(space, creates)
 
     def id_of_message(self, message_id: str | None) -> str | None:
         """The task id a create without one takes from its AMQP ``message_id``
@@ -77,10 +98,14 @@ class ScopedHook:
         return named if ID_PATTERN.fullmatch(named) else None
 
     def schedule_nowait(self, spec: TaskSpec, done: Done[Scheduled]) -> Ticket:
-        return self._hook.schedule_nowait(self._in_scope(spec), done)
+        checked = self._in_scope(spec)
+        self._admit(1)
+        return self._hook.schedule_nowait(checked, done)
 
     def schedule(self, spec: TaskSpec, timeout_s: float = 30.0) -> Scheduled:
-        return self._hook.schedule(self._in_scope(spec), timeout_s)
+        checked = self._in_scope(spec)
+        self._admit(1)
+        return self._hook.schedule(checked, timeout_s)
 
     def resolve(self, spec: TaskSpec) -> Task:
         """What :meth:`schedule` would store (nothing written, nothing checked)."""
@@ -89,6 +114,7 @@ class ScopedHook:
     def schedule_many(self, specs: Sequence[TaskSpec]) -> list[Scheduled]:
         """Every task checked before any is written: one out of scope refuses all."""
         checked = [self._in_scope(spec, f"tasks[{i}]") for i, spec in enumerate(specs)]
+        self._admit(len(checked))
         return self._hook.schedule_many(checked)
 
     # -- by id -------------------------------------------------------------------

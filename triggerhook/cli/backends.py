@@ -29,6 +29,7 @@ from triggerhook_client import (
     Late,
     NotASeries,
     NotFound,
+    OverQuota,
     TaskSummary,
     TooLate,
     Unauthorized,
@@ -350,6 +351,7 @@ _CLIENT_OUTCOMES: tuple[tuple[type[ApiError], Outcome], ...] = (
     (Conflict, Outcome.CONFLICT),
     (Unauthorized, Outcome.UNAUTHORIZED),
     (Forbidden, Outcome.FORBIDDEN),
+    (OverQuota, Outcome.OVER_QUOTA),
     (Unavailable, Outcome.UNAVAILABLE),
 )
 

@@ -70,6 +70,7 @@ CLI_RENDERING: dict[Outcome, CliRendering] = {
     Outcome.TOO_COSTLY: CliRendering(EXIT_USAGE),
     Outcome.UNAVAILABLE: CliRendering(EXIT_FAILURE),
     Outcome.OVERLOADED: CliRendering(EXIT_FAILURE),
+    Outcome.OVER_QUOTA: CliRendering(EXIT_FAILURE),  # not now: the error line names the quota
     Outcome.STOPPING: CliRendering(EXIT_FAILURE),
     Outcome.INTERNAL: CliRendering(EXIT_FAILURE),
 }

@@ -3,7 +3,8 @@ section 1): pure, no I/O.
 
 A namespace owns the task ids that start with its ``id_prefix`` and may
 publish to the routing keys its ``routing_keys`` patterns match (AMQP topic
-patterns, as ``rate_limits`` has them). A token is known by its SHA-256; it
+patterns, as ``rate_limits`` has them); its quotas bound what its tokens
+create (:mod:`triggerhook.domain.quotas`). A token is known by its SHA-256; it
 acts in one namespace, or in every one, with the scopes it names:
 
 * ``read``: get a task or series, list, count, the timeline, the status;
@@ -25,6 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from triggerhook.domain.quotas import NO_QUOTA, QUOTA_KEYS, Quota, parse_quota
 from triggerhook.domain.ratelimits import MAX_PATTERNS, pattern_error, topic_matches
 from triggerhook.domain.task import ID_PATTERN
 from triggerhook.errors import ConfigError, Forbidden
@@ -55,6 +57,7 @@ class Namespace:
     name: str
     id_prefix: str
     routing_keys: tuple[str, ...]
+    quota: Quota = NO_QUOTA
 
     def owns(self, task_id: str) -> bool:
         return task_id.startswith(self.id_prefix)
@@ -162,7 +165,7 @@ def _spaces(entries: list[Mapping[str, object]]) -> dict[str, Namespace]:
     spaces: dict[str, Namespace] = {}
     for index, entry in enumerate(entries):
         where = f"namespace[{index}]"
-        _known(entry, where, ("name", "id_prefix", "routing_keys"))
+        _known(entry, where, ("name", "id_prefix", "routing_keys", *QUOTA_KEYS))
         name = _string(entry, where, "name")
         if not _NAME.fullmatch(name):
             raise ConfigError(f"{where}.name: {name!r} is not [a-z0-9][a-z0-9_-]{{0,62}}")
@@ -174,7 +177,7 @@ def _spaces(entries: list[Mapping[str, object]]) -> dict[str, Namespace]:
                 f"{where}.id_prefix: {prefix!r} is not 1-{MAX_PREFIX_CHARS} characters"
                 " from [A-Za-z0-9._:-]"
             )
-        spaces[name] = Namespace(name, prefix, _patterns(entry, where))
+        spaces[name] = Namespace(name, prefix, _patterns(entry, where), parse_quota(entry, where))
     _disjoint(list(spaces.values()))
     return spaces
 

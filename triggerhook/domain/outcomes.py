@@ -29,6 +29,7 @@ from triggerhook.errors import (
     Interrupted,
     NotRunningError,
     Overloaded,
+    OverQuota,
     StoreUnavailable,
     TooCostly,
     TooLateError,
@@ -74,6 +75,7 @@ class Outcome(enum.Enum):
     # not now: retry (nothing, or the same thing, was written)
     UNAVAILABLE = "unavailable"  # a dependency (database, broker) is down
     OVERLOADED = "overloaded"  # too many calls already wait
+    OVER_QUOTA = "over_quota"  # a create over its namespace's quota (the quota named)
     STOPPING = "stopping"  # the daemon is stopping
     # a bug or an unexpected failure
     INTERNAL = "internal"
@@ -147,6 +149,7 @@ MESSAGES: dict[Outcome, str] = {
     Outcome.TOO_COSTLY: "{detail}",  # what was over which bound
     Outcome.UNAVAILABLE: "{what} unavailable; retry",
     Outcome.OVERLOADED: "temporarily unavailable; retry",
+    Outcome.OVER_QUOTA: "{detail}",  # which quota, and how full
     Outcome.STOPPING: "the daemon is stopping; retry on another",
     Outcome.INTERNAL: "internal error; see the daemon's log",
 }
@@ -185,26 +188,28 @@ INSERT_OUTCOMES: dict[InsertOutcome, Outcome] = {
 }
 
 
+# Library errors -> outcomes, the first class that matches (subclasses before
+# their bases: TransientError, the base of the not-now ones, last).
+_ERROR_OUTCOMES: tuple[tuple[type[BaseException], Outcome], ...] = (
+    (ValidationError, Outcome.INVALID),
+    (TooLateError, Outcome.TOO_LATE),
+    (AlreadyFiredError, Outcome.ALREADY_FIRED),
+    (ConflictError, Outcome.CONFLICT),
+    (NotRunningError, Outcome.STOPPING),
+    (Interrupted, Outcome.STOPPING),  # by the daemon's stop
+    (TooCostly, Outcome.TOO_COSTLY),
+    (Forbidden, Outcome.FORBIDDEN),
+    (Overloaded, Outcome.OVERLOADED),
+    (OverQuota, Outcome.OVER_QUOTA),
+    (TransientError, Outcome.UNAVAILABLE),
+)
+
+
 def error_outcome(exc: BaseException) -> Outcome:
     """The outcome a library error means (anything unexpected is INTERNAL)."""
-    if isinstance(exc, ValidationError):
-        return Outcome.INVALID
-    if isinstance(exc, TooLateError):
-        return Outcome.TOO_LATE
-    if isinstance(exc, AlreadyFiredError):
-        return Outcome.ALREADY_FIRED
-    if isinstance(exc, ConflictError):
-        return Outcome.CONFLICT
-    if isinstance(exc, NotRunningError | Interrupted):  # Interrupted: by the daemon's stop
-        return Outcome.STOPPING
-    if isinstance(exc, TooCostly):
-        return Outcome.TOO_COSTLY
-    if isinstance(exc, Forbidden):
-        return Outcome.FORBIDDEN
-    if isinstance(exc, Overloaded):
-        return Outcome.OVERLOADED
-    if isinstance(exc, TransientError):
-        return Outcome.UNAVAILABLE
+    for kind, outcome in _ERROR_OUTCOMES:
+        if isinstance(exc, kind):
+            return outcome
     return Outcome.INTERNAL
 
 
