@@ -142,7 +142,7 @@ def _attach_interfaces(
 
     hook = service.hook
     # One per process: a namespace's creates a second, whichever way they come.
-    quotas = keeper_of(hook, 1 / settings.api_processes)
+    quotas = keeper_of(hook, 1 / max(1, settings.api_processes))  # 0: all in one
     commands = None
     if settings.commands_enabled and params is not None:  # None: no broker (dev)
         channel = command_config(settings)

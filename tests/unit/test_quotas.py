@@ -37,7 +37,7 @@ from triggerhook.domain.quotas import RECOUNT_MS, Quota, Quotas, parse_quota
 from triggerhook.domain.ratelimits import RateLimit
 from triggerhook.errors import ConfigError, OverQuota, ValidationError
 from triggerhook.settings import Settings
-from triggerhook.wiring import assemble
+from triggerhook.wiring import DevOptions, assemble, build_dev
 
 AT_MS = 1_893_456_000_250  # far beyond arm_ahead_ms: never armed meanwhile
 
@@ -449,3 +449,19 @@ def test_a_command_over_the_quota_is_answered_over_quota_and_dead_lettered() -> 
     finally:
         hook.close()
         keeper.close()
+
+
+def test_the_wiring_builds_one_keeper_in_one_process() -> None:
+    """api_processes = 0 (everything in one process) is a share of 1, not a
+    division by zero."""
+    service = build_dev(
+        Settings(api_processes=0, http_port=18099), DevOptions(":memory:", stdout=False)
+    )
+    try:
+        assert service.http is not None
+        billing = Namespace(
+            "billing", "billing-", ("billing.#",), Quota(create_rate=RateLimit("#", 1 / 3600, 2))
+        )
+        service.http.quotas.admit(billing, 2)  # the whole burst: a share of 1
+    finally:
+        service.hook.close()
