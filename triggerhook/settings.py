@@ -362,6 +362,13 @@ class Settings:
         "The web view offers buttons to cancel a task and every task its filter matches "
         "(forms with a CSRF token); false = read-only, such requests get 403.",
     )
+    web_session_token: str = _setting(
+        "",
+        "Secret that signs the web view's login sessions (never sent anywhere). Empty = "
+        "api_token when set, else a random one made at start for the daemon's API "
+        "processes (logins then end at a restart). Set it to keep logins over restarts, "
+        "or across daemons behind one address.",
+    )
     commands_enabled: bool = _setting(True, "Consume the AMQP command queue (`triggerhook run`).")
     command_queue: str = _setting(
         "triggerhook.commands",

@@ -13,6 +13,7 @@ the same for ``triggerhook dev``, over SQLite and the local publisher.
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import sys
 from collections.abc import Callable, Mapping
@@ -71,8 +72,10 @@ def build_daemon(settings: Settings) -> Service:
     params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumer
     hook = _build(settings, params)
     if settings.api_processes and (settings.http_enabled or settings.commands_enabled):
-        # The API processes speak for this instance: its name, not one of their own.
-        theirs = replace(settings, instance_id=hook.instance_id)
+        # The API processes speak for this instance: its name, not one of their
+        # own; and sign the web view's logins with one secret (they share the port).
+        session = settings.web_session_token or secrets.token_urlsafe(32)
+        theirs = replace(settings, instance_id=hook.instance_id, web_session_token=session)
         wake = hook.engine.armer.wake
         processes = ApiProcesses(theirs, settings.api_processes, wake, SummedRequestStats())
         hook.engine.count_also(processes.engine_totals)
@@ -169,6 +172,7 @@ def http_config(settings: Settings) -> HttpConfig:
         max_payload_bytes=settings.max_payload_bytes,
         web_view=settings.web_view,
         web_allow_cancel=settings.web_allow_cancel,
+        web_session_token=settings.web_session_token,
         metrics_scrape_token=settings.metrics_scrape_token,
         allowed_hosts=tuple(settings.allowed_hosts()),
         listing_concurrency=settings.listing_concurrency,

@@ -169,7 +169,7 @@ def test_the_pages_need_the_token_and_a_wrong_one_is_refused(browser: Browser, a
         with tab.page.expect_response(lambda r: r.request.method == "POST") as answer:
             tab.login("not-the-token")
         assert answer.value.status == 401
-        expect(tab.page.locator("#error")).to_have_text("That is not the API token.")
+        expect(tab.page.locator("#error")).to_have_text("That is not a token this daemon takes.")
         assert tab.context.cookies() == []
         tab.login()
         tab.page.wait_for_url(api.url + "/ui")

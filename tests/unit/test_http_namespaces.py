@@ -11,44 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.namespaces import (
+    ADMIN,
+    AT_MS,
+    BILLING,
+    NAMESPACES,
+    OUTSIDE,
+    READER,
+    SHOP,
+    answer,
+    bearer,
+    create,
+    forbidden,
+)
 from support.served import Client, Served, served
 
-from triggerhook.domain.namespaces import token_hash
 from triggerhook.settings import Settings
-
-AT_MS = 1_893_456_000_250  # far beyond arm_ahead_ms: never armed meanwhile
-ADMIN = "admin-secret"
-BILLING, SHOP, READER = "th_billing", "th_shop", "th_billing_reader"
-
-NAMESPACES = f"""
-[[namespace]]
-name = "billing"
-id_prefix = "billing-"
-routing_keys = ["billing.#"]
-
-[[namespace]]
-name = "shop"
-id_prefix = "shop-"
-routing_keys = ["shop.*"]
-
-[[token]]
-name = "billing-api"
-namespace = "billing"
-scopes = ["read", "write", "admin"]
-sha256 = "{token_hash(BILLING)}"
-
-[[token]]
-name = "billing-ro"
-namespace = "billing"
-scopes = ["read"]
-sha256 = "{token_hash(READER)}"
-
-[[token]]
-name = "shop-api"
-namespace = "shop"
-scopes = ["read", "write"]
-sha256 = "{token_hash(SHOP)}"
-"""
 
 
 @pytest.fixture
@@ -65,28 +43,6 @@ def daemon(tmp_path: Path) -> Iterator[Served]:
     )
     with served(settings) as daemon:
         yield daemon
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def answer(response: Any) -> tuple[int, Any]:
-    async with response as r:
-        body = await r.json() if r.content_type == "application/json" else None
-        return r.status, body
-
-
-def forbidden(message: str) -> dict[str, Any]:
-    return {"error": {"code": "forbidden", "message": message}}
-
-
-async def create(client: Client, token: str, task_id: str, key: str) -> tuple[int, Any]:
-    body = {"id": task_id, "at_ms": AT_MS, "routing_key": key}
-    return await answer(client.post("/v1/tasks", json=body, headers=bearer(token)))
-
-
-OUTSIDE = "task id 'shop-1' is outside namespace 'billing' (its ids start with 'billing-')"
 
 
 def test_a_namespace_token_creates_only_its_ids_and_routing_keys(daemon: Served) -> None:
@@ -230,17 +186,3 @@ def test_a_read_only_token_cannot_write_and_an_unknown_one_is_401(daemon: Served
 
     daemon.serve(scenario)
     assert daemon.store.rows == {}
-
-
-def test_without_api_token_the_web_view_is_not_served(tmp_path: Path) -> None:
-    path = tmp_path / "namespaces.toml"
-    path.write_text(NAMESPACES)
-    settings = Settings(instance_id="unit", switch_interval_us=0, namespaces_file=str(path))
-
-    async def scenario(client: Client) -> None:
-        # No route: the pages would show every namespace to a namespace's token.
-        assert (await answer(client.get("/ui/", headers=bearer(BILLING))))[0] == 404
-        assert (await answer(client.get("/ui/")))[0] == 404
-
-    with served(settings) as daemon:
-        daemon.serve(scenario)

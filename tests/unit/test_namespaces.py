@@ -143,7 +143,10 @@ def test_a_new_token_is_random_and_its_line_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"namespaces": []}, "namespaces file: unknown table 'namespaces' (namespace, token)"),
+        (
+            {"namespaces": []},
+            "namespaces file: unknown table 'namespaces' (namespace, token, amqp_user)",
+        ),
         ({"namespace": {}}, "namespace must be an array of tables"),
         ({"namespace": [space("Billing", "b-")]}, "namespace[0].name: 'Billing' is not"),
         (
@@ -176,6 +179,22 @@ def test_a_new_token_is_random_and_its_line_is_accepted() -> None:
             "token[1].sha256: the same as 'a''s",
         ),
         ({"token": [token("a b", "s", None, "read")]}, "token[0].name: 'a b' is not"),
+        (
+            {"token": [token("a", "s", None, "read"), token("a", "t", None, "read")]},
+            "token[1].name: 'a' is taken",
+        ),
+        ({"token": [token("api_token", "s", None, "read")]}, "token[0].name: 'api_token' is"),
+        ({"amqp_user": [{"user_id": "", "scopes": ["read"]}]}, "amqp_user[0].user_id: 1 to 255"),
+        (
+            {"amqp_user": [{"user_id": "svc", "scopes": ["read"]}] * 2},
+            "amqp_user[1].user_id: 'svc' is named twice",
+        ),
+        (
+            {"amqp_user": [{"user_id": "svc", "namespace": "x", "scopes": ["read"]}]},
+            "amqp_user[0].namespace: no namespace named 'x'",
+        ),
+        ({"amqp_user": [{"user_id": "svc"}]}, "amqp_user[0].scopes: a non-empty list"),
+        ({"amqp_user": [{"user_id": "svc", "sha256": "x"}]}, "amqp_user[0].sha256: unknown"),
     ],
 )
 def test_a_wrong_file_is_refused_naming_the_entry_and_field(
@@ -294,6 +313,30 @@ def test_the_command_guard_answers_who_a_command_acts_as(tmp_path: Path) -> None
     assert (reader.name, set(reader.scopes)) == ("billing-ro", {"read"})
     with pytest.raises(Rejected, match="wrong bearer token"):
         guard.check({"authorization": "Bearer th_nobody"}, None, None)
+
+
+def test_an_amqp_user_of_the_file_acts_in_its_namespace(tmp_path: Path) -> None:
+    path = tmp_path / "n.toml"
+    write(path)
+    with path.open("a") as file:
+        file.write(
+            '[[amqp_user]]\nuser_id = "billing-svc"\nnamespace = "billing"\nscopes = ["write"]\n'
+            '[[amqp_user]]\nuser_id = "svc"\nscopes = ["read"]\n'
+        )
+    settings = Settings(namespaces_file=str(path), command_allowed_users="svc,ops")
+    guard = CommandGuard(command_config(settings))
+    billing = guard.check({}, "billing-svc", None)
+    assert billing.namespace is not None
+    assert (billing.name, billing.namespace.name, set(billing.scopes)) == (
+        "billing-svc",
+        "billing",
+        {"write"},
+    )
+    # The file's entry before command_allowed_users: it says the user's powers.
+    assert set(guard.check({}, "svc", None).scopes) == {"read"}
+    assert guard.check({}, "ops", None) is ALL
+    with pytest.raises(Rejected, match="user_id 'nobody' is not allowed"):
+        guard.check({}, "nobody", None)
 
 
 def test_a_command_out_of_scope_is_rejected_as_forbidden_and_writes_nothing() -> None:

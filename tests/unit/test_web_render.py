@@ -363,36 +363,33 @@ def test_the_timeline_ignores_the_listings_due_range_and_state() -> None:
 # -- login and CSRF -----------------------------------------------------------------------------
 
 
-def test_a_session_cookie_is_the_tokens_own_and_expires() -> None:
-    auth = WebAuth("s3cret")
-    session = auth.new_session(now_s=1000)
+def test_a_session_cookie_names_its_token_under_the_secret_and_expires() -> None:
+    auth = WebAuth("s3cret", required=True)
+    session = auth.new_session("billing-api", now_s=1000)
     assert "s3cret" not in session
-    assert auth.session_valid(session, now_s=1000 + SESSION_S - 1)
-    assert not auth.session_valid(session, now_s=1000 + SESSION_S)
-    assert WebAuth("s3cret").session_valid(session, 1000)  # another API process, a restart
-    assert not WebAuth("other").session_valid(session, 1000)  # the token changed
-    expires, mac = session.split(".")
-    assert not auth.session_valid(f"{int(expires) + 9999}.{mac}", 1000)  # extended by hand
-    assert not auth.session_valid("garbage", 1000)
-    assert not auth.session_valid(None, 1000)
+    assert auth.session_of(session, now_s=1000 + SESSION_S - 1) == "billing-api"
+    assert auth.session_of(session, now_s=1000 + SESSION_S) is None
+    # Another API process, a restart: the same secret; another secret: none.
+    assert WebAuth("s3cret", required=True).session_of(session, 1000) == "billing-api"
+    assert WebAuth("other", required=True).session_of(session, 1000) is None
+    expires, who, mac = session.split(".", 2)
+    assert auth.session_of(f"{int(expires) + 9999}.{who}.{mac}", 1000) is None  # extended
+    assert auth.session_of(f"{expires}.api_token.{mac}", 1000) is None  # another token's name
+    assert auth.session_of("garbage", 1000) is None
+    assert auth.session_of(None, 1000) is None
+    # A name with dots and colons, as token names may have.
+    dotted = auth.new_session("shop.api:2026-12", 1000)
+    assert auth.session_of(dotted, 1000) == "shop.api:2026-12"
 
 
-def test_without_a_token_there_is_no_login() -> None:
-    auth = WebAuth("")
+def test_without_a_login_there_is_no_session() -> None:
+    auth = WebAuth("", required=False)
     assert not auth.required
-    assert not auth.token_matches("")
-    assert not auth.session_valid(auth.new_session(0), 0)
-
-
-def test_the_login_form_needs_the_exact_token() -> None:
-    auth = WebAuth("s3cret")
-    assert auth.required and auth.token_matches("s3cret")
-    assert not auth.token_matches("s3cre") and not auth.token_matches("s3cret ")
-    assert not auth.token_matches("s3cr\udce9t")  # not UTF-8: never the token
+    assert auth.session_of(auth.new_session("api_token", 0), 0) is None
 
 
 def test_a_form_token_is_genuine_only_with_its_browsers_nonce() -> None:
-    auth = WebAuth("s3cret")
+    auth = WebAuth("s3cret", required=True)
     nonce = auth.new_nonce()
     token = auth.form_token(nonce)
     assert auth.form_genuine({CSRF_COOKIE: nonce}, {"csrf": token})
@@ -401,13 +398,13 @@ def test_a_form_token_is_genuine_only_with_its_browsers_nonce() -> None:
     assert not auth.form_genuine({CSRF_COOKIE: nonce}, {})
     planted = "0" * 32  # a nonce another page set: its token cannot be made without the key
     assert not auth.form_genuine(
-        {CSRF_COOKIE: planted}, {"csrf": WebAuth("guess").form_token(planted)}
+        {CSRF_COOKIE: planted}, {"csrf": WebAuth("guess", required=True).form_token(planted)}
     )
     assert not auth.form_genuine({CSRF_COOKIE: "not hex"}, {"csrf": token})
 
 
 def test_without_a_token_the_csrf_key_is_this_processs_own() -> None:
     nonce = "1" * 32
-    first, second = WebAuth(""), WebAuth("")
+    first, second = WebAuth("", required=False), WebAuth("", required=False)
     assert first.form_genuine({CSRF_COOKIE: nonce}, {"csrf": first.form_token(nonce)})
     assert not second.form_genuine({CSRF_COOKIE: nonce}, {"csrf": first.form_token(nonce)})

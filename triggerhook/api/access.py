@@ -141,6 +141,18 @@ class Access:
             return False
         return hmac.compare_digest(given, self._token)
 
+    def named(self, name: str) -> Principal | None:
+        """The token of this name (a web view session's): ``api_token``
+        (when set), or the namespaces file's as of now; None: no such token."""
+        if name == ALL.name:
+            return ALL if self._token is not None else None
+        return None if self._file is None else self._file.current().named.get(name)
+
+    def user(self, user_id: str) -> Principal | None:
+        """Who an AMQP ``user_id`` is in the namespaces file's ``[[amqp_user]]``
+        entries; None: none of them."""
+        return None if self._file is None else self._file.current().users.get(user_id)
+
     def principal(self, authorization: str) -> Principal | None:
         """Who the header's bearer token is; None: nobody (401)."""
         if not self.required or self.carries_api_token(authorization):

@@ -7,9 +7,11 @@ without its body ever being decoded. It raises
 
 * :class:`Unauthorized` when ``api_token`` (or ``namespaces_file``) is set and
   the message carries neither the header ``authorization: Bearer <token>`` of
-  one of them nor a ``user_id`` listed in ``command_allowed_users`` (RabbitMQ
-  refuses a ``user_id`` other than the publishing connection's user, unless
-  that user has the ``impersonator`` tag);
+  one of them nor a ``user_id`` of the file's ``[[amqp_user]]`` entries (it
+  then acts in that entry's namespace, with its scopes) or of
+  ``command_allowed_users`` (every namespace). RabbitMQ refuses a
+  ``user_id`` other than the publishing connection's user, unless that user
+  has the ``impersonator`` tag;
 * ``forbidden_reply_to`` when ``reply_to`` is neither direct reply-to nor a
   queue whose name starts with ``command_reply_prefix``: the daemon must not
   be a tool to publish into any queue of the vhost.
@@ -76,8 +78,13 @@ class CommandGuard:
     def authorize(self, headers: object, user_id: object) -> Principal:
         if not self._access.required:
             return ALL
-        if isinstance(user_id, str) and user_id in self._users:
-            return ALL
+        if isinstance(user_id, str):
+            # The file's entry first: it names the user's namespace and scopes.
+            named = self._access.user(user_id)
+            if named is not None:
+                return named
+            if user_id in self._users:
+                return ALL
         given = headers.get(AUTH_HEADER) if isinstance(headers, Mapping) else None
         if given is None:
             raise Unauthorized(_without_token(user_id))

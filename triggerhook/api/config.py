@@ -26,6 +26,7 @@ class HttpConfig:
     reuse_port: bool = False  # several API processes share the port (SO_REUSEPORT)
     web_view: bool = True  # the pages under /ui
     web_allow_cancel: bool = False  # their cancel buttons (else read-only: 403)
+    web_session_token: str = ""  # signs their logins (empty: api_token, else a random one)
     metrics_scrape_token: str = ""  # empty: /metrics needs none (unless metrics_require_token)
     listing_concurrency: int = 4  # reads of many tasks, bulk cancels at once (api/listing_work.py)
     bulk_cancel_timeout_s: float = 300.0  # a bulk cancel stops after the batch that passes it

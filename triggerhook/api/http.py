@@ -231,7 +231,11 @@ class HttpApi:
         self.port: int | None = None
         self.stats = RequestStats()  # read by the metrics thread
         self._openapi = openapi.document(config.max_payload_bytes, config.max_batch_tasks)
-        self._web = WebView(hook, config, executor, self._figures) if _web_view(config) else None
+        self._web = (
+            WebView(hook, config, executor, self._figures, self._access)
+            if config.web_view
+            else None
+        )
         # The engine runs in our parent process when its figures come from afar
         # (triggerhook.processes): /metrics reports that process too.
         firing_pid = os.getppid() if figures is not None else None
@@ -341,9 +345,7 @@ class HttpApi:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if self._web is not None and is_ui_path(request.path):
-            # The web view takes api_token only (docs/design/shared-service.md).
-            bearer = self._access.carries_api_token(request.headers.get("Authorization", ""))
-            refused = self._web.refuse(request, bearer)
+            refused = self._web.refuse(request)  # its own login: a token, or its session
             return refused if refused is not None else await handler(request)
         if self._access.required and request.path.startswith("/v1/"):  # /metrics: its handler
             principal = self._access.principal(request.headers.get("Authorization", ""))
@@ -489,16 +491,6 @@ class HttpApi:
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)
-
-
-def _web_view(config: HttpConfig) -> bool:
-    """The web view is served, unless namespaces are on without api_token: its
-    pages would show every namespace, and its login takes api_token only (a
-    namespace's token in the web view: docs/design/shared-service.md, next)."""
-    if config.web_view and config.namespaces_file and not config.api_token:
-        log.warning("web view off: with namespaces_file it needs api_token to log in with")
-        return False
-    return config.web_view
 
 
 def _metrics_tokens(config: HttpConfig) -> tuple[bytes, ...]:

@@ -45,6 +45,7 @@ MAX_PREFIX_CHARS = 28
 # A listing filter's prefix that no id starts with: "{" is no id character
 # (and sorts after them all, so its id range is an empty one of the index).
 NO_ID_PREFIX = "{"
+_MAX_USER_ID_CHARS = 255  # an AMQP shortstr
 
 
 def token_hash(token: str) -> str:
@@ -121,10 +122,13 @@ ALL = Principal("api_token", None)  # today's single token: every namespace, eve
 
 @dataclass(frozen=True)
 class Namespaces:
-    """The file's contents: namespaces by name, and who each token is, by its hash."""
+    """The file's contents: namespaces by name, and who each token is, by
+    its hash and by its name (a web view session names its token)."""
 
     spaces: Mapping[str, Namespace]
     tokens: Mapping[str, Principal]
+    named: Mapping[str, Principal] = field(default_factory=dict)
+    users: Mapping[str, Principal] = field(default_factory=dict)  # by AMQP user_id
 
     def principal(self, token: str) -> Principal | None:
         """The token's principal; None: no such token."""
@@ -132,21 +136,36 @@ class Namespaces:
 
 
 def parse_namespaces(data: Mapping[str, object]) -> Namespaces:
-    """The namespaces file's contents (its TOML parsed): ``[[namespace]]`` and
-    ``[[token]]`` entries. Raises :class:`ConfigError` naming the entry and
-    its field."""
-    unknown = sorted(set(data) - {"namespace", "token"})
+    """The namespaces file's contents (its TOML parsed): ``[[namespace]]``,
+    ``[[token]]`` and ``[[amqp_user]]`` entries. Raises :class:`ConfigError`
+    naming the entry and its field."""
+    unknown = sorted(set(data) - {"namespace", "token", "amqp_user"})
     if unknown:
-        raise ConfigError(f"namespaces file: unknown table {unknown[0]!r} (namespace, token)")
+        raise ConfigError(
+            f"namespaces file: unknown table {unknown[0]!r} (namespace, token, amqp_user)"
+        )
     spaces = _spaces(_entries(data, "namespace", MAX_NAMESPACES))
     tokens: dict[str, Principal] = {}
+    named: dict[str, Principal] = {}
     for index, entry in enumerate(_entries(data, "token", MAX_TOKENS)):
         where = f"token[{index}]"
         digest, principal = _token(entry, where, spaces)
         if digest in tokens:
             raise ConfigError(f"{where}.sha256: the same as {tokens[digest].name!r}'s")
-        tokens[digest] = principal
-    return Namespaces(spaces, tokens)
+        if principal.name in named or principal.name == ALL.name:
+            raise ConfigError(f"{where}.name: {principal.name!r} is taken")
+        tokens[digest] = named[principal.name] = principal
+    users: dict[str, Principal] = {}
+    for index, entry in enumerate(_entries(data, "amqp_user", MAX_TOKENS)):
+        where = f"amqp_user[{index}]"
+        _known(entry, where, ("user_id", "namespace", "scopes"))
+        user = _string(entry, where, "user_id")
+        if not 0 < len(user) <= _MAX_USER_ID_CHARS:
+            raise ConfigError(f"{where}.user_id: 1 to {_MAX_USER_ID_CHARS} characters")
+        if user in users:
+            raise ConfigError(f"{where}.user_id: {user!r} is named twice")
+        users[user] = _acting(entry, where, spaces, user)
+    return Namespaces(spaces, tokens, named, users)
 
 
 def _entries(data: Mapping[str, object], table: str, most: int) -> list[Mapping[str, object]]:
@@ -219,6 +238,13 @@ def _token(
         raise ConfigError(
             f"{where}.sha256: 64 lower-case hex digits (triggerhook token new prints it)"
         )
+    return digest, _acting(entry, where, spaces, name)
+
+
+def _acting(
+    entry: Mapping[str, object], where: str, spaces: Mapping[str, Namespace], name: str
+) -> Principal:
+    """Who an entry (a token, an AMQP user) acts as: its namespace and scopes."""
     space: Namespace | None = None
     if "namespace" in entry:
         space_name = _string(entry, where, "namespace")
@@ -228,7 +254,7 @@ def _token(
     scopes = entry.get("scopes")
     if not isinstance(scopes, list) or not scopes or not set(scopes) <= set(SCOPES):
         raise ConfigError(f"{where}.scopes: a non-empty list of {', '.join(SCOPES)}")
-    return digest, Principal(name, space, frozenset(scopes))
+    return Principal(name, space, frozenset(scopes))
 
 
 def _known(entry: Mapping[str, object], where: str, keys: tuple[str, ...]) -> None:

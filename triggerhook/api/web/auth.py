@@ -1,11 +1,16 @@
 """Who may see the web view, and which forms are genuine (pure: no I/O).
 
-* Login: with ``api_token`` set, a request carries ``Authorization: Bearer
-  <token>`` (checked by the HTTP API, like /v1) or the session cookie that
-  ``/ui/login`` sets once the token was typed in. The cookie holds an expiry
-  and its HMAC under a key derived from the token, never the token itself:
-  every API process (they share the port) and a restarted daemon accept it,
-  and changing the token ends every session.
+* Login: when the API takes tokens (``api_token``, ``namespaces_file``), a
+  request carries ``Authorization: Bearer <token>`` or the session cookie
+  that ``/ui/login`` sets once a token was typed in. The cookie holds an
+  expiry and the token's name (``api_token``, or its entry's in the
+  namespaces file: the handlers look the name up again on every request, so
+  removing a token from the file ends its sessions) and their HMAC under a
+  key derived from the session secret, never the token itself. The secret
+  is ``api_token`` when set (changing it ends every session), else
+  ``web_session_token``, which ``triggerhook run`` makes at random at
+  start when it is not set, for all of its API processes (they share the
+  port).
 * CSRF: a form's hidden ``csrf`` field is the HMAC of a random nonce kept in
   the ``th_csrf`` cookie (SameSite=Strict, HttpOnly). Another site's page can
   neither read the field nor, as it does not know the key, make one for a
@@ -29,7 +34,8 @@ CSRF_FIELD = "csrf"
 COOKIE_PATH = "/ui"
 SESSION_S = 12 * 3600  # a login lasts this long
 _NONCE = re.compile(r"[0-9a-f]{32}")
-_SESSION = re.compile(r"([0-9]{1,12})\.([0-9a-f]{64})")
+# An expiry, a token's name (namespaces.py: [A-Za-z0-9][A-Za-z0-9_.:-]*), a MAC.
+_SESSION = re.compile(r"([0-9]{1,12})\.([A-Za-z0-9][A-Za-z0-9_.:-]{0,62})\.([0-9a-f]{64})")
 
 
 def _mac(key: bytes, message: str) -> str:
@@ -41,47 +47,38 @@ def _derive(secret: bytes, purpose: str) -> bytes:
 
 
 class WebAuth:
-    """Sessions and CSRF tokens for one API token (empty: the pages are open)."""
+    """Sessions and CSRF tokens under one secret."""
 
-    def __init__(self, api_token: str, process_secret: bytes | None = None) -> None:
-        """``process_secret``: the CSRF key's source without a token (default:
-        random, so forms rendered before a restart are refused after it)."""
-        self._token = api_token.encode()
-        secret = self._token or process_secret or secrets.token_bytes(32)
-        self._session_key = _derive(secret, "session")
-        self._csrf_key = _derive(secret, "csrf")
-
-    @property
-    def required(self) -> bool:
-        """Whether the pages need a login at all."""
-        return bool(self._token)
+    def __init__(self, secret: str, required: bool, process_secret: bytes | None = None) -> None:
+        """``secret``: the session key's source (empty: ``process_secret``, by
+        default random: forms and sessions of before a restart are refused
+        after it); ``required``: whether the pages need a login at all."""
+        key = secret.encode() or process_secret or secrets.token_bytes(32)
+        self._session_key = _derive(key, "session")
+        self._csrf_key = _derive(key, "csrf")
+        self.required = required
 
     # -- login --------------------------------------------------------------------
 
-    def token_matches(self, given: str) -> bool:
-        """The token typed into the login form (constant-time)."""
-        if not self._token:
-            return False
-        return hmac.compare_digest(given.encode("utf-8", "replace"), self._token)
+    def new_session(self, who: str, now_s: float) -> str:
+        """A session cookie's value for token ``who``, valid for :data:`SESSION_S`."""
+        signed = f"{int(now_s) + SESSION_S}.{who}"
+        return f"{signed}.{_mac(self._session_key, signed)}"
 
-    def new_session(self, now_s: float) -> str:
-        """A session cookie's value, valid for :data:`SESSION_S`."""
-        expires = str(int(now_s) + SESSION_S)
-        return f"{expires}.{_mac(self._session_key, expires)}"
-
-    def session_valid(self, value: str | None, now_s: float) -> bool:
-        """A cookie :meth:`new_session` made with this token, not expired."""
-        if not self._token or value is None:
-            return False
+    def session_of(self, value: str | None, now_s: float) -> str | None:
+        """The token name of a cookie :meth:`new_session` made under this
+        secret, not expired; None: no such session."""
+        if not self.required or value is None:
+            return None
         found = _SESSION.fullmatch(value)
         if found is None:
-            return False
-        expires, mac = found.groups()
-        genuine = hmac.compare_digest(mac, _mac(self._session_key, expires))
-        return genuine and now_s < int(expires)
+            return None
+        expires, who, mac = found.groups()
+        genuine = hmac.compare_digest(mac, _mac(self._session_key, f"{expires}.{who}"))
+        return who if genuine and now_s < int(expires) else None
 
-    def logged_in(self, cookies: Mapping[str, str], now_s: float) -> bool:
-        return self.session_valid(cookies.get(SESSION_COOKIE), now_s)
+    def logged_in(self, cookies: Mapping[str, str], now_s: float) -> str | None:
+        return self.session_of(cookies.get(SESSION_COOKIE), now_s)
 
     # -- forms ----------------------------------------------------------------------
 

@@ -6,9 +6,12 @@ timeline: one call) and a bulk cancel run as the API's listing work
 once, stopped when the browser goes away; a bulk cancel at its time limit),
 a single cancel on the API's thread pool. The HTTP API's middlewares
 run first: connection limits, request figures, and :meth:`WebView.refuse`,
-its login check for ``/ui``. A bad filter or form value is answered with a
-page naming the field (422), never a traceback; other failures (the
-database down) get the API's JSON error answer and log line.
+its login check for ``/ui``, which says whose token the request acts with:
+every read and cancel goes through :class:`~triggerhook.api.scoped.ScopedHook`
+for it, so a namespace's token sees and cancels its namespace's tasks only
+(a refusal is a page naming the rule, 403). A bad filter or form value is
+answered with a page naming the field (422), never a traceback; other
+failures (the database down) get the API's JSON error answer and log line.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ from typing import TypeVar
 
 from aiohttp import web
 
+from triggerhook.api.access import Access
 from triggerhook.api.config import HttpConfig
+from triggerhook.api.fields import DEFAULT_BUCKET_MS, DEFAULT_BUCKETS
 from triggerhook.api.limits import BodyTimeout, BodyTooLarge, read_body
 from triggerhook.api.listing_work import ListingWork
+from triggerhook.api.scoped import ScopedHook
 from triggerhook.api.web.answers import (
     Refused,
     html,
@@ -57,8 +63,9 @@ from triggerhook.api.web.forms import (
 from triggerhook.api.web.pages import Listing, listing_page, login_page
 from triggerhook.app import Figures, TriggerHook
 from triggerhook.domain.listing import Page, Timeline
+from triggerhook.domain.namespaces import ALL, READ, Principal
 from triggerhook.domain.task import validate_id
-from triggerhook.errors import TooCostly, ValidationError
+from triggerhook.errors import Forbidden, TooCostly, ValidationError
 from triggerhook.runtime.interrupt import Interrupt
 
 T = TypeVar("T")
@@ -69,6 +76,7 @@ PAGE_SIZE = 50
 # of a filter matching millions would read them all.
 COUNT_UP_TO = 100_000
 _FORM = "application/x-www-form-urlencoded"
+_WHO = web.RequestKey("web_principal", Principal)  # whose token the request acts with
 
 
 def is_ui_path(path: str) -> bool:
@@ -86,6 +94,8 @@ def answers_pages(handler: Handler) -> Handler:
             return refused(exc)
         except ValidationError as exc:
             return refused(Refused(422, "refused", f"{exc.field}: {exc.message}"))
+        except Forbidden as exc:
+            return refused(Refused(403, "forbidden", str(exc)))
 
     return wrapped
 
@@ -99,13 +109,16 @@ class WebView:
         config: HttpConfig,
         executor: ThreadPoolExecutor,
         figures: Callable[[], Figures],
+        access: Access,
     ) -> None:
-        """``figures``: what ``/v1/status`` shows (the API's own method)."""
+        """``figures``: what ``/v1/status`` shows (the API's own method);
+        ``access``: the HTTP API's, who a token is."""
         self._hook = hook
         self._config = config
         self._executor = executor
         self._figures = figures
-        self._auth = WebAuth(config.api_token)
+        self._access = access
+        self._auth = WebAuth(config.api_token or config.web_session_token, access.required)
         self._static = static_files()
         # Reachable without a login: exact paths, never a prefix.
         self._open = frozenset({"/ui/login", *(f"/ui/static/{name}" for name in self._static)})
@@ -125,26 +138,43 @@ class WebView:
 
     # -- the login check (called by the HTTP API's auth middleware) -----------------
 
-    def refuse(self, request: web.Request, bearer: bool) -> web.Response | None:
-        """None when ``request`` may go on: no token is configured, it carried
-        the token (``bearer``), it has a valid session, or it asks for the
-        login page or a static file. Else: to the login page (the figures'
-        JSON: 401)."""
-        if not self._auth.required or bearer or request.path in self._open:
+    def refuse(self, request: web.Request) -> web.Response | None:
+        """None when ``request`` may go on: no token is configured, it carries
+        a token, or a valid session of one the API still takes, or it asks
+        for the login page or a static file. Else: to the login page (the
+        figures' JSON: 401)."""
+        who = self._who(request)
+        if who is not None:
+            request[_WHO] = who
             return None
-        if self._auth.logged_in(request.cookies, time.time()):
+        if request.path in self._open:
             return None
         if request.path == "/ui/figures.json":
             return secured(web.json_response({"error": "log in at /ui/login"}, status=401))
         return see_other("/ui/login")
+
+    def _who(self, request: web.Request) -> Principal | None:
+        if not self._auth.required:
+            return ALL
+        header = request.headers.get("Authorization")
+        if header is not None:
+            return self._access.principal(header)
+        name = self._auth.logged_in(request.cookies, time.time())
+        return None if name is None else self._access.named(name)
+
+    def _scoped(self, request: web.Request) -> ScopedHook:
+        return ScopedHook(self._hook, request[_WHO])
 
     # -- pages --------------------------------------------------------------------------
 
     def _blocking(self, fn: Callable[[], T]) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
-    async def listing(self, request: web.Request) -> web.Response:
+    @answers_pages
+    async def listing(self, request: web.Request) -> web.StreamResponse:
         view = read_view(request.query)
+        hook = self._scoped(request)
+        hook.principal.need(READ)
         csrf, fresh = self._form_token(request)
         figures = self._figures()
         listing = Listing(
@@ -153,10 +183,10 @@ class WebView:
             figures=figure_texts(figures),
             tasks=[],
             csrf=csrf,
-            logout=self._auth.required,
+            who=_shown(hook.principal) if self._auth.required else None,
         )
         if view.where is not None:
-            listing = await self._found(request, listing, view)
+            listing = await self._found(request, hook, listing, view)
         response = html(listing_page(listing), 200 if listing.view.error is None else 422)
         if fresh is not None:
             self._cookie(request, response, CSRF_COOKIE, fresh, None)
@@ -173,7 +203,9 @@ class WebView:
             nonce = fresh = self._auth.new_nonce()
         return self._auth.form_token(nonce), fresh
 
-    async def _found(self, request: web.Request, listing: Listing, view: View) -> Listing:
+    async def _found(
+        self, request: web.Request, hook: ScopedHook, listing: Listing, view: View
+    ) -> Listing:
         """``listing`` with the tasks, count and timeline of its filter (one
         listing call: one of its slots); a refused cursor, or a read over its
         bounds, as the view's error."""
@@ -181,10 +213,15 @@ class WebView:
         assert where is not None
 
         def reads(stop: Interrupt) -> tuple[Page, int, Timeline]:
-            hook = self._hook
             page = hook.list_tasks(where, limit=PAGE_SIZE, cursor=view.cursor, interrupt=stop)
             count = hook.count(where, up_to=COUNT_UP_TO, interrupt=stop)
-            return page, count, hook.timeline(timeline_filter(where), interrupt=stop)
+            timeline = hook.timeline(
+                timeline_filter(where),
+                bucket_ms=DEFAULT_BUCKET_MS,
+                buckets=DEFAULT_BUCKETS,
+                interrupt=stop,
+            )
+            return page, count, timeline
 
         try:
             page, count, timeline = await self._work.run(request, reads)
@@ -200,8 +237,10 @@ class WebView:
             timeline=timeline,
         )
 
-    async def figures(self, _request: web.Request) -> web.Response:
+    async def figures(self, request: web.Request) -> web.Response:
         """The figures as the page shows them; its script polls this."""
+        if READ not in request[_WHO].scopes:
+            return secured(web.json_response({"error": "no 'read' scope"}, status=403))
         return secured(web.json_response({"figures": figure_texts(self._figures())}))
 
     async def static(self, request: web.Request) -> web.Response:
@@ -225,10 +264,11 @@ class WebView:
         if not self._auth.required:
             return see_other("/ui")
         fields = await self._form(request)
-        if not self._auth.token_matches(fields.get("token", "")):
-            return html(login_page("That is not the API token."), 401)
+        who = self._access.principal(f"Bearer {fields.get('token', '')}")
+        if who is None:
+            return html(login_page("That is not a token this daemon takes."), 401)
         response = see_other("/ui")
-        session = self._auth.new_session(time.time())
+        session = self._auth.new_session(who.name, time.time())
         self._cookie(request, response, SESSION_COOKIE, session, SESSION_S)
         return response
 
@@ -280,22 +320,30 @@ class WebView:
     async def cancel(self, request: web.Request) -> web.StreamResponse:
         fields = await self._cancel_form(request)
         task_id = validate_id(request.match_info["id"])
-        result = await self._blocking(lambda: self._hook.cancel(task_id))
+        hook = self._scoped(request)
+        result = await self._blocking(lambda: hook.cancel(task_id))
         return see_other(listing_url(return_values(fields), task=task_id, outcome=result.value))
 
     @answers_pages
     async def bulk_cancel(self, request: web.Request) -> web.StreamResponse:
         fields = await self._cancel_form(request)
         typed, where = bulk_filter({k: v for k, v in fields.items() if k != CSRF_FIELD})
+        hook = self._scoped(request)
         done = await self._work.run(
             request,
-            lambda stop: self._hook.cancel_where(where, interrupt=stop),
+            lambda stop: hook.cancel_where(where, interrupt=stop),
             self._work.bulk_cancel_timeout_s,
         )
         back = {"cancelled": str(done.cancelled), "too_late": str(done.too_late)}
         if done.cursor is not None:  # stopped at its time limit
             back["stopped"] = "1"
         return see_other(listing_url(typed, **back))
+
+
+def _shown(who: Principal) -> str:
+    """Who the page says is logged in."""
+    space = who.namespace
+    return who.name if space is None else f"{who.name} (namespace {space.name})"
 
 
 __all__ = ["WebView", "is_ui_path"]

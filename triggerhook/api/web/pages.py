@@ -46,7 +46,7 @@ class Listing:
     next_cursor: str | None = None
     timeline: Timeline | None = None
     csrf: str | None = None
-    logout: bool = False  # a login is required: offer to log out
+    who: str | None = None  # logged in as (a login is required): offer to log out
 
 
 def iso_utc(ms: int) -> str:
@@ -61,12 +61,12 @@ def _attrs(**values: str) -> str:
     )
 
 
-def page(title: str, body: str, *, logout: bool = False) -> str:
-    """A whole document around ``body``."""
+def page(title: str, body: str, *, who: str | None = None) -> str:
+    """A whole document around ``body``; ``who``: logged in as (a log-out button)."""
     out = (
-        '<form method="post" action="/ui/logout" class="logout">'
-        '<button type="submit">log out</button></form>'
-        if logout
+        f'<form method="post" action="/ui/logout" class="logout"><span class="who">{escape(who)}'
+        '</span> <button type="submit">log out</button></form>'
+        if who is not None
         else ""
     )
     return (
@@ -264,4 +264,4 @@ def listing_page(listing: Listing) -> str:
         f"{status}{figures_section(listing.figures)}{filter_form(listing.view.values)}"
         f"{_timeline_section(listing.timeline)}{_tasks_section(listing)}"
     )
-    return page(f"{TITLE}: tasks", body, logout=listing.logout)
+    return page(f"{TITLE}: tasks", body, who=listing.who)
