@@ -410,7 +410,7 @@ class ApiService(Service):
 
     def _http_totals(self) -> dict[str, int]:
         http = self.http
-        return {**http.stats.counters(), **http.guard.counters()} if http is not None else {}
+        return http.counters() if http is not None else {}
 
     async def _main(self) -> int:
         beating = asyncio.ensure_future(self._beat())

@@ -9,6 +9,7 @@ nothing, a payload over the namespace's bound a 422 naming it."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -343,6 +344,9 @@ def test_a_create_over_the_rate_is_429_and_writes_nothing(daemon: Served) -> Non
         assert (status, body["error"]["code"]) == (429, "over_quota")
         # api_token has no quota.
         assert (await post(client, "/v1/tasks", task("billing-5"), "admin"))[0] == 201
+        async with client.get("/metrics") as r:
+            exposed = await r.text()
+        assert re.search(r"^triggerhook_quota_refused_total(\{[^}]*\})? 2\.0$", exposed, re.M)
 
     daemon.serve(scenario)
     assert sorted(daemon.store.rows) == ["billing-1", "billing-2", "billing-3", "billing-5"]

@@ -486,8 +486,16 @@ class HttpApi:
         if self._remote_figures is not None:
             return self._remote_figures()
         figures = self._hook.figures()
-        http = {**self.stats.counters(), **self.guard.counters()}
-        return replace(figures, totals={**figures.totals, **http})
+        return replace(figures, totals={**figures.totals, **self.counters()})
+
+    def counters(self) -> dict[str, int]:
+        """This API's totals since start, for the figures and /metrics."""
+        return {
+            **self.stats.counters(),
+            **self.guard.counters(),
+            "quota_refused": self.quotas.refused,
+            "namespaces_reload_failures": self._access.reload_failures,
+        }
 
     async def openapi(self, _request: web.Request) -> web.Response:
         return _response(200, self._openapi)

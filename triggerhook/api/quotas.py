@@ -23,6 +23,7 @@ from triggerhook.app import TriggerHook
 from triggerhook.domain.listing import TaskFilter
 from triggerhook.domain.namespaces import Namespace
 from triggerhook.domain.quotas import Quotas
+from triggerhook.errors import OverQuota
 from triggerhook.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,9 @@ class QuotaKeeper:
         self._counter: ThreadPoolExecutor | None = None
         self._closed = False
         self._failures = RateLimitedLog(log, _LOG_EVERY_S)
+        self._refusals = RateLimitedLog(log, _LOG_EVERY_S)  # a line per namespace a minute
         self.counts = 0  # counts made (tests and the log)
+        self.refused = 0  # creates refused over_quota (read by the metrics, any thread)
 
     def admit(self, space: Namespace, creates: int) -> None:
         quota = space.quota
@@ -70,6 +73,10 @@ class QuotaKeeper:
             due = self._quotas.count_due(space.name, quota, creates, now_ms)
             try:
                 self._quotas.admit(space.name, quota, creates, now_ms)
+            except OverQuota as exc:
+                self.refused += 1
+                self._refusals.warning(space.name, "create refused: %s", exc)
+                raise
             finally:
                 if due:
                     self._start_count(space)

@@ -76,6 +76,13 @@ COUNTERS: dict[str, str] = {
     "http_connections_refused": "HTTP connections closed at once, over http_max_connections.",
     "http_header_timeouts": "HTTP connections closed: request head slower than the timeout.",
     "http_body_timeouts": "HTTP requests answered 408: body slower than the timeout.",
+    "quota_refused": (
+        "Creates refused over_quota: over a namespace's create_rate or max_pending "
+        "(the log names the namespace)."
+    ),
+    "namespaces_reload_failures": (
+        "Changes of namespaces_file that did not load (the last good one stays; logged)."
+    ),
 }
 # Totals ``requests_2xx`` ... ``requests_5xx``: one family, the class a label.
 _REQUESTS = "requests_"
