@@ -15,7 +15,9 @@ under hostile input (benchmarks/hostile.py), takeover after kill -9
 (benchmarks/takeover.py), listing and bulk cancel at 1,000,000 pending tasks
 (benchmarks/listing.py), firing and single calls at 10,000 and at 10,000,000
 pending tasks, and 1,000,000 due in the same second (benchmarks/pending.py),
-a backlog drained under a rate limit beside a steady key (benchmarks/throttle.py).
+a backlog drained under a rate limit beside a steady key (benchmarks/throttle.py),
+a namespace flooding its create quota beside another's steady firing
+(benchmarks/flood.py).
 Only when named by ``--only``: ``instances``, burst and steady load with 1, 2
 and 3 daemons on the local cluster (``scripts/cluster up --no-daemons`` first;
 benchmarks/instances.py); ``dedup``, the steady load without and with a
@@ -60,6 +62,7 @@ from benchmarks import (
     cluster,
     dedup,
     engine,
+    flood,
     hostile,
     http,
     instances,
@@ -141,6 +144,7 @@ def _scenarios(config: Config, peer_binary: Path | None) -> dict[str, Callable[[
         "throttle": lambda rec: throttle.run(
             rec, throttle.QUICK if config.quick else throttle.FULL
         ),
+        "flood": lambda rec: flood.run(rec, flood.QUICK if config.quick else flood.FULL),
         "pending": lambda rec: pending.run(
             rec, pending.QUICK_LEVELS if config.quick else pending.LEVELS, config.precision_s
         ),

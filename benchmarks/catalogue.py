@@ -480,6 +480,38 @@ THROTTLE_SPECS = (
     ),
     Spec("throttle.early", "throttle", "backlog and steady: events early", "events", _NONE_EARLY),
 )
+# Issue 33: a namespace flooding its create quota beside another's steady firing.
+_FLOOD = "a namespace sending creates as fast as answered, at create_rate 100/s"
+FLOOD_SPECS = (
+    Spec("flood.alone_p99", "flood", "steady 1,000/s alone: lateness p99", "ms"),
+    Spec("flood.beside_p99", "flood", f"the same beside {_FLOOD}: lateness p99", "ms"),
+    Spec(
+        "flood.p99_added_ms",
+        "flood",
+        "the steady namespace's lateness p99 beside the flood, less alone",
+        "ms",
+        _le(5),
+    ),
+    Spec(
+        "flood.attempt_ratio", "flood", f"{_FLOOD}: its creates a second / rate", "ratio", _ge(10)
+    ),
+    Spec(
+        "flood.admitted_ratio",
+        "flood",
+        f"{_FLOOD}: let through / (rate x seconds + one burst)",
+        "ratio",
+        _le(1),
+    ),
+    Spec(
+        "flood.quiet_refused",
+        "flood",
+        "the steady namespace's own creates refused during the flood",
+        "creates",
+        _NONE_EARLY,
+    ),
+    Spec("flood.early", "flood", "steady events early, both runs", "events", _NONE_EARLY),
+    Spec("flood.missing", "flood", "steady events not received, both runs", "events", _NONE_EARLY),
+)
 # Issue 32: the dedup window's cost per fire, beside the same load without one.
 _STEADY = "steady 1,000/s"
 DEDUP_SPECS = (
@@ -517,6 +549,7 @@ SPECS: tuple[Spec, ...] = (
     *LISTING_SPECS,
     *SAME_SECOND_SPECS,
     *THROTTLE_SPECS,
+    *FLOOD_SPECS,
     *DEDUP_SPECS,
 )
 
@@ -584,6 +617,7 @@ SCENARIOS = (
     "pending",
     "same_second",
     "throttle",
+    "flood",
     "instances",
     "dedup",
 )

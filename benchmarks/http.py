@@ -151,8 +151,13 @@ def delete_command_queues(exchange: str) -> None:
 # -- load generators -------------------------------------------------------------------
 
 
-async def post_batches(url: str, tasks: list[dict[str, object]], in_flight: int = 2) -> float:
-    """POST ``tasks`` in batches of ``BATCH``; wall seconds."""
+async def post_batches(
+    url: str,
+    tasks: list[dict[str, object]],
+    in_flight: int = 2,
+    headers: Mapping[str, str] = JSON_HEADERS,
+) -> float:
+    """POST ``tasks`` in batches of ``BATCH`` (with ``headers``); wall seconds."""
     bodies = [
         json.dumps({"tasks": tasks[s : s + BATCH]}).encode() for s in range(0, len(tasks), BATCH)
     ]
@@ -163,7 +168,7 @@ async def post_batches(url: str, tasks: list[dict[str, object]], in_flight: int 
         async def worker() -> None:
             while bodies:
                 body = bodies.pop()
-                async with session.post("/v1/tasks/batch", data=body, headers=JSON_HEADERS) as r:
+                async with session.post("/v1/tasks/batch", data=body, headers=headers) as r:
                     if r.status != 201:
                         raise RuntimeError(f"batch answered {r.status}: {await r.text()}")
 

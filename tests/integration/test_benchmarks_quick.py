@@ -31,6 +31,7 @@ SCENARIOS = {
     "pending",
     "same_second",
     "throttle",
+    "flood",
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The plots each scenario's data gives, when the scenario went through.
