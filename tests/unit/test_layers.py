@@ -69,7 +69,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "runtime domain",
         "interfaces settings clock logs ratelimit sdnotify status",
         "engine store amqp metrics client local",
-        "app outbox",
+        "app outbox webhook",
         "api processes",
         "service",
         "wiring",
