@@ -305,6 +305,19 @@ class Settings:
         "or removed takes effect within this long, no restart). Above 0.",
         above=0.0,
     )
+    webhooks_file: str = _setting(
+        "",
+        "A TOML file of webhook targets (`[[webhook]]`: name, url, routing_keys, secret_file "
+        "or secret_env, concurrency, timeout_s, max_attempts, backoff_initial_ms, "
+        "backoff_max_ms, allow_private): `triggerhook run` POSTs the events of those routing "
+        "keys to each, signed, consumed from a queue of its own. Read at start (a change needs "
+        "a restart). Empty = none; see docs/webhooks.md.",
+    )
+    webhook_queue_prefix: str = _setting(
+        "triggerhook.webhook.",
+        "The durable queue of each webhook target is named this and the target's name, "
+        "bound to `exchange` with its routing_keys.",
+    )
     http_allow_public_without_token: bool = _setting(
         False, "Allow a non-loopback http_host without api_token (trusted networks only)."
     )
@@ -468,7 +481,7 @@ class Settings:
         for name in ("exchange", "default_routing_key", "command_queue", "dead_letter_routing_key"):
             if not _ROUTING_KEY.fullmatch(getattr(self, name)):
                 raise ConfigError(f"{name}: must be 1-255 characters from [A-Za-z0-9._:/-]")
-        for name in ("dead_letter_queue", "command_reply_prefix"):
+        for name in ("dead_letter_queue", "command_reply_prefix", "webhook_queue_prefix"):
             value = getattr(self, name)
             if value and not _ROUTING_KEY.fullmatch(value):
                 raise ConfigError(

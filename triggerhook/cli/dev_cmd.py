@@ -66,6 +66,19 @@ def add_dev_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "failed (default 10)",
     )
     dev.add_argument(
+        "--webhook-secret-file",
+        metavar="PATH",
+        default="",
+        help="sign each webhook request with the secret in this file (x-triggerhook-timestamp, "
+        "x-triggerhook-signature: docs/webhooks.md); one a line, two while rotating",
+    )
+    dev.add_argument(
+        "--webhook-public-only",
+        action="store_true",
+        help="refuse a webhook whose host resolves to a loopback, private or link-local "
+        "address, as triggerhook run's targets do without allow_private",
+    )
+    dev.add_argument(
         "--no-stdout", action="store_true", help="events to the webhook only (needs --webhook)"
     )
 
@@ -105,6 +118,8 @@ def run_dev(args: argparse.Namespace, settings: Settings) -> int:
 def _options(args: argparse.Namespace) -> DevOptions:
     if args.no_stdout and not args.webhook:
         raise ConfigError("--no-stdout: events would go nowhere; give --webhook URL too")
+    if args.webhook_secret_file and not args.webhook:
+        raise ConfigError("--webhook-secret-file: no webhook to sign for; give --webhook URL too")
     if not args.webhook_timeout_s > 0:
         raise ConfigError("--webhook-timeout-s: must be more than 0")
     db: str = args.db
@@ -117,4 +132,6 @@ def _options(args: argparse.Namespace) -> DevOptions:
         webhook_url=args.webhook or "",
         webhook_timeout_s=args.webhook_timeout_s,
         stdout=not args.no_stdout,
+        webhook_secret_file=args.webhook_secret_file,
+        webhook_allow_private=not args.webhook_public_only,
     )
