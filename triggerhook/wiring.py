@@ -85,7 +85,9 @@ def build_daemon(settings: Settings) -> Service:
         service = Service(hook, settings.shutdown_timeout_s)
         _attach_interfaces(service, settings, params)
     if webhooks:  # in the firing process only: one consumer per target in the daemon
-        service.attach_webhooks(webhook_bridge(settings, webhooks, params, service.fail))
+        bridge = webhook_bridge(settings, webhooks, params, service.fail)
+        hook.engine.count_also(bridge.totals)
+        service.attach_webhooks(bridge)
     return service
 
 

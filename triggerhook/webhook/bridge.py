@@ -48,6 +48,7 @@ from triggerhook.domain.webhooks import DEAD_CAUSE as WEBHOOK_FAILED
 from triggerhook.domain.webhooks import WebhookTarget, backoff_ms
 from triggerhook.local.sinks import Event, Undelivered, WebhookSink
 from triggerhook.ratelimit import RateLimitedLog
+from triggerhook.runtime.points import labelled
 from triggerhook.runtime.worker import FailureHandler, name_os_thread
 
 log = logging.getLogger(__name__)
@@ -276,6 +277,15 @@ class WebhookBridge:
     def counters(self) -> dict[str, dict[str, int]]:
         """Per target's name, its counters (:data:`COUNTERS`)."""
         return {target.target.name: target.counters() for target in self.targets}
+
+    def totals(self) -> dict[str, int]:
+        """The counters as the engine's totals (``webhook_<counter>:<target>``,
+        ``/metrics``' labelled families; :meth:`Engine.count_also`)."""
+        return {
+            labelled(f"webhook_{counter}", name): value
+            for name, counts in self.counters().items()
+            for counter, value in counts.items()
+        }
 
 
 def event_of(delivery: Delivery) -> Event:

@@ -1,0 +1,189 @@
+"""One webhook delivery, without a broker: the request a WebhookSink makes
+(signed; an address not allowed never called; what an answer means for a
+retry) and the attempts TargetBridge.deliver makes of one message (retried,
+dead-lettered with the engine's headers, left unacked on a stop)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any, cast
+
+import pika
+import pytest
+from support.webhook import WebhookServer
+
+from triggerhook.amqp.connection import amqp_parameters
+from triggerhook.amqp.consumer import Delivery, Settle
+from triggerhook.domain.webhooks import WebhookTarget
+from triggerhook.local import sinks
+from triggerhook.local.sinks import Event, Undelivered, WebhookSink
+from triggerhook.webhook.bridge import BridgeConfig, TargetBridge, event_of
+
+EVENT = Event("ev-1", "k", {"x-due-ms": 1}, b"body")
+SECRET = b"whsec_0123456789abcdef"
+
+
+def _deliver(sink: WebhookSink) -> Undelivered | None:
+    try:
+        sink.deliver(EVENT)
+    except Undelivered as exc:
+        return exc
+    finally:
+        sink.close()
+    return None
+
+
+def test_a_signed_request_carries_the_timestamp_and_signature() -> None:
+    with WebhookServer(204) as server:
+        assert (
+            _deliver(WebhookSink(server.url(), 5.0, allow_private=True, secrets=(SECRET,))) is None
+        )
+        (got,) = server.wait_for(1, 5.0)
+    assert got.headers["x-triggerhook-timestamp"].isdigit()
+    assert got.headers["x-triggerhook-signature"].startswith("v1=")
+
+
+def test_without_secrets_a_request_is_not_signed() -> None:
+    with WebhookServer(204) as server:
+        assert _deliver(WebhookSink(server.url(), 5.0, allow_private=True)) is None
+        (got,) = server.wait_for(1, 5.0)
+    assert "x-triggerhook-signature" not in got.headers
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "169.254.169.254", "[::1]"])
+def test_an_address_not_allowed_is_never_called(host: str) -> None:
+    with WebhookServer(204) as server:
+        url = server.url().replace("127.0.0.1", host)
+        failure = _deliver(WebhookSink(url, 5.0, allow_private=False))
+        assert server.received == []
+    assert isinstance(failure, Undelivered)
+    assert failure.host_refused and not failure.retry
+    assert "address not allowed" in str(failure)
+
+
+def test_a_public_only_sink_connects_to_the_checked_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A name no resolver knows, resolved (once) by a fake to this machine's
+    # address, taken as public here: the request reaches the receiver, so it
+    # went to the address checked, with the name in Host.
+    monkeypatch.setattr(sinks, "address_refusal", lambda address: None)
+    calls: list[str] = []
+
+    async def resolve(host: str, port: int, **_: Any) -> list[Any]:
+        calls.append(host)
+        return [(2, 1, 6, "", ("127.0.0.1", port))]
+
+    with WebhookServer(204) as server:
+        sink = WebhookSink(f"http://hooks.example.test:{server.port}/x", 5.0, allow_private=False)
+        monkeypatch.setattr(sink._loop_now(), "getaddrinfo", resolve)
+        assert _deliver(sink) is None
+        (got,) = server.wait_for(1, 5.0)
+    assert calls == ["hooks.example.test"]
+    assert got.headers["host"] == f"hooks.example.test:{server.port}"
+
+
+@pytest.mark.parametrize(
+    ("status", "retry"), [(400, False), (404, False), (408, True), (429, True), (503, True)]
+)
+def test_what_an_answer_means_for_a_retry(status: int, retry: bool) -> None:
+    with WebhookServer(status) as server:
+        failure = _deliver(WebhookSink(server.url(), 5.0, allow_private=True))
+    assert isinstance(failure, Undelivered) and failure.refused
+    assert failure.retry is retry
+
+
+class FakeSink:
+    """Fails with ``failures`` in turn, then delivers."""
+
+    def __init__(self, *failures: Undelivered, on_call: threading.Event | None = None) -> None:
+        self.failures = list(failures)
+        self.calls = 0
+        self._on_call = on_call
+
+    def deliver(self, event: Event, deadline_s: float) -> None:
+        self.calls += 1
+        if self._on_call is not None:
+            self._on_call.set()
+        if self.failures:
+            raise self.failures.pop(0)
+
+
+def _bridge(max_attempts: int = 3, backoff_ms: int = 1) -> TargetBridge:
+    target = WebhookTarget(
+        "t",
+        "http://h/",
+        ("t.#",),
+        secret_env="X",
+        max_attempts=max_attempts,
+        backoff_initial_ms=backoff_ms,
+        backoff_max_ms=backoff_ms,
+    )
+    config = BridgeConfig("ex", "wh.", "dead", "dead", {})
+    nodes = amqp_parameters("amqp://guest:guest@127.0.0.1:1/%2F")
+    return TargetBridge(target, (), config, nodes, lambda *_: None, random.Random(1))
+
+
+def _delivery() -> Delivery:
+    props = pika.BasicProperties(
+        message_id="m-1", content_type="application/json", headers={"a": b"long", "n": 3}
+    )
+    return Delivery(
+        None, 1, False, None, "m-1", None, None, None, props.headers, b"{}", 2, props, "t.x"
+    )
+
+
+def test_an_event_from_a_delivery() -> None:
+    event = event_of(_delivery())
+    assert event == Event("m-1", "t.x", {"a": "long", "n": 3}, b"{}", "application/json", None)
+
+
+def test_retried_then_delivered() -> None:
+    bridge = _bridge()
+    sink = FakeSink(Undelivered("503"), Undelivered("503"))
+    outcome = bridge.deliver(cast(WebhookSink, sink), _delivery())
+    assert outcome.settle is Settle.ACK and sink.calls == 3
+    assert bridge.counters() == {
+        "delivered": 1,
+        "retried": 2,
+        "dead_lettered": 0,
+        "refused_host": 0,
+    }
+
+
+def test_dead_after_max_attempts_with_the_engines_headers() -> None:
+    bridge = _bridge(max_attempts=2)
+    sink = FakeSink(Undelivered("a"), Undelivered("webhook answered 500: ''"))
+    outcome = bridge.deliver(cast(WebhookSink, sink), _delivery())
+    assert outcome.settle is Settle.DEAD and sink.calls == 2
+    assert "webhook answered 500" in outcome.reason and "attempts: 2" in outcome.reason
+    assert dict(outcome.headers) == {
+        "x-triggerhook-dead-cause": "webhook_failed",
+        "x-triggerhook-attempts": 2,
+        "x-triggerhook-routing-key": "t.x",
+        "x-triggerhook-webhook": "t",
+    }
+
+
+def test_not_retried_when_no_retry_helps() -> None:
+    bridge = _bridge()
+    sink = FakeSink(Undelivered("address not allowed", retry=False, host_refused=True))
+    outcome = bridge.deliver(cast(WebhookSink, sink), _delivery())
+    assert outcome.settle is Settle.DEAD and sink.calls == 1
+    assert bridge.counters()["refused_host"] == 1
+
+
+def test_a_stop_during_the_back_off_leaves_it_unacked() -> None:
+    bridge = _bridge(backoff_ms=60_000)
+    called = threading.Event()
+    sink = FakeSink(Undelivered("503"), on_call=called)
+    result: list[Settle] = []
+    thread = threading.Thread(
+        target=lambda: result.append(bridge.deliver(cast(WebhookSink, sink), _delivery()).settle)
+    )
+    thread.start()
+    assert called.wait(5.0)
+    bridge.stop(0.0)
+    thread.join(5.0)
+    assert result == [Settle.LEAVE] and sink.calls == 1
