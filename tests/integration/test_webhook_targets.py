@@ -7,8 +7,9 @@ A 2xx is delivered once and signed; 503s are retried, then delivered; a
 engine's dead-letter headers; a slow receiver fails by the deadline while
 another target delivers meanwhile; a trickling answer is cut; an address
 not allowed is never called; a consumer stopped with a message unacked
-leaves it to the next (at least once). Every wait is on a condition with a
-deadline.
+leaves it to the next (at least once). Then through a real daemon: a task
+fired reaches its webhook, signed and counted; a wrong targets file stops
+it at start (exit 2). Every wait is on a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
+import httpx
 import pika
 import pytest
 from support.amqp import AmqpNames, EventConsumer, Received
+from support.daemon import daemon_env, run_cli
+from support.http import api_daemon
+from support.names import unique_name
 from support.webhook import HostileWebhook, WebhookServer
 
 from triggerhook.amqp.connection import amqp_parameters
@@ -285,3 +291,55 @@ def test_a_consumer_stopped_with_a_message_unacked_leaves_it_to_the_next(
         (got,) = server.wait_for(1, 10.0)
         wait_until(lambda: second.counters()["delivered"] == 1, 5.0, "counted delivered")
     assert got.headers["x-message-id"] == "task-8"
+
+
+# -- through a real daemon -------------------------------------------------------------------
+
+
+def test_a_task_fired_by_the_daemon_reaches_its_webhook_signed(
+    mysql_url: str, amqp_url: str, tmp_path: Path
+) -> None:
+    secret = tmp_path / "hook.secret"
+    secret.write_bytes(SECRET + b"\n")
+    prefix = f"{unique_name()}.wh."
+    with WebhookServer(204) as server:
+        hooks = tmp_path / "webhooks.toml"
+        hooks.write_text(
+            f'[[webhook]]\nname = "hook"\nurl = "{server.url()}"\n'
+            f'routing_keys = ["fire.hook.#"]\nsecret_file = "{secret}"\nallow_private = true\n'
+        )
+        settings = {"webhooks_file": str(hooks), "webhook_queue_prefix": prefix}
+        try:
+            with api_daemon(mysql_url, amqp_url, **settings) as api:
+                body = {"id": "fired-1", "delay_ms": 200, "routing_key": "fire.hook.x"}
+                answer = httpx.post(f"{api.url}/v1/tasks", json=body, timeout=10.0)
+                assert answer.status_code == 201, answer.text
+                (got,) = server.wait_for(1, 15.0)
+                metrics = httpx.get(f"{api.url}/metrics", timeout=10.0).text
+                assert api.daemon.terminate() == 0, api.daemon.tail()
+                assert api.daemon.count("Traceback") == 0, api.daemon.tail()
+        finally:
+            with contextlib.closing(pika.BlockingConnection(pika.URLParameters(amqp_url))) as c:
+                c.channel().queue_delete(queue=f"{prefix}hook")
+    assert got.headers["x-message-id"] == "fired-1"
+    assert got.headers["x-routing-key"] == "fire.hook.x"
+    signed = got.headers["x-triggerhook-timestamp"].encode() + b"." + got.body
+    expected = "v1=" + hmac.new(SECRET, signed, hashlib.sha256).hexdigest()
+    assert got.headers["x-triggerhook-signature"] == expected
+    assert 'triggerhook_webhook_delivered_total{triggerhook_instance="api",webhook="hook"}' in (
+        metrics
+    )
+
+
+def test_a_wrong_targets_file_stops_the_daemon_at_start(
+    mysql_url: str, amqp_url: str, tmp_path: Path
+) -> None:
+    hooks = tmp_path / "webhooks.toml"
+    hooks.write_text(
+        '[[webhook]]\nname = "hook"\nurl = "ftp://x/"\nrouting_keys = ["a"]\nsecret_env = "S"\n'
+    )
+    env = daemon_env(f"{mysql_url}/unused", amqp_url, "unused", "wrong", webhooks_file=str(hooks))
+    done = run_cli(["run"], env)
+    assert done.returncode == 2, done.stderr
+    assert "webhook[0].url: an http:// or https:// URL with a host is required" in done.stderr
+    assert "Traceback" not in done.stderr
