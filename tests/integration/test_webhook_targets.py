@@ -78,6 +78,14 @@ class Bridges:
         assert bridge.join(timeout_s + 5.0), "the bridge did not stop"
         self._running.remove(bridge)
 
+    def left_in(self, bridge: TargetBridge) -> int:
+        """Messages in the bridge's queue once it is stopped (ready again if unacked)."""
+        if bridge in self._running:
+            self.stop(bridge)
+        with contextlib.closing(pika.BlockingConnection(pika.URLParameters(self._amqp_url))) as c:
+            declared = c.channel().queue_declare(queue=bridge.queue, passive=True)
+            return int(declared.method.message_count)
+
     def close(self) -> None:
         for bridge in list(self._running):
             self.stop(bridge, 0.5)
@@ -163,7 +171,7 @@ def test_a_2xx_is_delivered_once_signed_with_the_events_headers(
         publish("ok.created", "task-1", b'{"a":1}')
         (got,) = server.wait_for(1, 10.0)
         wait_until(lambda: bridge.counters()["delivered"] == 1, 5.0, "counted delivered")
-        time.sleep(0.3)  # a second request would have come by now: acked, not redelivered
+        assert bridges.left_in(bridge) == 0  # acked: nothing back in the queue once stopped
         assert len(server.received) == 1
     assert got.body == b'{"a":1}'
     headers = got.headers
@@ -185,7 +193,7 @@ def test_503s_are_retried_then_delivered_and_acked_once(
         publish("flaky.x", "task-2", b"{}")
         server.wait_for(3, 10.0)
         wait_until(lambda: bridge.counters()["delivered"] == 1, 5.0, "counted delivered")
-        time.sleep(0.3)
+        assert bridges.left_in(bridge) == 0  # acked once
         assert len(server.received) == 3
     assert {r.headers["x-message-id"] for r in server.received} == {"task-2"}
     assert bridge.counters() == {
@@ -200,10 +208,13 @@ def test_a_400_is_dead_lettered_at_once_with_the_cause(
     bridges: Bridges, publish: Callable[[str, str, bytes], None], dead_letters: EventConsumer
 ) -> None:
     with WebhookServer(400) as server:
-        bridges.start(target("bad", server.url()))
+        bridge = bridges.start(target("bad", server.url()))
         publish("bad.req", "task-3", b"{}")
         letter = dead_letter(dead_letters, 10.0)
         assert len(server.received) == 1
+        # Acked once the dead letter was confirmed (it is, it was delivered).
+        wait_until(lambda: bridge.counters()["dead_lettered"] == 1, 5.0, "counted")
+        assert bridges.left_in(bridge) == 0
     assert letter.message_id == "task-3" and letter.body == b"{}"
     assert letter.headers["x-triggerhook-dead-cause"] == "webhook_failed"
     assert "answered 400" in str(letter.headers["x-triggerhook-dead-reason"])
