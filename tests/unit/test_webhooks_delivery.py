@@ -5,6 +5,7 @@ dead-lettered with the engine's headers, left unacked on a stop)."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from typing import Any, cast
@@ -63,11 +64,13 @@ def test_an_address_not_allowed_is_never_called(host: str) -> None:
 
 
 def test_a_public_only_sink_connects_to_the_checked_address(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A name no resolver knows, resolved (once) by a fake to this machine's
     # address, taken as public here: the request reaches the receiver, so it
-    # went to the address checked, with the name in Host.
+    # went to the address checked, with the name in Host. Its URL with the
+    # address is in no log line either (the path holds a secret).
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setattr(sinks, "address_refusal", lambda address: None)
     calls: list[str] = []
 
@@ -76,12 +79,14 @@ def test_a_public_only_sink_connects_to_the_checked_address(
         return [(2, 1, 6, "", ("127.0.0.1", port))]
 
     with WebhookServer(204) as server:
-        sink = WebhookSink(f"http://hooks.example.test:{server.port}/x", 5.0, allow_private=False)
+        url = f"http://hooks.example.test:{server.port}/s3cret?token=s3cret"
+        sink = WebhookSink(url, 5.0, allow_private=False)
         monkeypatch.setattr(sink._loop_now(), "getaddrinfo", resolve)
         assert _deliver(sink) is None
         (got,) = server.wait_for(1, 5.0)
     assert calls == ["hooks.example.test"]
     assert got.headers["host"] == f"hooks.example.test:{server.port}"
+    assert "HTTP Request: POST" in caplog.text and "s3cret" not in caplog.text
 
 
 @pytest.mark.parametrize(

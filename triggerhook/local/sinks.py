@@ -45,6 +45,7 @@ import time
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TextIO, cast
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -90,7 +91,6 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"
 _TOKEN = re.compile(r"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")  # RFC 9110 field names
 _LINE_BREAK = re.compile(rb"[\x00\r\n\f\v]")  # what no header value may hold
 _LOG_EVERY_S = 60.0
-_HIDDEN_URLS_MAX = 64
 ANSWER_PREFIX_BYTES = 256  # of an answer's body: what the log shows, and all that is read
 
 
@@ -313,9 +313,7 @@ class WebhookSink:
             raise Undelivered("webhook: the host resolves to no address")
         netloc = url.netloc.decode("ascii").rpartition("@")[2]
         headers.append((b"host", netloc.encode("ascii")))
-        pinned = url.copy_with(host=str(addresses[0]))
-        self._hide.also(str(pinned))
-        return pinned, {"sni_hostname": host}
+        return url.copy_with(host=str(addresses[0])), {"sni_hostname": host}
 
     def _headers(self, event: Event) -> Iterator[tuple[bytes, bytes]]:
         yield MESSAGE_ID.encode(), event.message_id.encode()
@@ -368,26 +366,30 @@ def _loop_time(loop: asyncio.AbstractEventLoop, deadline_s: float) -> float:
 
 
 class _HideUrl(logging.Filter):
-    """Shows ``url`` (and the URLs :meth:`also` adds: the same with an
-    address for its host) as ``shown`` in every record of the logger it filters."""
+    """Shows ``url`` as ``shown`` in every record of the logger it filters,
+    and so the same URL with any other host (the address a request was sent
+    to): its path and query may hold a secret.
+
+    Thread: any (httpx logs on every sink's thread); immutable once made."""
 
     def __init__(self, url: str, shown: str) -> None:
         super().__init__()
-        self._urls, self._shown = {url}, shown
-
-    def also(self, url: str) -> None:
-        if len(self._urls) < _HIDDEN_URLS_MAX:  # a host of many addresses: the first few
-            self._urls.add(url)
+        self._shown = shown
+        parts = urlsplit(url)
+        tail = url[len(f"{parts.scheme}://{parts.netloc}") :]
+        # Scheme, any authority, the same path and query, then the URL's end.
+        self._url = re.compile(
+            re.escape(parts.scheme) + r"://[^\s/?#]*" + re.escape(tail) + r"(?=$|[\s\"'>)])"
+        )
 
     def text(self, text: str) -> str:
-        for url in self._urls:
-            text = text.replace(url, self._shown)
-        return text
+        return self._url.sub(lambda _match: self._shown, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if any(url in message for url in self._urls):
-            record.msg, record.args = self.text(message), None
+        hidden = self.text(message)
+        if hidden != message:
+            record.msg, record.args = hidden, None
         return True
 
 
