@@ -127,7 +127,10 @@ def _bridge(max_attempts: int = 3, backoff_ms: int = 1) -> TargetBridge:
     )
     config = BridgeConfig("ex", "wh.", "dead", "dead", {})
     nodes = amqp_parameters("amqp://guest:guest@127.0.0.1:1/%2F")
-    return TargetBridge(target, (), config, nodes, lambda *_: None, random.Random(1))
+    bridge = TargetBridge(target, (), config, nodes, lambda *_: None, random.Random(1))
+    # Never connected here: every delivery's channel counts as open.
+    setattr(bridge._broker, "is_current", lambda _delivery: True)  # noqa: B010
+    return bridge
 
 
 def _delivery() -> Delivery:
@@ -177,6 +180,14 @@ def test_not_retried_when_no_retry_helps() -> None:
     outcome = bridge.deliver(cast(WebhookSink, sink), _delivery())
     assert outcome.settle is Settle.DEAD and sink.calls == 1
     assert bridge.counters()["refused_host"] == 1
+
+
+def test_a_delivery_whose_channel_is_gone_is_not_posted() -> None:
+    bridge = _bridge()
+    setattr(bridge._broker, "is_current", lambda _delivery: False)  # noqa: B010
+    sink = FakeSink()
+    assert bridge.deliver(cast(WebhookSink, sink), _delivery()).settle is Settle.LEAVE
+    assert sink.calls == 0  # delivered again by the broker: not POSTed twice
 
 
 def test_a_stop_during_the_back_off_leaves_it_unacked() -> None:

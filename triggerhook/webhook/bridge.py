@@ -185,7 +185,9 @@ class TargetBridge:
         event = event_of(delivery)
         attempt = 0
         while True:
-            if self._stopping.is_set():  # a call begun now would not be cut
+            # Stopping: a call begun now would not be cut. Its channel gone
+            # (the connection was lost): the broker delivers it again anyway.
+            if self._stopping.is_set() or not self._broker.is_current(delivery):
                 return Settlement(Settle.LEAVE)
             attempt += 1
             failure = self._attempt(sink, event, delivery)
