@@ -29,9 +29,11 @@ Runs the engine, the HTTP API and the web view (http_host:http_port, default
 file (--db; with --db {MEMORY}, none) and each fired event is printed
 on stdout as one JSON object per line (as `triggerhook tail` prints them) and,
 with --webhook, POSTed to that URL (body: the payload; headers: the event's,
-x-message-id and x-routing-key). A webhook that does not answer 2xx within
---webhook-timeout-s gets the event again later (back-off, then a dead letter,
-as RabbitMQ's returns); stdout does not wait for it, nor print it again.
+x-message-id and x-routing-key; signed with --webhook-secret-file). A webhook
+that answers 5xx, 408 or 429, or not in full within --webhook-timeout-s, gets
+the event again later (back-off, then a dead letter, as RabbitMQ's returns;
+another 4xx: a dead letter at once); stdout does not wait for it, nor print it
+again.
 Logs go to stderr. One instance per file; not for production (docs/dev.md).
 Ctrl-C or SIGTERM stops it gracefully."""
 
