@@ -289,6 +289,21 @@ def test_an_address_not_allowed_is_never_called(
     assert bridge.counters()["refused_host"] == 1
 
 
+def test_a_message_over_the_limit_is_dead_lettered_not_posted(
+    bridges: Bridges, publish: Callable[[str, str, bytes], None], dead_letters: EventConsumer
+) -> None:
+    bridges.config = replace(bridges.config, max_body_bytes=1024)
+    with WebhookServer(204) as server:
+        bridges.start(target("big", server.url()))
+        publish("big.x", "task-9", b"x" * 5000)
+        letter = dead_letter(dead_letters, 10.0)
+        assert server.received == []
+    assert "body of 5000 bytes is over the limit" in str(
+        letter.headers["x-triggerhook-dead-reason"]
+    )
+    assert len(letter.body) == 1024  # its start (up to 4 KiB), as the command channel keeps
+
+
 def test_a_consumer_stopped_with_a_message_unacked_leaves_it_to_the_next(
     bridges: Bridges, publish: Callable[[str, str, bytes], None]
 ) -> None:
