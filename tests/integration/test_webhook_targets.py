@@ -30,6 +30,7 @@ from support.amqp import AmqpNames, EventConsumer, Received
 from support.daemon import daemon_env, run_cli
 from support.http import api_daemon
 from support.names import unique_name
+from support.tcpproxy import proxied
 from support.webhook import HostileWebhook, WebhookServer
 
 from triggerhook.amqp.connection import amqp_parameters
@@ -58,12 +59,12 @@ class Bridges:
         self._running: list[TargetBridge] = []
         self._queues: set[str] = set()
 
-    def start(self, target: WebhookTarget) -> TargetBridge:
+    def start(self, target: WebhookTarget, amqp_url: str = "") -> TargetBridge:
         bridge = TargetBridge(
             target,
             (SECRET,),
             self.config,
-            amqp_parameters(self._amqp_url),
+            amqp_parameters(amqp_url or self._amqp_url),
             lambda name, exc: self.failures.append((name, exc)),
             random.Random(33),
         )
@@ -369,3 +370,20 @@ def test_a_wrong_targets_file_stops_the_daemon_at_start(
     assert done.returncode == 2, done.stderr
     assert "webhook[0].url: an http:// or https:// URL with a host is required" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_lost_connection_redelivers_what_was_in_flight_after_reconnecting(
+    bridges: Bridges, publish: Callable[[str, str, bytes], None], amqp_url: str
+) -> None:
+    with proxied(amqp_url) as (proxy, through), WebhookServer(204, delay_s=1.0) as server:
+        bridge = bridges.start(target("cut", server.url()), through)
+        publish("cut.x", "task-10", b"{}")
+        server.wait_for(1, 10.0)  # in flight: its answer comes in 1 s
+        proxy.cut()  # the broker connection is lost meanwhile: the ack cannot go out
+        wait_until(lambda: not bridge.is_connected(), 5.0, "the loss seen")
+        proxy.restore()
+        wait_until(bridge.is_connected, 15.0, "reconnected")
+        requests = server.wait_for(2, 15.0)  # delivered again: at least once
+        wait_until(lambda: bridge.counters()["delivered"] >= 2, 5.0, "delivered again")
+        assert bridges.left_in(bridge) == 0  # and acked this time
+    assert {r.headers["x-message-id"] for r in requests} == {"task-10"}
