@@ -6,10 +6,12 @@ A 2xx is delivered once and signed; 503s are retried, then delivered; a
 400 is dead-lettered at once and a 500 after max_attempts, with the
 engine's dead-letter headers; a slow receiver fails by the deadline while
 another target delivers meanwhile; a trickling answer is cut; an address
-not allowed is never called; a consumer stopped with a message unacked
-leaves it to the next (at least once). Then through a real daemon: a task
-fired reaches its webhook, signed and counted; a wrong targets file stops
-it at start (exit 2). Every wait is on a condition with a deadline.
+not allowed is never called; a message over the limit is dead-lettered
+unposted; a consumer stopped with a message unacked leaves it to the next,
+and a lost broker connection redelivers what was in flight (at least
+once). Then through a real daemon: a task fired reaches its webhook, signed
+and counted; a wrong targets file stops it at start (exit 2). Every wait is
+on a condition with a deadline.
 """
 
 from __future__ import annotations

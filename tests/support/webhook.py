@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -124,6 +125,10 @@ class WebhookServer(_Recorder):
     def next_status(self) -> int:
         with self._cond:
             return self.script.pop(0) if self.script else self.status
+
+    def wrap(self, tls: ssl.SSLContext) -> None:
+        """Serve https with ``tls`` (call before the first request)."""
+        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
 
     def start(self) -> Self:
         self._thread.start()

@@ -1,17 +1,26 @@
 """One webhook delivery, without a broker: the request a WebhookSink makes
 (signed; an address not allowed never called; what an answer means for a
-retry) and the attempts TargetBridge.deliver makes of one message (retried,
+retry; a request sent to the checked address, over http and https) and the
+attempts TargetBridge.deliver makes of one message (retried,
 dead-lettered with the engine's headers, left unacked on a stop)."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import random
+import ssl
 import threading
+from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pika
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from support.webhook import WebhookServer
 
 from triggerhook.amqp.connection import amqp_parameters
@@ -203,3 +212,65 @@ def test_a_stop_during_the_back_off_leaves_it_unacked() -> None:
     bridge.stop(0.0)
     thread.join(5.0)
     assert result == [Settle.LEAVE] and sink.calls == 1
+
+
+def _tls_files(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for ``name`` and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+def test_an_https_request_to_the_checked_address_verifies_the_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # As above, over TLS: the connection goes to the address, the handshake
+    # names the host (SNI) and the certificate is checked against the name.
+    name = "hooks.example.test"
+    cert_file, key_file = _tls_files(tmp_path, name)
+    monkeypatch.setattr(sinks, "address_refusal", lambda address: None)
+
+    async def resolve(host: str, port: int, **_: Any) -> list[Any]:
+        return [(2, 1, 6, "", ("127.0.0.1", port))]
+
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert_file, key_file)
+    seen_names: list[str | None] = []
+
+    def sni(_sock: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        seen_names.append(server_name)
+
+    server_tls.sni_callback = sni
+    with WebhookServer(204) as server:
+        server.wrap(server_tls)
+        sink = WebhookSink(f"https://{name}:{server.port}/x", 5.0, allow_private=False)
+        loop = sink._loop_now()
+        monkeypatch.setattr(loop, "getaddrinfo", resolve)
+        client_tls = ssl.create_default_context(cafile=str(cert_file))
+        sink._client = httpx.AsyncClient(verify=client_tls, trust_env=False, timeout=5.0)
+        assert _deliver(sink) is None
+        (got,) = server.wait_for(1, 5.0)
+    assert got.headers["host"] == f"{name}:{server.port}"
+    assert seen_names == [name]
