@@ -33,6 +33,8 @@ _LOG_FORMATS = ("text", "json")
 SECRET_SUFFIXES = ("_url", "_token", "_password")
 FILE_SUFFIX = "_FILE"
 _INSTANCE_ID = ID_PATTERN
+# A webhook target's queue: the prefix and its name (up to 63), 255 at most.
+_MAX_QUEUE_PREFIX_CHARS = 192
 _ROUTING_KEY = ROUTING_KEY_PATTERN
 # More would only share the same cores; each holds its own database connections.
 MAX_API_PROCESSES = 32
@@ -481,12 +483,18 @@ class Settings:
         for name in ("exchange", "default_routing_key", "command_queue", "dead_letter_routing_key"):
             if not _ROUTING_KEY.fullmatch(getattr(self, name)):
                 raise ConfigError(f"{name}: must be 1-255 characters from [A-Za-z0-9._:/-]")
-        for name in ("dead_letter_queue", "command_reply_prefix", "webhook_queue_prefix"):
+        for name in ("dead_letter_queue", "command_reply_prefix"):
             value = getattr(self, name)
             if value and not _ROUTING_KEY.fullmatch(value):
                 raise ConfigError(
                     f"{name}: must be empty or 1-255 characters from [A-Za-z0-9._:/-]"
                 )
+        prefix = self.webhook_queue_prefix
+        if not _ROUTING_KEY.fullmatch(prefix) or len(prefix) > _MAX_QUEUE_PREFIX_CHARS:
+            raise ConfigError(
+                f"webhook_queue_prefix: must be 1-{_MAX_QUEUE_PREFIX_CHARS} characters from "
+                "[A-Za-z0-9._:/-] (a queue's name is it and a target's, at most 255)"
+            )
         if any(not user.strip() for user in self.command_users()):
             raise ConfigError("command_allowed_users: an empty name in the list")
 

@@ -325,8 +325,9 @@ def test_a_consumer_stopped_with_a_message_unacked_leaves_it_to_the_next(
 # -- through a real daemon -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("api_processes", [1, 0])  # the bridge in the firing process either way
 def test_a_task_fired_by_the_daemon_reaches_its_webhook_signed(
-    mysql_url: str, amqp_url: str, tmp_path: Path
+    mysql_url: str, amqp_url: str, tmp_path: Path, api_processes: int
 ) -> None:
     secret = tmp_path / "hook.secret"
     secret.write_bytes(SECRET + b"\n")
@@ -337,7 +338,11 @@ def test_a_task_fired_by_the_daemon_reaches_its_webhook_signed(
             f'[[webhook]]\nname = "hook"\nurl = "{server.url()}"\n'
             f'routing_keys = ["fire.hook.#"]\nsecret_file = "{secret}"\nallow_private = true\n'
         )
-        settings = {"webhooks_file": str(hooks), "webhook_queue_prefix": prefix}
+        settings = {
+            "webhooks_file": str(hooks),
+            "webhook_queue_prefix": prefix,
+            "api_processes": api_processes,
+        }
         try:
             with api_daemon(mysql_url, amqp_url, **settings) as api:
                 body = {"id": "fired-1", "delay_ms": 200, "routing_key": "fire.hook.x"}

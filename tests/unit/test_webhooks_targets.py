@@ -10,6 +10,7 @@ import pytest
 
 from triggerhook.domain.webhooks import WebhookTarget
 from triggerhook.errors import ConfigError
+from triggerhook.settings import Settings
 from triggerhook.webhook.targets import read_secret_file, read_webhooks, target_secrets
 
 SECRET = "0123456789abcdef0123"
@@ -85,3 +86,10 @@ def test_a_missing_secret_variable() -> None:
     target = WebhookTarget("a", "http://h/", ("a",), secret_env="NOT_SET_HERE")
     with pytest.raises(ConfigError, match=r"webhook\[3\]\.secret_env \(\$NOT_SET_HERE\)"):
         target_secrets(target, "webhook[3]", {})
+
+
+@pytest.mark.parametrize("prefix", ["", "a b.", "x" * 193])
+def test_the_queue_prefix_setting(prefix: str) -> None:
+    with pytest.raises(ConfigError, match=r"^webhook_queue_prefix: must be 1-192 characters"):
+        Settings(webhook_queue_prefix=prefix)
+    assert Settings(webhook_queue_prefix="x" * 192).webhook_queue_prefix == "x" * 192
