@@ -338,7 +338,7 @@ def test_a_task_fired_by_the_daemon_reaches_its_webhook_signed(
             f'[[webhook]]\nname = "hook"\nurl = "{server.url()}"\n'
             f'routing_keys = ["fire.hook.#"]\nsecret_file = "{secret}"\nallow_private = true\n'
         )
-        settings = {
+        settings: dict[str, int | str] = {
             "webhooks_file": str(hooks),
             "webhook_queue_prefix": prefix,
             "api_processes": api_processes,
