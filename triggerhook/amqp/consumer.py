@@ -290,7 +290,7 @@ class QueueConsumer(Worker):
         if self._ever_consumed:
             self.reconnects += 1
         self._ever_consumed = True
-        self.succeeded("command consumer")
+        self.succeeded(self._what)
         self._loop.opened()
         self._connected.set()
         log.info(self._consuming_msg, self.queue, self._loop.node)
@@ -399,7 +399,10 @@ class QueueConsumer(Worker):
         # Only dead letters are mandatory: their queue is gone. Reconnecting
         # declares it again, and the unacked originals are delivered again.
         log.error(
-            "dead letter returned (%s %s); reconnecting", method.reply_code, method.reply_text
+            "%s: dead letter returned (%s %s); reconnecting",
+            self._what,
+            method.reply_code,
+            method.reply_text,
         )
         self._loop.close()
 
@@ -415,7 +418,11 @@ class QueueConsumer(Worker):
         for tag in tags:
             original = self._dead_letters.pop(tag)
             if not acked or channel is None:
-                log.error("dead letter not confirmed; reconnecting", extra=original.context())
+                log.error(
+                    "%s: dead letter not confirmed; reconnecting",
+                    self._what,
+                    extra=original.context(),
+                )
                 self._loop.close()
                 return
             channel.basic_ack(original.delivery_tag)
