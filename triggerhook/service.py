@@ -6,8 +6,9 @@ Processes: with ``api_processes`` = 0 all of it runs in one; otherwise
 :class:`ApiService` serving the interfaces (:mod:`triggerhook.processes`).
 
 Threads: the main thread runs the uvloop event loop (HTTP API, signal
-handling, supervision); the engine and the command consumer run their own
-threads; blocking calls from the loop go to a small thread pool.
+handling, supervision); the engine, the command consumer and the webhook
+bridge (its consumers and delivery threads, in the firing process) run their
+own threads; blocking calls from the loop go to a small thread pool.
 
 Start-up: READY (sd_notify) is sent only once :meth:`Service.readiness` has
 no reasons, i.e. when ``/readyz`` answers 200 (engine running, publisher and
@@ -22,8 +23,8 @@ restart it; a fatal failure (a thread died, the HTTP port is taken) still
 exits 1 at once.
 
 Shutdown order: stop taking requests (HTTP, then commands; both finish what is
-in flight; the API processes, when there are any), then stop the engine (fire
-what is armed, release the shards).
+in flight; then the webhook bridge; the API processes, when there are any),
+then stop the engine (fire what is armed, release the shards).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from triggerhook.logs import redact
 from triggerhook.processes import REPORT_INTERVAL_S, ApiProcesses, EngineLink
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.sdnotify import Notifier
+from triggerhook.webhook.bridge import WebhookBridge
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,7 @@ class Service:
         self._details = RateLimitedLog(log, _DETAIL_LOG_EVERY_S)
         self.commands: CommandConsumer | None = None
         self.http: HttpApi | None = None
+        self.webhooks: WebhookBridge | None = None
         self._notifier = Notifier()
         self._watchdog = Watchdog(self._notifier, self._responsive)
 
@@ -170,6 +173,10 @@ class Service:
         """The interfaces to serve (None: that interface is off)."""
         self.http = http
         self.commands = commands
+
+    def attach_webhooks(self, webhooks: WebhookBridge) -> None:
+        """The webhook bridge (the firing process's, api_processes or not)."""
+        self.webhooks = webhooks
 
     def fail(self, name: str, exc: BaseException) -> None:
         """A fatal failure of ``name`` (a thread of an interface): stop, exit 1."""
@@ -189,10 +196,14 @@ class Service:
         """Why the daemon is not ready (empty: ready). Blocking: checks the
         database. Each reason names a dependency and its kind of failure, never
         the raw error (logged instead, rate-limited)."""
+        webhooks = self.webhooks
+        reasons = []
+        if webhooks is not None and not webhooks.is_connected():
+            reasons.append("rabbitmq: webhook bridge not connected")
         if self.processes is None:
-            return self.engine_reasons() + self.own_reasons()
+            return self.engine_reasons() + reasons + self.own_reasons()
         # The API processes check the same database: their reports say so.
-        return self.engine_reasons() + self.processes.reasons()
+        return self.engine_reasons() + reasons + self.processes.reasons()
 
     def engine_reasons(self) -> list[str]:
         """Why the engine cannot fire (empty: it can). Does not block."""
@@ -320,6 +331,8 @@ class Service:
             self.hook.observe_http(self.processes.http)
         if self.commands is not None:
             self.commands.start()
+        if self.webhooks is not None:
+            self.webhooks.start()
         if self.http is not None:
             self.hook.observe_http(self.http.stats)
             await self.http.start()
@@ -334,6 +347,9 @@ class Service:
         if self.commands is not None:
             consumer = self.commands
             await loop.run_in_executor(self.executor, consumer.stop, _left(deadline_s))
+        if self.webhooks is not None:  # what is in flight stays unacked: delivered again
+            bridge = self.webhooks
+            await loop.run_in_executor(self.executor, bridge.stop, _left(deadline_s))
         if self.processes is not None:
             # Their own stop is bounded by the same timeout, plus their HTTP
             # runner's and command consumer's few seconds of grace.

@@ -33,6 +33,8 @@ _LOG_FORMATS = ("text", "json")
 SECRET_SUFFIXES = ("_url", "_token", "_password")
 FILE_SUFFIX = "_FILE"
 _INSTANCE_ID = ID_PATTERN
+# A webhook target's queue: the prefix and its name (up to 63), 255 at most.
+_MAX_QUEUE_PREFIX_CHARS = 192
 _ROUTING_KEY = ROUTING_KEY_PATTERN
 # More would only share the same cores; each holds its own database connections.
 MAX_API_PROCESSES = 32
@@ -305,6 +307,19 @@ class Settings:
         "or removed takes effect within this long, no restart). Above 0.",
         above=0.0,
     )
+    webhooks_file: str = _setting(
+        "",
+        "A TOML file of webhook targets (`[[webhook]]`: name, url, routing_keys, secret_file "
+        "or secret_env, concurrency, timeout_s, max_attempts, backoff_initial_ms, "
+        "backoff_max_ms, allow_private): `triggerhook run` POSTs the events of those routing "
+        "keys to each, signed, consumed from a queue of its own. Read at start (a change needs "
+        "a restart). Empty = none; see docs/webhooks.md.",
+    )
+    webhook_queue_prefix: str = _setting(
+        "triggerhook.webhook.",
+        "The durable queue of each webhook target is named this and the target's name, "
+        "bound to `exchange` with its routing_keys.",
+    )
     http_allow_public_without_token: bool = _setting(
         False, "Allow a non-loopback http_host without api_token (trusted networks only)."
     )
@@ -481,6 +496,12 @@ class Settings:
                 raise ConfigError(
                     f"{name}: must be empty or 1-255 characters from [A-Za-z0-9._:/-]"
                 )
+        prefix = self.webhook_queue_prefix
+        if not _ROUTING_KEY.fullmatch(prefix) or len(prefix) > _MAX_QUEUE_PREFIX_CHARS:
+            raise ConfigError(
+                f"webhook_queue_prefix: must be 1-{_MAX_QUEUE_PREFIX_CHARS} characters from "
+                "[A-Za-z0-9._:/-] (a queue's name is it and a target's, at most 255)"
+            )
         if any(not user.strip() for user in self.command_users()):
             raise ConfigError("command_allowed_users: an empty name in the list")
 

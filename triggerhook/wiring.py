@@ -28,6 +28,7 @@ from triggerhook.app import Figures, TriggerHook
 from triggerhook.clock import ClockSync, DatabaseClock
 from triggerhook.domain.delivery import DeliveryPolicy
 from triggerhook.domain.spec import TaskRules
+from triggerhook.domain.webhooks import WebhookTarget
 from triggerhook.engine.engine import Engine, EngineConfig, PublisherFactory
 from triggerhook.engine.sendbuffer import SendBuffer
 from triggerhook.errors import ConfigError
@@ -43,6 +44,8 @@ from triggerhook.runtime.worker import FailureHandler
 from triggerhook.settings import Settings
 from triggerhook.store.mysql import MySQLStore
 from triggerhook.store.mysql.galera import GaleraWatch
+from triggerhook.webhook.bridge import BridgeConfig, TargetBridge, WebhookBridge
+from triggerhook.webhook.targets import read_secret_file, read_webhooks, target_secrets
 
 if TYPE_CHECKING:
     from triggerhook.processes import EngineLink
@@ -69,7 +72,8 @@ def build_daemon(settings: Settings) -> Service:
 
     if settings.http_enabled and settings.namespaces_file:
         read_namespaces(settings.namespaces_file)  # wrong: say so now, not in an API process
-    params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumer
+    params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumers
+    webhooks = webhook_targets(settings)  # wrong: say so before anything starts
     hook = _build(settings, params)
     if settings.api_processes and (settings.http_enabled or settings.commands_enabled):
         # The API processes speak for this instance: its name, not one of their
@@ -79,10 +83,50 @@ def build_daemon(settings: Settings) -> Service:
         wake = hook.engine.armer.wake
         processes = ApiProcesses(theirs, settings.api_processes, wake, SummedRequestStats())
         hook.engine.count_also(processes.engine_totals)
-        return Service(hook, settings.shutdown_timeout_s, processes)
-    service = Service(hook, settings.shutdown_timeout_s)
-    _attach_interfaces(service, settings, params)
+        service = Service(hook, settings.shutdown_timeout_s, processes)
+    else:
+        service = Service(hook, settings.shutdown_timeout_s)
+        _attach_interfaces(service, settings, params)
+    if webhooks:  # in the firing process only: one consumer per target in the daemon
+        bridge = webhook_bridge(settings, webhooks, params, service.fail)
+        hook.engine.count_also(bridge.totals)
+        service.attach_webhooks(bridge)
     return service
+
+
+def webhook_targets(
+    settings: Settings,
+) -> list[tuple[WebhookTarget, tuple[bytes, ...]]]:
+    """The targets of ``webhooks_file`` with their secrets (none: empty);
+    ConfigError naming the file, the entry and the field."""
+    if not settings.webhooks_file:
+        return []
+    path = settings.webhooks_file
+    targets = read_webhooks(path, settings.dead_letter_routing_key)
+    where = f"webhooks_file {path!r}: webhook"
+    return [
+        (target, target_secrets(target, f"{where}[{index}]"))
+        for index, target in enumerate(targets)
+    ]
+
+
+def webhook_bridge(
+    settings: Settings,
+    targets: list[tuple[WebhookTarget, tuple[bytes, ...]]],
+    params: AmqpNodes,
+    on_failure: FailureHandler,
+) -> WebhookBridge:
+    config = BridgeConfig(
+        exchange=settings.exchange,
+        queue_prefix=settings.webhook_queue_prefix,
+        dead_letter_routing_key=settings.dead_letter_routing_key,
+        dead_letter_queue=settings.dead_letter_queue,
+        queue_arguments=settings.queue_arguments(),
+        max_body_bytes=settings.max_payload_bytes or None,  # 0: no limit of its own
+    )
+    return WebhookBridge(
+        [TargetBridge(target, secrets, config, params, on_failure) for target, secrets in targets]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +138,10 @@ class DevOptions:
     webhook_url: str = ""  # empty: no webhook
     webhook_timeout_s: float = 10.0
     stdout: bool = True
+    webhook_secret_file: str = ""  # empty: requests not signed
+    # The production rule (no private, loopback or link-local address) when
+    # false; a local run's webhook is usually on this machine.
+    webhook_allow_private: bool = True
 
 
 def build_dev(settings: Settings, dev: DevOptions) -> Service:
@@ -111,7 +159,10 @@ def build_dev(settings: Settings, dev: DevOptions) -> Service:
         listing_timeout_ms=settings.listing_timeout_ms,
     )
     clock, sync = _database_clock(settings, store)
-    publisher = local_publisher_factory(settings, dev, clock)
+    secrets: tuple[bytes, ...] = ()
+    if dev.webhook_secret_file:  # read now: a wrong file is said before anything starts
+        secrets = read_secret_file(dev.webhook_secret_file, "--webhook-secret-file")
+    publisher = local_publisher_factory(settings, dev, clock, secrets)
     database = f"SQLite at {dev.db_path} through {store.driver}"
     hook = assemble(settings, store, clock, publisher, None, sync, database)
     service = Service(hook, settings.shutdown_timeout_s, store_name="sqlite")
@@ -359,7 +410,9 @@ def publisher_factory(settings: Settings, params: AmqpNodes, clock: Clock) -> Pu
     return publisher
 
 
-def local_publisher_factory(settings: Settings, dev: DevOptions, clock: Clock) -> PublisherFactory:
+def local_publisher_factory(
+    settings: Settings, dev: DevOptions, clock: Clock, secrets: tuple[bytes, ...] = ()
+) -> PublisherFactory:
     """``triggerhook dev``'s publisher: each event to stdout and the webhook,
     each sink on a thread of its own (docs/dev.md, "Events to a webhook")."""
     config = LocalConfig(
@@ -376,7 +429,14 @@ def local_publisher_factory(settings: Settings, dev: DevOptions, clock: Clock) -
         if dev.stdout:
             sinks.append(StdoutSink(sys.stdout))
         if dev.webhook_url:
-            sinks.append(WebhookSink(dev.webhook_url, dev.webhook_timeout_s))
+            sinks.append(
+                WebhookSink(
+                    dev.webhook_url,
+                    dev.webhook_timeout_s,
+                    allow_private=dev.webhook_allow_private,
+                    secrets=secrets,
+                )
+            )
         return LocalPublisher(buffer, confirms, retry, on_failure, sinks, config, clock)
 
     return publisher

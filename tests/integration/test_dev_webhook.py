@@ -5,7 +5,9 @@ while the events due meanwhile reach stdout on time; SIGTERM stops the daemon
 within shutdown_timeout_s however long the webhook's call would go on; an
 endless answer is a delivery, not read to its end; a webhook that refuses
 every event keeps none of them from stdout, where each is printed once
-however often the webhook gets it. The webhook's secret path and query are
+however often the webhook gets it. With --webhook-secret-file the requests
+are signed; with --webhook-public-only a webhook on this machine is refused,
+never called. The webhook's secret path and query are
 in no log line, and a task's ``Authorization``/``Cookie`` headers never
 reach the webhook.
 """
@@ -13,6 +15,8 @@ reach the webhook.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,11 +69,13 @@ class Dev:
 
 
 @contextlib.contextmanager
-def _dev(tmp_path: Path, webhook: str, timeout_s: float = 10.0) -> Iterator[Dev]:
+def _dev(
+    tmp_path: Path, webhook: str, timeout_s: float = 10.0, more: tuple[str, ...] = ()
+) -> Iterator[Dev]:
     port = closed_port()
     env = {**base_env(), **settings_env(shutdown_timeout_s=STOP_S, log_level="DEBUG")}
     args = ["--db", str(tmp_path / "dev.sqlite3"), "--http-port", str(port)]
-    args += ["--webhook", webhook, "--webhook-timeout-s", str(timeout_s)]
+    args += ["--webhook", webhook, "--webhook-timeout-s", str(timeout_s), *more]
     with Daemon(env, "dev", args, triggerhook_command("dev")) as daemon:
         dev = Dev(daemon, f"http://127.0.0.1:{port}")
 
@@ -152,3 +158,28 @@ def test_a_tasks_credentials_do_not_reach_the_webhook(tmp_path: Path) -> None:
         [request] = hook.wait_for(1, FIRE_S)
     assert request.headers["tenant"] == "acme"
     assert not {"authorization", "cookie"} & set(request.headers), request.headers
+
+
+def test_requests_are_signed_with_the_secret_file(tmp_path: Path) -> None:
+    secret = tmp_path / "webhook.secret"
+    secret.write_text("whsec_dev_0123456789abcdef\n", encoding="utf-8")
+    more = ("--webhook-secret-file", str(secret))
+    with WebhookServer() as hook, _dev(tmp_path, hook.url(), more=more) as dev:
+        dev.schedule({"id": "signed", "delay_ms": 100, "payload": "hello"})
+        [request] = hook.wait_for(1, FIRE_S)
+    signed = request.headers["x-triggerhook-timestamp"].encode() + b"." + request.body
+    digest = hmac.new(b"whsec_dev_0123456789abcdef", signed, hashlib.sha256).hexdigest()
+    assert request.headers["x-triggerhook-signature"] == f"v1={digest}"
+
+
+def test_public_only_refuses_a_webhook_on_this_machine(tmp_path: Path) -> None:
+    more = ("--webhook-public-only",)
+    with WebhookServer() as hook, _dev(tmp_path, hook.url(), more=more) as dev:
+        task = dev.schedule({"id": "inner", "delay_ms": 100})
+        dev.printed_on_time(task)
+        wait_for(
+            lambda: any("address not allowed" in line for line in dev.daemon.lines),
+            FIRE_S,
+            dev.daemon.tail,
+        )
+        assert hook.received == []

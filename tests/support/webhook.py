@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -83,9 +84,17 @@ class _Recorder:
 
 
 class WebhookServer(_Recorder):
-    def __init__(self, status: int = 204) -> None:
+    """Answers ``script``'s statuses first, one a request, then ``status``;
+    each after ``delay_s`` (a slow receiver; cut short by :meth:`stop`)."""
+
+    def __init__(
+        self, status: int = 204, script: tuple[int, ...] = (), delay_s: float = 0.0
+    ) -> None:
         super().__init__()
         self.status = status  # the answer to every request (settable meanwhile)
+        self.script = list(script)
+        self.delay_s = delay_s
+        self._stopping = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -98,7 +107,8 @@ class WebhookServer(_Recorder):
                     for name, value in self.headers.items()
                 }
                 server.record(Received(self.path, headers, body))
-                self.send_response(server.status)
+                server._stopping.wait(server.delay_s)
+                self.send_response(server.next_status())
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -112,11 +122,20 @@ class WebhookServer(_Recorder):
         serve = functools.partial(self._server.serve_forever, 0.02)
         self._thread = threading.Thread(target=serve, name="webhook-receiver", daemon=True)
 
+    def next_status(self) -> int:
+        with self._cond:
+            return self.script.pop(0) if self.script else self.status
+
+    def wrap(self, tls: ssl.SSLContext) -> None:
+        """Serve https with ``tls`` (call before the first request)."""
+        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+
     def start(self) -> Self:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5.0)

@@ -49,6 +49,13 @@ def test_failures_back_off_exponentially_up_to_the_cap_then_dead_letter() -> Non
     assert DeliveryPolicy(50, 0, 500).retry_delay_ms(30) == 500  # capped, no overflow
 
 
+def test_a_failure_no_retry_helps_is_dead_lettered_at_once_but_a_dead_letter_never() -> None:
+    # A webhook's 400 in dev mode: the same answer on every retry.
+    refused = POLICY.after_failure(_task(0), "webhook answered 400", NOW, False, retry=False)
+    assert refused == DeadLetter("webhook answered 400; not retried")
+    assert POLICY.after_failure(_task(0), "x", NOW, True, retry=False) == RetryLater(500)
+
+
 def test_an_event_too_long_past_due_is_dead_lettered_at_its_next_failure() -> None:
     late = POLICY.after_failure(_task(0), "nacked", NOW + 60_000, was_dead=False)
     assert isinstance(late, DeadLetter)

@@ -11,6 +11,7 @@
        local/                  the adapter for ``triggerhook dev``: events to stdout, a webhook
        client/                 the HTTP client: a re-export of triggerhook_client (below)
     4  app                     the library API: the façade over the engine and metrics
+       webhook/                webhook targets: a consumer (amqp/) POSTing through local/'s sink
     5  api/                    HTTP and AMQP commands, over the app
        processes               the daemon's firing and API processes, and their channel
     6  service                 the daemon: runs the app and the interfaces
@@ -69,7 +70,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "runtime domain",
         "interfaces settings clock logs ratelimit sdnotify status",
         "engine store amqp metrics client local",
-        "app outbox",
+        "app outbox webhook",
         "api processes",
         "service",
         "wiring",

@@ -174,7 +174,7 @@ def test_a_closed_stdout_is_a_failed_delivery_retried_later() -> None:
 def test_the_webhook_gets_the_payload_and_the_events_headers(webhook: WebhookServer) -> None:
     out = io.StringIO()
     rig = Rig()
-    rig.run([WebhookSink(webhook.url(), 5.0), StdoutSink(out)], TASK)
+    rig.run([WebhookSink(webhook.url(), 5.0, allow_private=True), StdoutSink(out)], TASK)
     [request] = webhook.received
     assert request.path == "/hook"
     assert request.body == b'{"invoice": 42}'
@@ -204,7 +204,9 @@ def test_a_non_2xx_answer_is_retried_after_the_policys_back_off(webhook: Webhook
     out = io.StringIO()
     rig = Rig()
     failed_before = TASK.replace(attempts=1)
-    publisher = rig.run([WebhookSink(webhook.url(), 5.0), StdoutSink(out)], failed_before)
+    publisher = rig.run(
+        [WebhookSink(webhook.url(), 5.0, allow_private=True), StdoutSink(out)], failed_before
+    )
     assert len(webhook.received) == 1
     assert rig.retried == [(failed_before, 200)]  # the second failure: 200 ms
     assert rig.confirmed == []
@@ -215,7 +217,9 @@ def test_a_non_2xx_answer_is_retried_after_the_policys_back_off(webhook: Webhook
 
 def test_a_webhook_not_listening_is_retried_too() -> None:
     rig = Rig()
-    publisher = rig.run([WebhookSink(f"http://127.0.0.1:{closed_port()}/x", 5.0)], TASK)
+    publisher = rig.run(
+        [WebhookSink(f"http://127.0.0.1:{closed_port()}/x", 5.0, allow_private=True)], TASK
+    )
     assert rig.retried == [(TASK, 100)] and rig.confirmed == []
     assert publisher.counters()["nacked"] == 1
 
@@ -226,7 +230,7 @@ def test_the_last_failure_sends_a_dead_letter_at_once(webhook: WebhookServer) ->
     webhook.status = 500
     rig = Rig()
     last_try = TASK.replace(attempts=2)
-    publisher = rig.run([WebhookSink(webhook.url(), 5.0)], last_try)
+    publisher = rig.run([WebhookSink(webhook.url(), 5.0, allow_private=True)], last_try)
     event, dead = webhook.wait_for(2, WAIT_S)
     assert event.headers["x-routing-key"] == "billing.charge"
     assert dead.headers["x-routing-key"] == DEAD_KEY
@@ -271,7 +275,7 @@ def test_headers_http_cannot_carry_are_left_out_and_the_event_still_goes(
     meta = make_meta(headers={"a:b": "1", "content-length": "9", "note": "two\nlines", "ok": " v "})
     task = Task("odd", NOW, "k", b"body", rev=1, meta=meta)
     rig = Rig()
-    rig.run([WebhookSink(webhook.url(), 5.0)], task)
+    rig.run([WebhookSink(webhook.url(), 5.0, allow_private=True)], task)
     [request] = webhook.received
     assert request.body == b"body"
     assert request.headers["ok"] == "v"
@@ -425,7 +429,9 @@ def test_a_retry_goes_only_to_the_sinks_that_did_not_take_the_event(
     webhook.status = 503
     out = io.StringIO()
     rig = Rig()
-    publisher = rig.publisher([StdoutSink(out), WebhookSink(webhook.url(), 5.0)])
+    publisher = rig.publisher(
+        [StdoutSink(out), WebhookSink(webhook.url(), 5.0, allow_private=True)]
+    )
     publisher.start()
     try:
         rig.buffer.put_many([TASK])
@@ -449,7 +455,7 @@ def test_the_dead_letter_goes_only_to_the_sinks_that_did_not_take_the_event(
     out = io.StringIO()
     rig = Rig()
     last_try = TASK.replace(attempts=2)
-    rig.run([StdoutSink(out), WebhookSink(webhook.url(), 5.0)], last_try)
+    rig.run([StdoutSink(out), WebhookSink(webhook.url(), 5.0, allow_private=True)], last_try)
     _, dead = webhook.wait_for(2, WAIT_S)
     assert dead.headers["x-routing-key"] == DEAD_KEY
     assert [line["routing_key"] for line in _lines(out)] == ["billing.charge"]  # the event only

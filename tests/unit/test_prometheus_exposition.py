@@ -48,6 +48,8 @@ TOTALS = {
     "http_connections_refused": 1,
     "throttled": 9, "throttled:billing.*": 7, "throttled:(catch_up)": 2,
     "throttle_wait_ms:billing.*": 1500, "throttle_wait_ms:(catch_up)": 250,
+    "webhook_delivered:billing": 5, "webhook_retried:billing": 2,
+    "webhook_dead_lettered:billing": 1, "webhook_refused_host:billing": 0,
 }  # fmt: skip
 ENGINE_PERIOD: dict[str, int | float] = {
     "period_ms": 1000, "fired": 2, "heap": 3, "tasks_db": 40, "oldest_overdue_ms": 2500,
@@ -141,6 +143,15 @@ def test_rate_limits_are_figured_per_pattern_as_a_label() -> None:
     assert value(text, holding, pattern="billing.*") == 4
     assert value(text, holding, pattern="(catch_up)") == 0
     assert "throttled:" not in text and "throttle_holding:" not in text
+
+
+def test_webhook_targets_are_figured_per_target_as_a_label() -> None:
+    text, _ = scrape()
+    assert value(text, "triggerhook_webhook_delivered_total", webhook="billing") == 5
+    assert value(text, "triggerhook_webhook_retried_total", webhook="billing") == 2
+    assert value(text, "triggerhook_webhook_dead_lettered_total", webhook="billing") == 1
+    assert value(text, "triggerhook_webhook_refused_host_total", webhook="billing") == 0
+    assert "webhook_delivered:" not in text
 
 
 def test_the_instance_is_a_label_of_its_own_never_instance() -> None:
@@ -315,7 +326,8 @@ def test_docs_name_every_prometheus_family() -> None:
     families += [f"{prometheus.REQUESTS_FAMILY}_total", prometheus.RUNNING_FAMILY]
     families += [f"{name}_total" for name, _, _ in prometheus.BY_PATTERN_COUNTERS.values()]
     families += [name for name, _, _ in prometheus.BY_PATTERN_GAUGES.values()]
-    families += [prometheus.PATTERN_LABEL]
+    families += [f"{name}_total" for name, _, _ in prometheus.BY_WEBHOOK_COUNTERS.values()]
+    families += [prometheus.PATTERN_LABEL, prometheus.WEBHOOK_LABEL]
     families += [prometheus.INSTANCE_LABEL, prometheus.STATUS_CLASS_LABEL, "metrics_scrape_token"]
     missing = [name for name in families if f"`{name}`" not in docs]
     assert not missing, f"not in docs/metrics.md: {missing}"

@@ -55,7 +55,7 @@ def _call(fn: Callable[[], None], within_s: float) -> tuple[BaseException | None
 
 def test_a_webhook_that_trickles_its_answer_is_cut_at_the_deadline() -> None:
     with HostileWebhook("trickle", every_s=0.2) as server:
-        sink = WebhookSink(server.url(), 1.0)
+        sink = WebhookSink(server.url(), 1.0, allow_private=True)
         try:
             error, took_s = _call(lambda: sink.deliver(EVENT), 1.0 + SLACK_S)
         finally:
@@ -68,7 +68,7 @@ def test_a_webhook_that_trickles_its_answer_is_cut_at_the_deadline() -> None:
 
 def test_a_stop_cuts_a_call_in_flight() -> None:
     with HostileWebhook("trickle", every_s=0.2) as server:
-        sink = WebhookSink(server.url(), 60.0)
+        sink = WebhookSink(server.url(), 60.0, allow_private=True)
         try:
             call = _Call(lambda: sink.deliver(EVENT))
             server.wait_for(1, 5.0)  # the call is in flight
@@ -83,7 +83,7 @@ def test_a_stop_cuts_a_call_in_flight() -> None:
 @pytest.mark.parametrize("status", [200, 500])
 def test_an_endless_answer_is_read_no_further_than_its_start(status: int) -> None:
     with HostileWebhook("endless", status=status) as server:
-        sink = WebhookSink(server.url(), 30.0)
+        sink = WebhookSink(server.url(), 30.0, allow_private=True)
         try:
             error, _ = _call(lambda: sink.deliver(EVENT), 5.0)
         finally:
@@ -115,7 +115,7 @@ def test_credentials_and_hop_by_hop_headers_are_not_forwarded(
     }
     event = Event("ev-2", "k", dict(headers), b"")
     with WebhookServer() as server:
-        sink = WebhookSink(server.url(), 5.0)
+        sink = WebhookSink(server.url(), 5.0, allow_private=True)
         try:
             with caplog.at_level(logging.WARNING):
                 error, _ = _call(lambda: sink.deliver(event), 10.0)
@@ -134,7 +134,7 @@ def test_credentials_and_hop_by_hop_headers_are_not_forwarded(
 
 def test_a_refused_connection_is_undelivered_and_names_no_secret() -> None:
     url = "http://user:pw-s3cret@127.0.0.1:1/s3cret-path?token=s3cret"
-    sink = WebhookSink(url, 5.0)
+    sink = WebhookSink(url, 5.0, allow_private=True)
     try:
         error, _ = _call(lambda: sink.deliver(EVENT), 10.0)
     finally:
@@ -160,7 +160,7 @@ def test_a_url_is_shown_without_its_path_query_or_user(url: str, shown: str) -> 
 
 def test_httpx_debug_lines_show_the_url_redacted(caplog: pytest.LogCaptureFixture) -> None:
     with WebhookServer() as server:
-        sink = WebhookSink(server.url("/s3cret-path?token=s3cret"), 5.0)
+        sink = WebhookSink(server.url("/s3cret-path?token=s3cret"), 5.0, allow_private=True)
         try:
             # Its own level too: logs.configure() (another test's) may have raised it.
             with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, "httpx"):

@@ -8,20 +8,27 @@ queue), turns on publisher confirms, takes up to ``prefetch`` messages at a
 time and hands each to ``on_message`` as a :class:`Delivery` (plain values;
 the pika objects stay here), on the I/O thread.
 
+With an ``exchange`` (the webhook bridge's queues), the consumer also
+declares it (topic, durable), binds ``queue`` to it with each of
+``bindings``, binds ``dead_queue`` (when named) with ``dead_routing_key``,
+and publishes dead letters there with that key; without one (the command
+channel), dead letters go to ``dead_queue`` through the default exchange.
+
 A delivery is settled with a :class:`Settlement`, by :meth:`QueueConsumer.settle`
 on the I/O thread or :meth:`QueueConsumer.post` from any thread (one wake-up
 for many results): the reply (if any) is published to its ``reply_to``
 (default exchange, same ``correlation_id``), then the message is acked (ACK),
-or published unchanged to ``dead_queue`` with the error header and acked once
-that publish is confirmed (DEAD), or left unacked (LEAVE: the broker delivers
-it again). A delivery whose channel is gone is not settled: the broker
-delivers it again. A dead letter returned or nacked reconnects, which
-declares the queues again.
+or published unchanged to the dead letters' place with the error header
+(and the settlement's own headers) and acked once that publish is confirmed
+(DEAD), or left unacked (LEAVE: the broker delivers it again). A delivery
+whose channel is gone is not settled: the broker delivers it again. A dead
+letter returned or nacked reconnects, which declares the queues again.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 import math
@@ -79,6 +86,7 @@ class Settlement:
     settle: Settle
     reply: bytes | None = None  # the body published to reply_to, if one is asked for
     reason: str = ""  # a dead letter's error header
+    headers: tuple[tuple[str, object], ...] = ()  # a dead letter's other headers of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +105,7 @@ class Delivery:
     body: bytes  # all of it; only its first KEPT_OF_OVERSIZED_BYTES if over the limit
     body_size: int  # as its content header declared it
     properties: object  # the broker client's own, copied into a dead letter
+    routing_key: str = ""  # the one it was published with
 
     def context(self) -> dict[str, object]:
         """Logging ``extra``: type, message_id and (when known) task_id; the
@@ -135,8 +144,14 @@ class QueueConsumer(Worker):
         name: str = "th-commands",
         queue_arguments: Mapping[str, str] | None = None,
         max_body_bytes: int | None = None,
+        topology: Topology | None = None,
+        what: str = "command consumer",
+        consuming: str = "consuming commands",
     ) -> None:
         super().__init__(name, on_failure)
+        self._topology = topology or Topology()
+        self._what = what  # names it in log lines
+        self._consuming_msg = consuming + " from queue %r at %s"
         self._max_body_bytes = max_body_bytes
         self.queue = queue
         self.dead_queue = dead_queue
@@ -146,9 +161,7 @@ class QueueConsumer(Worker):
         self._on_end = on_end
         self._error_header = error_header
         self._private_headers = frozenset(private_headers)
-        self._loop = ConnectionLoop(
-            nodes, self, "command consumer", self._on_open, self._reset, log, "command consumer"
-        )
+        self._loop = ConnectionLoop(nodes, self, what, self._on_open, self._reset, log, what)
         self._drain_deadline_s = math.inf  # settling in-flight deliveries, once stopping
         self._connected = threading.Event()
         self._lock = threading.Lock()  # guards _results, _drain_pending
@@ -229,19 +242,30 @@ class QueueConsumer(Worker):
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
         channel.add_on_cancel_callback(self._on_cancelled)
+        _chain(self._declarations(channel), lambda: self._on_declared(channel))
+
+    def _declarations(self, channel: pika.channel.Channel) -> list[_Step]:
+        """What to declare, in order: the exchange (if any), the dead-letter
+        queue (if any) and its binding, the queue and its bindings."""
         # Durable, shared (never exclusive): several daemons consume one queue.
-        arguments = self._queue_arguments
-        channel.queue_declare(
-            queue=self.dead_queue,
-            durable=True,
-            arguments=arguments,
-            callback=lambda _frame: channel.queue_declare(
-                queue=self.queue,
-                durable=True,
-                arguments=arguments,
-                callback=lambda _f: self._on_declared(channel),
-            ),
+        queue_declare = functools.partial(
+            channel.queue_declare, durable=True, arguments=self._queue_arguments
         )
+        exchange, dead_key = self._topology.exchange, self._topology.dead_routing_key
+        steps: list[_Step] = []
+        if exchange:
+            steps.append(
+                lambda done: channel.exchange_declare(
+                    exchange=exchange, exchange_type="topic", durable=True, callback=done
+                )
+            )
+        if self.dead_queue:
+            steps.append(lambda done: queue_declare(queue=self.dead_queue, callback=done))
+            if exchange and dead_key:
+                steps.append(_bind(channel, self.dead_queue, exchange, dead_key))
+        steps.append(lambda done: queue_declare(queue=self.queue, callback=done))
+        steps.extend(_bind(channel, self.queue, exchange, key) for key in self._topology.bindings)
+        return steps
 
     def _on_declared(self, channel: pika.channel.Channel) -> None:
         channel.confirm_delivery(
@@ -266,23 +290,23 @@ class QueueConsumer(Worker):
         if self._ever_consumed:
             self.reconnects += 1
         self._ever_consumed = True
-        self.succeeded("command consumer")
+        self.succeeded(self._what)
         self._loop.opened()
         self._connected.set()
-        log.info("consuming commands from queue %r at %s", self.queue, self._loop.node)
+        log.info(self._consuming_msg, self.queue, self._loop.node)
 
     def _on_channel_closed(self, _channel: Any, reason: BaseException) -> None:
         self._channel = None
         self._connected.clear()
         if not self.stopping:
             # e.g. a queue exists with other arguments: log loudly, retry later.
-            log.error("command consumer: RabbitMQ channel closed: %s", reason)
+            log.error("%s: RabbitMQ channel closed: %s", self._what, reason)
         self._loop.close()
 
     def _on_cancelled(self, _frame: Any) -> None:
         # The broker cancels our consumer when the queue is deleted: reconnect,
         # which declares it again.
-        log.warning("command consumer cancelled by the broker (queue %r deleted?)", self.queue)
+        log.warning("%s: cancelled by the broker (queue %r deleted?)", self._what, self.queue)
         self._loop.close()
 
     def _on_message(
@@ -310,6 +334,7 @@ class QueueConsumer(Worker):
                 body,
                 declared_size(body),
                 properties,
+                method.routing_key,
             )
         )
 
@@ -329,7 +354,7 @@ class QueueConsumer(Worker):
         if outcome.reply is not None and delivery.reply_to:
             self._publish_reply(channel, delivery, outcome.reply)
         if outcome.settle is Settle.DEAD:
-            self._publish_dead_letter(channel, delivery, outcome.reason)
+            self._publish_dead_letter(channel, delivery, outcome)
             return  # acked once the dead letter is confirmed
         self._pending -= 1
         if outcome.settle is Settle.ACK:
@@ -353,15 +378,16 @@ class QueueConsumer(Worker):
         self.replied += 1
 
     def _publish_dead_letter(
-        self, channel: pika.channel.Channel, delivery: Delivery, reason: str
+        self, channel: pika.channel.Channel, delivery: Delivery, outcome: Settlement
     ) -> None:
         # Private headers (the token) stay out of the dead-letter queue, whoever may read it.
         private = self._private_headers
         kept = {k: v for k, v in (delivery.headers or {}).items() if k not in private}
-        headers = {**kept, self._error_header: reason}
+        headers = {**kept, self._error_header: outcome.reason, **dict(outcome.headers)}
+        exchange, dead_key = self._topology.exchange, self._topology.dead_routing_key
         channel.basic_publish(
-            exchange="",
-            routing_key=self.dead_queue,
+            exchange=exchange if dead_key else "",
+            routing_key=dead_key or self.dead_queue,
             body=delivery.body,
             properties=_with_headers(delivery.properties, headers),
             mandatory=True,
@@ -373,7 +399,10 @@ class QueueConsumer(Worker):
         # Only dead letters are mandatory: their queue is gone. Reconnecting
         # declares it again, and the unacked originals are delivered again.
         log.error(
-            "dead letter returned (%s %s); reconnecting", method.reply_code, method.reply_text
+            "%s: dead letter returned (%s %s); reconnecting",
+            self._what,
+            method.reply_code,
+            method.reply_text,
         )
         self._loop.close()
 
@@ -389,7 +418,11 @@ class QueueConsumer(Worker):
         for tag in tags:
             original = self._dead_letters.pop(tag)
             if not acked or channel is None:
-                log.error("dead letter not confirmed; reconnecting", extra=original.context())
+                log.error(
+                    "%s: dead letter not confirmed; reconnecting",
+                    self._what,
+                    extra=original.context(),
+                )
                 self._loop.close()
                 return
             channel.basic_ack(original.delivery_tag)
@@ -409,6 +442,34 @@ class QueueConsumer(Worker):
             self._loop.close()
             return
         self._loop.call_later(_STOP_CHECK_S, self._check_stopped)
+
+
+# One declaration: called with the callback that starts the next.
+_Step = Callable[[Callable[[Any], None]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where the queue's messages come from and its dead letters go (see
+    the module's doc); the default: the command channel's, no exchange."""
+
+    exchange: str = ""
+    bindings: tuple[str, ...] = ()  # routing-key patterns binding the queue to ``exchange``
+    dead_routing_key: str = ""  # dead letters published to ``exchange`` with it
+
+
+def _bind(channel: pika.channel.Channel, queue: str, exchange: str, key: str) -> _Step:
+    return lambda done: channel.queue_bind(queue, exchange, routing_key=key, callback=done)
+
+
+def _chain(steps: list[_Step], then: Callable[[], None]) -> None:
+    """Run ``steps`` one after the other (each once the broker answered the
+    one before), then ``then``."""
+    if not steps:
+        then()
+        return
+    first, rest = steps[0], steps[1:]
+    first(lambda _frame: _chain(rest, then))
 
 
 def _peek_id(body: bytes) -> str | None:

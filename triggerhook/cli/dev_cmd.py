@@ -29,9 +29,11 @@ Runs the engine, the HTTP API and the web view (http_host:http_port, default
 file (--db; with --db {MEMORY}, none) and each fired event is printed
 on stdout as one JSON object per line (as `triggerhook tail` prints them) and,
 with --webhook, POSTed to that URL (body: the payload; headers: the event's,
-x-message-id and x-routing-key). A webhook that does not answer 2xx within
---webhook-timeout-s gets the event again later (back-off, then a dead letter,
-as RabbitMQ's returns); stdout does not wait for it, nor print it again.
+x-message-id and x-routing-key; signed with --webhook-secret-file). A webhook
+that answers 5xx, 408 or 429, or not in full within --webhook-timeout-s, gets
+the event again later (back-off, then a dead letter, as RabbitMQ's returns;
+another 4xx: a dead letter at once); stdout does not wait for it, nor print it
+again.
 Logs go to stderr. One instance per file; not for production (docs/dev.md).
 Ctrl-C or SIGTERM stops it gracefully."""
 
@@ -64,6 +66,19 @@ def add_dev_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="S",
         help="a webhook call (connect, send, the whole answer) not over in S seconds "
         "failed (default 10)",
+    )
+    dev.add_argument(
+        "--webhook-secret-file",
+        metavar="PATH",
+        default="",
+        help="sign each webhook request with the secret in this file (x-triggerhook-timestamp, "
+        "x-triggerhook-signature: docs/webhooks.md); one a line, two while rotating",
+    )
+    dev.add_argument(
+        "--webhook-public-only",
+        action="store_true",
+        help="refuse a webhook whose host resolves to a loopback, private or link-local "
+        "address, as triggerhook run's targets do without allow_private",
     )
     dev.add_argument(
         "--no-stdout", action="store_true", help="events to the webhook only (needs --webhook)"
@@ -105,6 +120,8 @@ def run_dev(args: argparse.Namespace, settings: Settings) -> int:
 def _options(args: argparse.Namespace) -> DevOptions:
     if args.no_stdout and not args.webhook:
         raise ConfigError("--no-stdout: events would go nowhere; give --webhook URL too")
+    if args.webhook_secret_file and not args.webhook:
+        raise ConfigError("--webhook-secret-file: no webhook to sign for; give --webhook URL too")
     if not args.webhook_timeout_s > 0:
         raise ConfigError("--webhook-timeout-s: must be more than 0")
     db: str = args.db
@@ -117,4 +134,6 @@ def _options(args: argparse.Namespace) -> DevOptions:
         webhook_url=args.webhook or "",
         webhook_timeout_s=args.webhook_timeout_s,
         stdout=not args.no_stdout,
+        webhook_secret_file=args.webhook_secret_file,
+        webhook_allow_private=not args.webhook_public_only,
     )

@@ -65,13 +65,18 @@ class DeliveryPolicy:
         """Back-off after the ``attempt``-th failure: 100 ms, doubling, capped."""
         return int(capped_exponential(max(attempt, 1) - 1, _FIRST_RETRY_MS, self.retry_max_ms))
 
-    def after_failure(self, task: Task, reason: str, now_ms: float, was_dead: bool) -> Decision:
+    def after_failure(
+        self, task: Task, reason: str, now_ms: float, was_dead: bool, retry: bool = True
+    ) -> Decision:
         """The event of ``task`` failed (``reason``); ``was_dead``: it was
         itself a dead letter, which then waits the longest back-off and is
-        tried again (a dead letter is never dropped)."""
+        tried again (a dead letter is never dropped); ``retry`` False: no
+        retry can help (a webhook's 4xx), so a dead letter at once."""
         attempt = task.attempts + 1
         if was_dead:
             return RetryLater(self.retry_max_ms)
+        if not retry:
+            return DeadLetter(f"{reason}; not retried")
         if attempt >= self.max_attempts:
             return DeadLetter(f"{reason}; not delivered after {attempt} attempts")
         age_ms = now_ms - task.due_ms

@@ -262,7 +262,8 @@ class LocalPublisher(Worker, PublishTotals):
         refused = any(failure.refused for failure in failures)
         self.returned += refused
         self.nacked += not refused
-        self._undelivered(task, "; ".join(map(str, failures)), delivery.dead)
+        retry = any(failure.retry for failure in failures)
+        self._undelivered(task, "; ".join(map(str, failures)), delivery.dead, retry)
 
     def _dead_letter(self, task: Task, why: Dead) -> None:
         """The policy says no (failures ran out, or too late): a dead letter
@@ -277,9 +278,10 @@ class LocalPublisher(Worker, PublishTotals):
                 extra={"task_id": task.id, "routing_key": task.routing_key},
             )
 
-    def _undelivered(self, task: Task, reason: str, was_dead: bool) -> None:
+    def _undelivered(self, task: Task, reason: str, was_dead: bool, retry: bool = True) -> None:
         """Retry later, or send a dead letter now, as the policy says."""
-        decision = self._config.policy.after_failure(task, reason, self._clock.now_ms(), was_dead)
+        now_ms = self._clock.now_ms()
+        decision = self._config.policy.after_failure(task, reason, now_ms, was_dead, retry)
         if isinstance(decision, DeadLetter):
             self._dead.append(dead_copy(task, decision))
             then = "sending it as a dead letter"

@@ -15,29 +15,51 @@ task's data is no credential of this process to hand on), a hop-by-hop
 header, one the request sets itself (``Content-Length``, ``Host``, ...), a
 name that is not an HTTP token, a value with a line break.
 
-A webhook call has one deadline for all of it (connect, send, the answer's
-head and the little of its body that is read); a peer that trickles bytes is
-cut there. Of an answer's body at most :data:`ANSWER_PREFIX_BYTES` are read,
-for the log. The webhook's URL is never logged whole: :func:`url_origin`.
+A webhook call has one deadline for all of it (the name's resolution,
+connect, send, the answer's head and the little of its body that is read); a
+peer that trickles bytes is cut there. Of an answer's body at most
+:data:`ANSWER_PREFIX_BYTES` are read, for the log. The webhook's URL is
+never logged whole: :func:`url_origin`.
+
+Given secrets, a request is signed (``x-triggerhook-timestamp``,
+``x-triggerhook-signature``: :func:`triggerhook.domain.webhooks.signature`).
+Without ``allow_private``, the URL's host is resolved at each call and the
+call refused (never made, and not retried) when any of its addresses is one
+:func:`~triggerhook.domain.webhooks.address_refusal` names; an http call then
+connects to the address checked, so a name that resolves anew in between
+(DNS rebinding) cannot slip past; an https one connects to it too, with SNI
+and the certificate's check on the name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import math
 import re
+import socket
 import time
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TextIO, cast
+from urllib.parse import urlsplit
 
 import httpx
 
 from triggerhook.domain.event import describe
 from triggerhook.domain.meta import HeaderValue
+from triggerhook.domain.webhooks import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    Verdict,
+    address_refusal,
+    retry_after_s,
+    signature,
+    verdict,
+)
 from triggerhook.logs import url_origin
 from triggerhook.ratelimit import RateLimitedLog
 
@@ -74,11 +96,24 @@ ANSWER_PREFIX_BYTES = 256  # of an answer's body: what the log shows, and all th
 
 class Undelivered(Exception):
     """The sink did not take the event. ``refused``: it answered no (a
-    non-2xx status); else it could not be reached (refused, timed out)."""
+    non-2xx status); else it could not be reached (refused, timed out).
+    ``retry``: trying again may help (False: a 4xx but 408/429, or an
+    address not allowed: ``host_refused``); ``retry_after_s``: the answer's
+    Retry-After."""
 
-    def __init__(self, reason: str, refused: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        refused: bool = False,
+        retry: bool = True,
+        retry_after_s: float | None = None,
+        host_refused: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.refused = refused
+        self.retry = retry
+        self.retry_after_s = retry_after_s
+        self.host_refused = host_refused  # not called: an address not allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +179,11 @@ class StdoutSink:
 
 class WebhookSink:
     """An HTTP POST per event to ``url``; a 2xx answer is a delivery, whole
-    within ``timeout_s``. The environment's proxy settings are not used: the
-    webhook of a local run is usually on this machine.
+    within ``timeout_s``. The environment's proxy settings are not used (a
+    proxy would make the address check meaningless). ``secrets``: the
+    request is signed with each (none: not signed); ``allow_private``: any
+    address may be called (see the module's doc); ``retry_after_max_s``:
+    the most of an answer's Retry-After that is passed on.
 
     Thread: built by the wiring, then used by its lane's thread only, where
     its event loop and HTTP client live (made at the first delivery); only
@@ -154,10 +192,22 @@ class WebhookSink:
 
     name = "webhook"
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        *,
+        allow_private: bool,
+        secrets: tuple[bytes, ...] = (),
+        retry_after_max_s: float = 60.0,
+    ) -> None:
         self._url = url
+        self._parsed = httpx.URL(url)
         self.shown = url_origin(url)
         self._timeout_s = timeout_s
+        self._allow_private = allow_private
+        self._secrets = secrets
+        self._retry_after_max_s = retry_after_max_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
         self._call: asyncio.Timeout | None = None  # the call in flight's (loop thread)
@@ -169,6 +219,11 @@ class WebhookSink:
     def deliver(self, event: Event, deadline_s: float = math.inf) -> None:
         deadline_s = min(deadline_s, time.monotonic() + self._timeout_s)
         headers = list(self._headers(event))
+        if self._secrets:
+            now_s = int(time.time())
+            headers.append((TIMESTAMP_HEADER.encode(), str(now_s).encode()))
+            signed = signature(self._secrets, now_s, event.body)
+            headers.append((SIGNATURE_HEADER.encode(), signed.encode()))
         loop = self._loop_now()
         loop.run_until_complete(self._post(loop, event.body, headers, deadline_s))
 
@@ -203,7 +258,10 @@ class WebhookSink:
         assert self._client is not None  # made with the loop
         try:
             async with asyncio.timeout_at(_loop_time(loop, deadline_s)) as self._call:
-                request = self._client.stream("POST", self._url, content=body, headers=headers)
+                url, extensions = await self._destination(loop, headers)
+                request = self._client.stream(
+                    "POST", url, content=body, headers=headers, extensions=extensions
+                )
                 async with request as answer:
                     start = await _prefix(answer)
         except TimeoutError:
@@ -213,8 +271,49 @@ class WebhookSink:
         finally:
             self._call = None
         if not answer.is_success:
-            said = start.decode("utf-8", "replace")
-            raise Undelivered(f"webhook answered {answer.status_code}: {said!r}", refused=True)
+            self._refused(answer, start)
+
+    def _refused(self, answer: httpx.Response, start: bytes) -> None:
+        said = start.decode("utf-8", "replace")
+        wait_s = retry_after_s(
+            answer.headers.get("retry-after"), time.time(), self._retry_after_max_s
+        )
+        raise Undelivered(
+            f"webhook answered {answer.status_code}: {said!r}",
+            refused=True,
+            retry=verdict(answer.status_code) is Verdict.RETRY,
+            retry_after_s=wait_s,
+        )
+
+    async def _destination(
+        self, loop: asyncio.AbstractEventLoop, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[httpx.URL, dict[str, object]]:
+        """Where the request goes: the URL, or (without ``allow_private``)
+        the URL with the checked address for its host, the name in ``Host``
+        (added to ``headers``) and in the TLS handshake."""
+        url = self._parsed
+        if self._allow_private:
+            return url, {}
+        host = url.host
+        try:
+            found = await loop.getaddrinfo(host, url.port or 0, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise Undelivered(f"webhook: cannot resolve the host: {exc}") from None
+        addresses = [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found]
+        for address in addresses:
+            why = address_refusal(address)
+            if why is not None:
+                raise Undelivered(
+                    f"webhook: address not allowed: {url.host} resolves to {why}"
+                    " (allow_private = true allows it)",
+                    retry=False,
+                    host_refused=True,
+                )
+        if not addresses:
+            raise Undelivered("webhook: the host resolves to no address")
+        netloc = url.netloc.decode("ascii").rpartition("@")[2]
+        headers.append((b"host", netloc.encode("ascii")))
+        return url.copy_with(host=str(addresses[0])), {"sni_hostname": host}
 
     def _headers(self, event: Event) -> Iterator[tuple[bytes, bytes]]:
         yield MESSAGE_ID.encode(), event.message_id.encode()
@@ -267,19 +366,30 @@ def _loop_time(loop: asyncio.AbstractEventLoop, deadline_s: float) -> float:
 
 
 class _HideUrl(logging.Filter):
-    """Shows ``url`` as ``shown`` in every record of the logger it filters."""
+    """Shows ``url`` as ``shown`` in every record of the logger it filters,
+    and so the same URL with any other host (the address a request was sent
+    to): its path and query may hold a secret.
+
+    Thread: any (httpx logs on every sink's thread); immutable once made."""
 
     def __init__(self, url: str, shown: str) -> None:
         super().__init__()
-        self._url, self._shown = url, shown
+        self._shown = shown
+        parts = urlsplit(url)
+        tail = url[len(f"{parts.scheme}://{parts.netloc}") :]
+        # Scheme, any authority, the same path and query, then the URL's end.
+        self._url = re.compile(
+            re.escape(parts.scheme) + r"://[^\s/?#]*" + re.escape(tail) + r"(?=$|[\s\"'>)])"
+        )
 
     def text(self, text: str) -> str:
-        return text.replace(self._url, self._shown)
+        return self._url.sub(lambda _match: self._shown, text)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if self._url in message:
-            record.msg, record.args = self.text(message), None
+        hidden = self.text(message)
+        if hidden != message:
+            record.msg, record.args = hidden, None
         return True
 
 

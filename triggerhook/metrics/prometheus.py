@@ -157,6 +157,30 @@ BY_PATTERN_COUNTERS: dict[str, tuple[str, str, int]] = {
         _MS_PER_S,
     ),
 }
+# Totals per webhook target (``name:target`` fields: triggerhook.webhook.bridge).
+WEBHOOK_LABEL = "webhook"
+BY_WEBHOOK_COUNTERS: dict[str, tuple[str, str, int]] = {
+    "webhook_delivered": (
+        "triggerhook_webhook_delivered",
+        "Events a webhook target answered 2xx, by target.",
+        1,
+    ),
+    "webhook_retried": (
+        "triggerhook_webhook_retried",
+        "Failed webhook attempts tried again after a back-off, by target.",
+        1,
+    ),
+    "webhook_dead_lettered": (
+        "triggerhook_webhook_dead_lettered",
+        "Events dead-lettered because a webhook target did not take them, by target.",
+        1,
+    ),
+    "webhook_refused_host": (
+        "triggerhook_webhook_refused_host",
+        "Of those, the events whose target resolved to an address not allowed, by target.",
+        1,
+    ),
+}
 BY_PATTERN_GAUGES: dict[str, tuple[str, str, int]] = {
     "throttle_holding": (
         "triggerhook_throttle_holding_tasks",
@@ -215,6 +239,9 @@ class FiguresCollector(Collector):
         yield running
         yield from _counters(figures.totals, instance)
         yield from _by_pattern(figures.totals, BY_PATTERN_COUNTERS, instance, CounterMetricFamily)
+        yield from _by_pattern(
+            figures.totals, BY_WEBHOOK_COUNTERS, instance, CounterMetricFamily, WEBHOOK_LABEL
+        )
         period = figures.latest.get(points.ENGINE, {})
         yield from _gauges(period, instance)
         yield from _by_pattern(period, BY_PATTERN_GAUGES, instance, GaugeMetricFamily)
@@ -252,8 +279,10 @@ def _by_pattern(
     families: Mapping[str, tuple[str, str, int]],
     instance: list[str],
     kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    label_name: str = PATTERN_LABEL,
 ) -> Iterator[Metric]:
-    """The labelled figures of ``families``, a family each, a sample per pattern."""
+    """The labelled figures of ``families``, a family each, a sample per
+    label value (a pattern, or a webhook target's name)."""
     found: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
     for field, value in sorted(figures.items()):
         name, label = points.split_label(field)
@@ -262,9 +291,7 @@ def _by_pattern(
         family_name, help_text, divisor = families[name]
         family = found.get(name)
         if family is None:
-            family = found[name] = kind(
-                family_name, help_text, labels=[INSTANCE_LABEL, PATTERN_LABEL]
-            )
+            family = found[name] = kind(family_name, help_text, labels=[INSTANCE_LABEL, label_name])
         family.add_metric([*instance, label], value / divisor)
     yield from found.values()
 
