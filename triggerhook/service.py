@@ -7,8 +7,8 @@ Processes: with ``api_processes`` = 0 all of it runs in one; otherwise
 
 Threads: the main thread runs the uvloop event loop (HTTP API, signal
 handling, supervision); the engine, the command consumer and the webhook
-bridge (its consumers and delivery threads, in the firing process) run their
-own threads; blocking calls from the loop go to a small thread pool.
+bridge (its consumers and delivery threads: in each API process, or in the
+one process without them) run their own threads; blocking calls from the loop go to a small thread pool.
 
 Start-up: READY (sd_notify) is sent only once :meth:`Service.readiness` has
 no reasons, i.e. when ``/readyz`` answers 200 (engine running, publisher and
@@ -175,7 +175,7 @@ class Service:
         self.commands = commands
 
     def attach_webhooks(self, webhooks: WebhookBridge) -> None:
-        """The webhook bridge (the firing process's, api_processes or not)."""
+        """The webhook bridge (where the interfaces run: wiring._attach_webhooks)."""
         self.webhooks = webhooks
 
     def fail(self, name: str, exc: BaseException) -> None:

@@ -75,7 +75,7 @@ def build_daemon(settings: Settings) -> Service:
     params = amqp_parameters(settings.amqp_url)  # once, for the publisher and the consumers
     webhooks = webhook_targets(settings)  # wrong: say so before anything starts
     hook = _build(settings, params)
-    if settings.api_processes and (settings.http_enabled or settings.commands_enabled):
+    if _api_processes(settings):
         # The API processes speak for this instance: its name, not one of their
         # own; and sign the web view's logins with one secret (they share the port).
         session = settings.web_session_token or secrets.token_urlsafe(32)
@@ -84,14 +84,37 @@ def build_daemon(settings: Settings) -> Service:
         processes = ApiProcesses(theirs, settings.api_processes, wake, SummedRequestStats())
         hook.engine.count_also(processes.engine_totals)
         service = Service(hook, settings.shutdown_timeout_s, processes)
-    else:
-        service = Service(hook, settings.shutdown_timeout_s)
-        _attach_interfaces(service, settings, params)
-    if webhooks:  # in the firing process only: one consumer per target in the daemon
-        bridge = webhook_bridge(settings, webhooks, params, service.fail)
-        hook.engine.count_also(bridge.totals)
-        service.attach_webhooks(bridge)
+        return service  # the webhook bridge runs in the API processes
+    service = Service(hook, settings.shutdown_timeout_s)
+    _attach_interfaces(service, settings, params)
+    _attach_webhooks(service, settings, webhooks, params)
     return service
+
+
+def _api_processes(settings: Settings) -> bool:
+    """Whether ``triggerhook run`` serves its interfaces from API processes."""
+    return bool(settings.api_processes) and (settings.http_enabled or settings.commands_enabled)
+
+
+def _attach_webhooks(
+    service: Service,
+    settings: Settings,
+    targets: list[tuple[WebhookTarget, tuple[bytes, ...]]],
+    params: AmqpNodes,
+) -> None:
+    """The webhook bridge, where the interfaces are: its Python work (HTTP
+    calls, AMQP frames) out of the firing process when API processes serve
+    them, each with its share of every target's concurrency (rounded up)."""
+    if not targets:
+        return
+    processes = settings.api_processes if _api_processes(settings) else 1
+    shared = [
+        (replace(target, concurrency=-(-target.concurrency // processes)), secrets)
+        for target, secrets in targets
+    ]
+    bridge = webhook_bridge(settings, shared, params, service.fail)
+    service.hook.engine.count_also(bridge.totals)
+    service.attach_webhooks(bridge)
 
 
 def webhook_targets(
@@ -180,6 +203,7 @@ def build_api_process(settings: Settings, link: EngineLink) -> ApiService:
     sole = settings.api_processes == 1
     service = ApiService(hook, settings.shutdown_timeout_s, link, sole)
     _attach_interfaces(service, settings, params, service.figures, not sole)
+    _attach_webhooks(service, settings, webhook_targets(settings), params)
     return service
 
 
