@@ -8,7 +8,8 @@ Processes: with ``api_processes`` = 0 all of it runs in one; otherwise
 Threads: the main thread runs the uvloop event loop (HTTP API, signal
 handling, supervision); the engine, the command consumer and the webhook
 bridge (its consumers and delivery threads: in each API process, or in the
-one process without them) run their own threads; blocking calls from the loop go to a small thread pool.
+one process without them) run their own threads; blocking calls from the
+loop go to a small thread pool.
 
 Start-up: READY (sd_notify) is sent only once :meth:`Service.readiness` has
 no reasons, i.e. when ``/readyz`` answers 200 (engine running, publisher and
