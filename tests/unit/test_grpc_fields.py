@@ -7,6 +7,9 @@ answer message has a field for every field of the HTTP answer it stands for
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 from google.protobuf.message import Message
 from triggerhook_client import answer_fields as af
 
@@ -15,6 +18,8 @@ from triggerhook.api.fields_task import CREATE_FIELDS
 from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.messages import DEPRECATED_SHOWN, NOT_IN_PROTO, RENAMED
 from triggerhook.api.listing import COUNT_PARAMS, LIST_PARAMS
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fields(message: type[Message]) -> set[str]:
@@ -47,3 +52,15 @@ def test_answer_messages_have_the_http_answer_fields() -> None:
     assert fields(pb.CountReply) == answered(af.COUNTED)
     assert fields(pb.Written) == answered(af.CREATE)
     assert fields(pb.BatchWritten) == answered(af.IDS)
+
+
+def test_the_build_uses_the_grpcio_tools_ci_tests_with() -> None:
+    """The generated module needs a protobuf at least as new as the protoc that
+    made it: the build's grpcio-tools is the pinned one, not any newer."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pinned = {
+        line.split("==")[0]: line.split("==")[1]
+        for line in (REPO / "constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
+    assert f"grpcio-tools=={pinned['grpcio-tools']}" in project["build-system"]["requires"]
