@@ -6,6 +6,7 @@ test_http_api.py), authentication, and the bound on a message's size."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -16,7 +17,9 @@ from support.grpc_served import Caller, GrpcServed, grpc_served
 from support.waiting import wait_for
 
 from triggerhook.api.grpc import triggerhook_pb2 as pb
+from triggerhook.api.grpc.server import GrpcApi
 from triggerhook.settings import Settings
+from triggerhook.wiring import grpc_config
 
 AT_MS = 1_893_456_000_250  # far beyond arm_ahead_ms: never armed meanwhile
 LATER_MS = AT_MS + 3_600_000
@@ -268,3 +271,19 @@ def test_a_task_the_engine_is_publishing_is_too_late_to_cancel(api: GrpcServed) 
         "the task being published",
     )
     assert api.caller.refused("Cancel", pb.CancelRequest(id="soon")).status is S.FAILED_PRECONDITION
+
+
+def test_a_taken_port_is_an_oserror_unless_shared(api: GrpcServed) -> None:
+    """One process: the port is its own (SO_REUSEPORT off, so a second daemon
+    on it fails at start); API processes share theirs (reuse_port)."""
+    config = replace(grpc_config(settings()), host="127.0.0.1", port=api.api.port or 0)
+    with pytest.raises(OSError, match="cannot bind"):
+        GrpcApi(api.daemon.hook, config).start()
+    first = GrpcApi(api.daemon.hook, replace(config, port=0, reuse_port=True))
+    first.start()
+    try:
+        second = GrpcApi(api.daemon.hook, replace(config, port=first.port or 0, reuse_port=True))
+        second.start()
+        second.stop(0)
+    finally:
+        first.stop(0)
