@@ -3,10 +3,12 @@ each request message's fields are those of the HTTP body or query it is
 parsed as (triggerhook/api/fields*.py, the one definition), but for the
 documented renames and omissions (triggerhook.api.grpc.messages), and each
 answer message has a field for every field of the HTTP answer it stands for
-(triggerhook_client.answer_fields), but the deprecated epoch-seconds twins."""
+(triggerhook_client.answer_fields), but the deprecated epoch-seconds twins.
+And docs/api.md's status table is GRPC_RENDERING's."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from triggerhook_client import answer_fields as af
 from triggerhook.api.bodies import RESCHEDULE_FIELDS
 from triggerhook.api.fields_task import CREATE_FIELDS
 from triggerhook.api.grpc import triggerhook_pb2 as pb
+from triggerhook.api.grpc.answers import GRPC_RENDERING
 from triggerhook.api.grpc.messages import DEPRECATED_SHOWN, NOT_IN_PROTO, RENAMED
 from triggerhook.api.listing import COUNT_PARAMS, LIST_PARAMS
 
@@ -64,3 +67,17 @@ def test_the_build_uses_the_grpcio_tools_ci_tests_with() -> None:
         if "==" in line
     }
     assert f"grpcio-tools=={pinned['grpcio-tools']}" in project["build-system"]["requires"]
+
+
+def test_the_documented_status_table_is_the_rendering_table() -> None:
+    text = (REPO / "docs" / "api.md").read_text()
+    table = text.split("| status | `triggerhook-error-code` | when |\n|---|---|---|\n", 1)[1]
+    documented: dict[str, set[str]] = {}
+    for row in table.split("\n\n", 1)[0].splitlines():
+        status, codes, _when = row.strip("|").split(" | ")
+        documented[status.strip("` ")] = set(re.findall(r"`([a-z_]+)`", codes))
+    rendered: dict[str, set[str]] = {}
+    for rendering in GRPC_RENDERING.values():
+        if rendering is not None and rendering.code is not None:
+            rendered.setdefault(rendering.status.name, set()).add(rendering.code)
+    assert documented == rendered
