@@ -15,7 +15,8 @@ from google.protobuf.message import Message
 from support.served import Served, served
 from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.answers import CODE_KEY, FIELD_KEY
-from triggerhook.api.grpc.server import SERVICE, GrpcApi
+from triggerhook.api.grpc.messages import SERVICE
+from triggerhook.api.grpc.server import GrpcApi
 from triggerhook.settings import Settings
 from triggerhook.wiring import grpc_config
 

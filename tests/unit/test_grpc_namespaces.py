@@ -11,8 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 from support.grpc_served import GrpcServed, grpc_served
+from triggerhook_client.errors import Forbidden
 
 from triggerhook.api.grpc import triggerhook_pb2 as pb
+from triggerhook.api.grpc.client import GrpcClient
 from triggerhook.domain.namespaces import token_hash
 from triggerhook.settings import Settings
 
@@ -125,3 +127,11 @@ def test_a_read_only_token_cannot_write(api: GrpcServed) -> None:
     assert (refused.status, refused.code) == (DENIED, "forbidden")
     assert "write" in refused.message
     assert api.daemon.store.ids() == set()
+
+
+def test_the_python_grpc_client_raises_forbidden(api: GrpcServed) -> None:
+    api.caller.as_(SHOP).call("Create", create("shop-1", "shop.paid"))
+    billing = GrpcClient(f"127.0.0.1:{api.api.port}", BILLING)
+    with billing, pytest.raises(Forbidden) as refused:
+        billing.cancel("shop-1")
+    assert (refused.value.code, refused.value.message) == ("forbidden", OUTSIDE)

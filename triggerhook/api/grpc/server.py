@@ -30,7 +30,7 @@ from triggerhook.api.bodies import parse_batch, parse_create, parse_reschedule
 from triggerhook.api.config import GrpcConfig
 from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.answers import GrpcError
-from triggerhook.api.grpc.messages import body_of, fill, query_of
+from triggerhook.api.grpc.messages import SERVICE, body_of, fill, query_of
 from triggerhook.api.listing import parse_count, parse_list
 from triggerhook.api.render import task_json
 from triggerhook.api.scoped import ScopedHook
@@ -56,7 +56,6 @@ from triggerhook.runtime.interrupt import Interrupt
 
 log = logging.getLogger(__name__)
 
-SERVICE = "triggerhook.v1.Tasks"
 R = TypeVar("R", bound=Message)
 Handler = Callable[[ScopedHook, Any, grpc.ServicerContext], Message]
 
