@@ -351,8 +351,8 @@ class Settings:
     )
     grpc_max_message_bytes: int = _setting(
         4 * 1024 * 1024,
-        "Largest gRPC request or answer message (as http_max_body_bytes); a larger "
-        "request is refused RESOURCE_EXHAUSTED unread.",
+        "Largest gRPC request message (as http_max_body_bytes); a larger one is "
+        "refused RESOURCE_EXHAUSTED unread.",
         1024,
         64 * 1024 * 1024,
     )

@@ -287,3 +287,16 @@ def test_a_taken_port_is_an_oserror_unless_shared(api: GrpcServed) -> None:
         second.stop(0)
     finally:
         first.stop(0)
+
+
+def test_a_bug_is_internal_and_logged(api: GrpcServed, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(api.daemon.hook, "get", broken)
+    refused = api.caller.refused("Get", pb.GetRequest(id="t-1"))
+    assert (refused.status, refused.code, refused.message) == (
+        S.INTERNAL,
+        "internal",
+        "internal error; see the daemon's log",
+    )

@@ -120,9 +120,9 @@ class GrpcApi:
         server = grpc.server(
             ThreadPoolExecutor(_THREADS, thread_name_prefix="th-grpc"),
             handlers=[self._handlers()],
+            # Answers are not bounded here: a page of tasks is, by its limit.
             options=[
                 ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 1 if self._config.reuse_port else 0),
             ],
             maximum_concurrent_rpcs=_MAX_CALLS,
@@ -184,6 +184,9 @@ class GrpcApi:
                 elif isinstance(exc, TransientError):
                     log.warning("grpc call answered unavailable: %s", exc)
                 return _abort(context, library_error(exc))
+            except Exception:  # a bug: logged with its traceback, answered INTERNAL
+                log.exception("grpc call failed")
+                return _abort(context, GrpcError(Outcome.INTERNAL))
 
         return call
 
