@@ -1,12 +1,18 @@
 """GrpcClient (triggerhook.api.grpc.client) against the gRPC API over the
 in-memory store: every method, and each error as the HTTP client's exception
-of the same code (triggerhook_client.errors), its field and fired_ms kept."""
+of the same code (triggerhook_client.errors), its field and fired_ms kept;
+and for every error outcome, the daemon's gRPC error raises what its HTTP
+answer raises (the daemon's own answers, both)."""
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import grpc
+import httpx
 import pytest
 from support.daemon import closed_port
 from support.dedup import refuse_as_fired
@@ -19,9 +25,13 @@ from triggerhook_client.errors import (
     TooLate,
     Unauthorized,
     Unavailable,
+    error_from,
 )
 
-from triggerhook.api.grpc.client import GrpcClient
+from triggerhook.api.grpc.answers import GRPC_RENDERING, GrpcError
+from triggerhook.api.grpc.client import GrpcClient, error_of
+from triggerhook.api.http_answers import ApiError as HttpError
+from triggerhook.domain.outcomes import Outcome
 from triggerhook.settings import Settings
 
 AT_MS = 1_893_456_000_250
@@ -88,3 +98,55 @@ def test_auth_errors_and_no_server(served: GrpcServed) -> None:
     with nobody, pytest.raises(Unavailable) as down:
         nobody.count()
     assert down.value.status is None
+
+
+# -- one vocabulary: each error raises the class the HTTP client raises for it -------------------
+
+VALUES: dict[str, Any] = {
+    "id": "t-1",
+    "detail": "why",
+    "what": "database",
+    "limit": 1024,
+    "timeout_s": 60,
+    "fired_ms": 1_700_000_000_000,
+}
+GRPC_ERRORS = [o for o, r in GRPC_RENDERING.items() if r is not None and not o.ok]
+
+
+@dataclass(frozen=True)
+class Failed(grpc.RpcError):
+    """A failed call as grpc hands it to the client (its grpc.Call methods)."""
+
+    status: grpc.StatusCode
+    text: str
+    trailing: tuple[tuple[str, str], ...]
+
+    def code(self) -> grpc.StatusCode:
+        return self.status
+
+    def details(self) -> str:
+        return self.text
+
+    def trailing_metadata(self) -> tuple[Any, ...]:
+        Metadatum = collections.namedtuple("Metadatum", ["key", "value"])
+        return tuple(Metadatum(k, v) for k, v in self.trailing)
+
+
+@pytest.mark.parametrize("outcome", GRPC_ERRORS, ids=[o.code for o in GRPC_ERRORS])
+def test_a_grpc_error_raises_what_the_http_answer_raises(outcome: Outcome) -> None:
+    field = "tasks[1].id" if outcome is Outcome.INVALID else None
+    sent = GrpcError(outcome, field=field, **VALUES)
+    raised = error_of(Failed(sent.status, sent.message, sent.metadata()))
+    answer = HttpError(outcome, field=field, **VALUES).response()
+    assert isinstance(answer.body, bytes)
+    over_http = error_from(
+        httpx.Response(answer.status, headers=list(answer.headers.items()), content=answer.body),
+        {},
+    )
+    assert type(raised) is type(over_http), outcome
+    assert (raised.code, raised.message, raised.field) == (
+        over_http.code,
+        over_http.message,
+        over_http.field,
+    )
+    assert getattr(raised, "fired_ms", None) == getattr(over_http, "fired_ms", None)

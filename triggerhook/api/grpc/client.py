@@ -37,6 +37,7 @@ from triggerhook.api.grpc.messages import SERVICE
 _BY_CODE: dict[str, type[ApiError]] = {
     "invalid": InvalidRequest,
     "too_large": InvalidRequest,
+    "too_costly": InvalidRequest,  # as HTTP's 422: narrow the filter
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
     "not_found": NotFound,
