@@ -81,3 +81,14 @@ def test_the_documented_status_table_is_the_rendering_table() -> None:
         if rendering is not None and rendering.code is not None:
             rendered.setdefault(rendering.status.name, set()).add(rendering.code)
     assert documented == rendered
+
+
+def test_the_documented_methods_are_the_protos() -> None:
+    text = (REPO / "docs" / "api.md").read_text()
+    table = text.split("| method | as HTTP | reply |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    documented = {}
+    for row in table.splitlines():
+        method, _http, reply = row.strip("|").split(" | ")
+        documented[method.strip("` ")] = reply.split("`")[1]  # the first name in it
+    service = pb.DESCRIPTOR.services_by_name["Tasks"]
+    assert documented == {method.name: method.output_type.name for method in service.methods}
