@@ -11,9 +11,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support.daemon import closed_port
+from support.daemon import DaemonGroup, closed_port
 from support.grpc_served import Caller
 from support.http import Api, api_daemon
+from support.waiting import wait_for
 
 from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.domain.namespaces import token_hash
@@ -115,6 +116,22 @@ def test_a_namespace_token_cannot_reach_another_namespace(served: tuple[Api, Cal
     )
 
 
+def test_a_taken_grpc_port_fails_the_start(
+    served: tuple[Api, Caller], daemons: DaemonGroup
+) -> None:
+    api, _caller = served
+    env = {
+        **api.daemon.env,
+        "TRIGGERHOOK_INSTANCE_ID": "clash",
+        "TRIGGERHOOK_HTTP_PORT": str(closed_port()),
+    }
+    clash = daemons.start(env, "clash")
+    assert clash.wait_exit(30) == 1
+    port = env["TRIGGERHOOK_GRPC_PORT"]
+    wait_for(lambda: clash.count(f"cannot listen on 127.0.0.1:{port}") == 1, 5, clash.tail)
+    assert clash.count("Traceback") == 0, clash.tail()
+
+
 def test_the_proto_is_in_the_package() -> None:
     import triggerhook.api.grpc as package
 
@@ -126,6 +143,8 @@ def test_several_api_processes_share_the_grpc_port(mysql_url: str, amqp_url: str
     with api_daemon(
         mysql_url, amqp_url, api_processes=2, grpc_enabled="true", grpc_port=port
     ) as api:
+        # Each API process binds it (the daemon is ready when one of them is).
+        wait_for(lambda: api.daemon.count("grpc api listening") == 2, 20, api.daemon.tail)
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             grpc.channel_ready_future(channel).result(timeout=20)
             caller = Caller(channel)
@@ -133,6 +152,5 @@ def test_several_api_processes_share_the_grpc_port(mysql_url: str, amqp_url: str
                 request = pb.CreateRequest(id=f"many-{n}", at_ms=AT_MS, routing_key="fire.x")
                 assert caller.call("Create", request).outcome == "created"
             assert caller.call("Count", pb.CountRequest(prefix="many-")).count == 4
-        assert api.daemon.count("grpc api listening") == 2, api.daemon.tail()
         assert api.daemon.count("cannot listen") == 0, api.daemon.tail()
         assert api.daemon.terminate() == 0, api.daemon.tail()
