@@ -186,6 +186,7 @@ def grpc_config(settings: Settings) -> GrpcConfig:
         api_token=settings.api_token,
         max_message_bytes=settings.grpc_max_message_bytes,
         max_batch_tasks=settings.http_max_batch_tasks,
+        listing_concurrency=settings.listing_concurrency,
         namespaces_file=settings.namespaces_file,
         namespaces_reload_s=settings.namespaces_reload_s,
     )

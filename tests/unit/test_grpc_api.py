@@ -5,6 +5,7 @@ test_http_api.py), authentication, and the bound on a message's size."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -300,3 +301,29 @@ def test_a_bug_is_internal_and_logged(api: GrpcServed, monkeypatch: pytest.Monke
         "internal",
         "internal error; see the daemon's log",
     )
+
+
+def test_reads_beyond_listing_concurrency_are_unavailable_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with grpc_served(settings(listing_concurrency=1)) as api:
+        entered, release = threading.Event(), threading.Event()
+        count = api.daemon.hook.count
+
+        def slow(*args: Any, **kwargs: Any) -> int:
+            entered.set()
+            release.wait(10)
+            return count(*args, **kwargs)
+
+        monkeypatch.setattr(api.daemon.hook, "count", slow)
+        first = threading.Thread(target=api.caller.call, args=("Count", pb.CountRequest()))
+        first.start()
+        try:
+            assert entered.wait(10)
+            refused = api.caller.refused("List", pb.ListRequest())
+            assert (refused.status, refused.code) == (S.UNAVAILABLE, "unavailable")
+        finally:
+            release.set()
+            first.join(10)
+        monkeypatch.setattr(api.daemon.hook, "count", count)
+        assert api.caller.call("Count", pb.CountRequest()).count == 0

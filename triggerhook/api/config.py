@@ -55,5 +55,6 @@ class GrpcConfig:
     max_message_bytes: int
     max_batch_tasks: int  # http_max_batch_tasks: one bound for both
     reuse_port: bool = False  # several API processes share the port (SO_REUSEPORT)
+    listing_concurrency: int = 4  # Lists and Counts at once (besides HTTP's as many)
     namespaces_file: str = ""
     namespaces_reload_s: float = 5.0

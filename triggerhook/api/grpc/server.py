@@ -48,6 +48,7 @@ from triggerhook.domain.task import validate_id
 from triggerhook.errors import (
     AlreadyFiredError,
     ConflictError,
+    Overloaded,
     TransientError,
     TriggerHookError,
     ValidationError,
@@ -88,16 +89,35 @@ def _written(task_id: str, due_ms: int, outcome: Outcome) -> pb.Written:
     return pb.Written(id=task_id, due_ms=due_ms, outcome=outcome.code)
 
 
-def _interrupt_on_cancel(context: grpc.ServicerContext) -> Interrupt:
-    """An interrupt set when the call ends early (the client cancelled, or its
-    deadline passed), so a long read stops between its steps."""
-    interrupt = Interrupt(None)
-    context.add_callback(
-        lambda: threading.Thread(
-            target=interrupt.set, args=("its call ended",), name="th-grpc-stop", daemon=True
-        ).start()
-    )
-    return interrupt
+class _Read:
+    """A read of many tasks (List, Count): one of ``listing_concurrency`` at
+    once (more: UNAVAILABLE at once, as HTTP's 503), and :attr:`interrupt` set
+    when the call ends before the read does (the client cancelled, its
+    deadline passed, the server stops), so the read stops between its steps."""
+
+    def __init__(self, slots: threading.BoundedSemaphore, context: grpc.ServicerContext) -> None:
+        if not slots.acquire(blocking=False):
+            raise Overloaded("reads of many tasks run already (listing_concurrency)")
+        self._slots = slots
+        self.interrupt = Interrupt(None)
+        self._over = threading.Event()
+        context.add_callback(self._ended)
+
+    def __enter__(self) -> Interrupt:
+        return self.interrupt
+
+    def __exit__(self, *_exc: object) -> None:
+        self._over.set()
+        self._slots.release()
+
+    def _ended(self) -> None:
+        if not self._over.is_set():  # off this thread: a cut may block (KILL QUERY)
+            threading.Thread(
+                target=self.interrupt.set,
+                args=("its call ended",),
+                name="th-grpc-stop",
+                daemon=True,
+            ).start()
 
 
 class GrpcApi:
@@ -108,6 +128,7 @@ class GrpcApi:
         self._config = config
         self._access = Access(config.api_token, config.namespaces_file, config.namespaces_reload_s)
         self._server: grpc.Server | None = None
+        self._reads = threading.BoundedSemaphore(config.listing_concurrency)
         self.port: int | None = None
 
     @property
@@ -250,9 +271,8 @@ class GrpcApi:
         self, hook: ScopedHook, request: pb.ListRequest, context: grpc.ServicerContext
     ) -> Message:
         where, limit, cursor = parse_list(MultiDict(query_of(request)))
-        page = hook.list_tasks(
-            where, limit=limit, cursor=cursor, interrupt=_interrupt_on_cancel(context)
-        )
+        with _Read(self._reads, context) as stop:
+            page = hook.list_tasks(where, limit=limit, cursor=cursor, interrupt=stop)
         reply = pb.ListReply(next_cursor=page.cursor)
         for info in page.tasks:
             fill(reply.tasks.add(), task_json(info, payload=False))
@@ -262,7 +282,8 @@ class GrpcApi:
         self, hook: ScopedHook, request: pb.CountRequest, context: grpc.ServicerContext
     ) -> Message:
         where, up_to = parse_count(MultiDict(query_of(request)))
-        number = hook.count(where, up_to=up_to, interrupt=_interrupt_on_cancel(context))
+        with _Read(self._reads, context) as stop:
+            number = hook.count(where, up_to=up_to, interrupt=stop)
         return pb.CountReply(count=number, at_least=number == up_to)
 
 
