@@ -12,6 +12,10 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.descriptor_pool import DescriptorPool
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 from support.dedup import refuse_as_fired
 from support.fakes import FakeStore
 from support.grpc_served import Caller, GrpcServed, grpc_served
@@ -327,3 +331,20 @@ def test_reads_beyond_listing_concurrency_are_unavailable_at_once(
             first.join(10)
         monkeypatch.setattr(api.daemon.hook, "count", count)
         assert api.caller.call("Count", pb.CountRequest()).count == 0
+
+
+def test_the_service_is_listed_by_reflection(api: GrpcServed) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{api.api.port}") as channel:
+        found = ProtoReflectionDescriptorDatabase(channel)
+        assert "triggerhook.v1.Tasks" in found.get_services()
+        pool = DescriptorPool(found)
+        service = pool.FindServiceByName("triggerhook.v1.Tasks")
+        assert {m.name for m in service.methods} == {
+            "Create",
+            "CreateBatch",
+            "Get",
+            "Reschedule",
+            "Cancel",
+            "List",
+            "Count",
+        }

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
+from grpc_reflection.v1alpha import reflection
 from multidict import MultiDict
 
 from triggerhook.api.access import Access
@@ -148,6 +149,8 @@ class GrpcApi:
             ],
             maximum_concurrent_rpcs=_MAX_CALLS,
         )
+        # Reflection: grpcurl and friends list and call the methods without the .proto.
+        reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server)
         try:
             port = server.add_insecure_port(self.address)
         except RuntimeError as exc:  # gRPC's way of saying it could not bind
