@@ -129,6 +129,7 @@ class GrpcApi:
         self._config = config
         self._access = Access(config.api_token, config.namespaces_file, config.namespaces_reload_s)
         self._server: grpc.Server | None = None
+        self._pool: ThreadPoolExecutor | None = None  # grpc's stop leaves it to us
         self._reads = threading.BoundedSemaphore(config.listing_concurrency)
         self.port: int | None = None
 
@@ -139,8 +140,9 @@ class GrpcApi:
     def start(self) -> None:
         """Bind and serve; OSError when the address cannot be bound."""
         limit = self._config.max_message_bytes
+        pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="th-grpc")
         server = grpc.server(
-            ThreadPoolExecutor(_THREADS, thread_name_prefix="th-grpc"),
+            pool,
             handlers=[self._handlers()],
             # Answers are not bounded here: a page of tasks is, by its limit.
             options=[
@@ -154,9 +156,10 @@ class GrpcApi:
         try:
             port = server.add_insecure_port(self.address)
         except RuntimeError as exc:  # gRPC's way of saying it could not bind
+            pool.shutdown(wait=False)
             raise OSError(f"cannot bind {self.address}: {exc}") from None
         server.start()
-        self._server, self.port = server, port
+        self._server, self._pool, self.port = server, pool, port
         log.info(
             "grpc api listening on %s:%s",
             self._config.host,
@@ -169,6 +172,9 @@ class GrpcApi:
         if self._server is not None:
             self._server.stop(grace_s).wait()
             self._server = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     # -- dispatch -------------------------------------------------------------------
 
