@@ -32,7 +32,7 @@ WORKDIR /src
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev \
     && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml constraints.txt README.md LICENSE ./
+COPY pyproject.toml setup.py constraints.txt README.md LICENSE ./
 COPY client ./client
 COPY triggerhook ./triggerhook
 # Runtime dependencies only (no dev extras), at the versions CI tests. The

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 
@@ -53,6 +53,9 @@ from triggerhook.processes import REPORT_INTERVAL_S, ApiProcesses, EngineLink
 from triggerhook.ratelimit import RateLimitedLog
 from triggerhook.sdnotify import Notifier
 from triggerhook.webhook.bridge import WebhookBridge
+
+if TYPE_CHECKING:  # grpc is imported by the processes that serve it only
+    from triggerhook.api.grpc.server import GrpcApi
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,21 @@ _STORE_REASONS: tuple[tuple[type[Exception], str], ...] = (
     (StoreError, "{store}: query failed"),
 )
 _STORE_REASON_OTHER = "{store}: check failed"
+
+
+# How long the gRPC API's calls in flight may take to finish at a stop (as the
+# HTTP runner's shutdown timeout).
+_GRPC_GRACE_S = 5.0
+
+
+class _CannotListen(Exception):
+    """An interface could not bind its address."""
+
+    def __init__(self, interface: str, address: str, error: OSError) -> None:
+        super().__init__(f"{interface}: cannot listen on {address}")
+        self.interface = interface
+        self.address = address
+        self.error = error
 
 
 def _left(deadline_s: float) -> float:
@@ -163,6 +181,7 @@ class Service:
         self.commands: CommandConsumer | None = None
         self.http: HttpApi | None = None
         self.webhooks: WebhookBridge | None = None
+        self.grpc: GrpcApi | None = None
         self._notifier = Notifier()
         self._watchdog = Watchdog(self._notifier, self._responsive)
 
@@ -170,10 +189,16 @@ class Service:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(self._main())
 
-    def attach(self, http: HttpApi | None, commands: CommandConsumer | None) -> None:
+    def attach(
+        self,
+        http: HttpApi | None,
+        commands: CommandConsumer | None,
+        grpc: GrpcApi | None = None,
+    ) -> None:
         """The interfaces to serve (None: that interface is off)."""
         self.http = http
         self.commands = commands
+        self.grpc = grpc
 
     def attach_webhooks(self, webhooks: WebhookBridge) -> None:
         """The webhook bridge (where the interfaces run: wiring._attach_webhooks)."""
@@ -247,10 +272,9 @@ class Service:
         tending = asyncio.ensure_future(self._tend(stop))
         try:
             await self._start_interfaces()
-        except OSError as exc:
-            assert self.http is not None  # the only interface that binds
-            log.error("cannot listen on %s: %s", self.http.address, exc.strerror or exc)
-            self.fail("http", exc)
+        except _CannotListen as exc:
+            log.error("cannot listen on %s: %s", exc.address, exc.error.strerror or exc.error)
+            self.fail(exc.interface, exc.error)
         log.info("triggerhook running", extra={"instance": self.hook.instance_id})
         await self._await_ready(stop)
         while not self._must_stop(stop):
@@ -336,7 +360,15 @@ class Service:
             self.webhooks.start()
         if self.http is not None:
             self.hook.observe_http(self.http.stats)
-            await self.http.start()
+            try:
+                await self.http.start()
+            except OSError as exc:
+                raise _CannotListen("http", self.http.address, exc) from None
+        if self.grpc is not None:
+            try:
+                self.grpc.start()  # binds at once; its calls run on threads of its own
+            except OSError as exc:
+                raise _CannotListen("grpc", self.grpc.address, exc) from None
 
     async def _shutdown(self) -> int:
         """Within one ``shutdown_timeout_s`` for the whole stop (plus the HTTP
@@ -345,6 +377,8 @@ class Service:
         deadline_s = time.monotonic() + self._shutdown_timeout_s
         if self.http is not None:
             await self.http.stop()
+        if self.grpc is not None:  # calls in flight finish, up to its grace
+            await loop.run_in_executor(self.executor, self.grpc.stop, _GRPC_GRACE_S)
         if self.commands is not None:
             consumer = self.commands
             await loop.run_in_executor(self.executor, consumer.stop, _left(deadline_s))

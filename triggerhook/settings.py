@@ -353,6 +353,24 @@ class Settings:
         512, "Most open HTTP connections; further ones are closed at once.", 1
     )
     http_max_batch_tasks: int = _setting(10000, "Most tasks in one POST /v1/tasks/batch.", 1)
+    grpc_enabled: bool = _setting(
+        False,
+        "Serve the gRPC API (docs/api.md, gRPC) from the API processes too, beside HTTP; "
+        "the same tokens, namespaces and outcomes.",
+    )
+    grpc_host: str = _setting(
+        "127.0.0.1", "Address the gRPC API binds to (not loopback: as http_host, a token needed)."
+    )
+    grpc_port: int = _setting(
+        50051, "TCP port of the gRPC API (several API processes share it).", 1
+    )
+    grpc_max_message_bytes: int = _setting(
+        4 * 1024 * 1024,
+        "Largest gRPC request message (as http_max_body_bytes); a larger one is "
+        "refused RESOURCE_EXHAUSTED unread.",
+        1024,
+        64 * 1024 * 1024,
+    )
     # Reads of many tasks (list, count, timeline, bulk cancel): docs/api.md, "Endpoints".
     listing_timeout_ms: int = _setting(
         5000, "The database stops a read of many tasks running longer: 422 too_costly.", 10
@@ -519,11 +537,13 @@ class Settings:
             and not self.namespaces_file
             and not self.http_allow_public_without_token
         )
-        if self.http_enabled and open_to_all and not is_loopback(self.http_host):
-            raise ConfigError(
-                f"http_host: {self.http_host!r} is not a loopback address and api_token "
-                "is empty; set api_token (or http_allow_public_without_token = true)"
-            )
+        for enabled, name in ((self.http_enabled, "http_host"), (self.grpc_enabled, "grpc_host")):
+            host = getattr(self, name)
+            if enabled and open_to_all and not is_loopback(host):
+                raise ConfigError(
+                    f"{name}: {host!r} is not a loopback address and api_token "
+                    "is empty; set api_token (or http_allow_public_without_token = true)"
+                )
 
     def default_late_policy(self) -> LatePolicy:
         """late_policy, parsed; ConfigError naming it when malformed."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from triggerhook.amqp.connection import AmqpNodes, amqp_parameters
 from triggerhook.amqp.publisher import AmqpPublisher
 from triggerhook.api.access import read_namespaces
-from triggerhook.api.config import CommandConfig, HttpConfig
+from triggerhook.api.config import CommandConfig, GrpcConfig, HttpConfig
 from triggerhook.app import Figures, TriggerHook
 from triggerhook.clock import ClockSync, DatabaseClock
 from triggerhook.domain.delivery import DeliveryPolicy
@@ -229,7 +229,12 @@ def _attach_interfaces(
     if settings.http_enabled:
         config = replace(http_config(settings), reuse_port=reuse_port)
         http = HttpApi(hook, config, service.readiness, service.executor, figures, quotas)
-    service.attach(http, commands)
+    grpc = None
+    if settings.grpc_enabled:
+        from triggerhook.api.grpc.server import GrpcApi  # noqa: PLC0415
+
+        grpc = GrpcApi(hook, replace(grpc_config(settings), reuse_port=reuse_port), quotas)
+    service.attach(http, commands, grpc)
 
 
 def http_config(settings: Settings) -> HttpConfig:
@@ -252,6 +257,19 @@ def http_config(settings: Settings) -> HttpConfig:
         allowed_hosts=tuple(settings.allowed_hosts()),
         listing_concurrency=settings.listing_concurrency,
         bulk_cancel_timeout_s=float(settings.bulk_cancel_timeout_s),
+        namespaces_file=settings.namespaces_file,
+        namespaces_reload_s=settings.namespaces_reload_s,
+    )
+
+
+def grpc_config(settings: Settings) -> GrpcConfig:
+    return GrpcConfig(
+        host=settings.grpc_host,
+        port=settings.grpc_port,
+        api_token=settings.api_token,
+        max_message_bytes=settings.grpc_max_message_bytes,
+        max_batch_tasks=settings.http_max_batch_tasks,
+        listing_concurrency=settings.listing_concurrency,
         namespaces_file=settings.namespaces_file,
         namespaces_reload_s=settings.namespaces_reload_s,
     )

@@ -43,7 +43,15 @@ from support.deploy import REPO
 
 PROJECT = ("triggerhook", "triggerhook-client")
 # What a checkout's build reads (the Dockerfile's COPY sources, config/ aside).
-SOURCES = ("pyproject.toml", "constraints.txt", "README.md", "LICENSE", "triggerhook", "client")
+SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "constraints.txt",
+    "README.md",
+    "LICENSE",
+    "triggerhook",
+    "client",
+)
 MISSING = "No matching distribution found for triggerhook-client"
 
 # Run by a fresh venv's Python: the project's distributions, their files and requirements.

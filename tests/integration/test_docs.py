@@ -123,6 +123,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     "fired within its dedup window: it needs the first one to have fired (a queue bound to "
     "its routing key, and a wait); tests/integration/test_dedup_window.py makes both creates "
     "against a daemon and checks the 409 already_fired answer and its fired_ms",
+    ("docs/api.md", "grpcurl "): "grpcurl (a Go program) is not installed here, nor is "
+    "the gRPC API enabled on the documents' daemon; tests/unit/test_grpc_api.py calls the "
+    "same methods through a real gRPC client and lists them by reflection, as grpcurl does",
     ("client/README.md", "pip install"): _REINSTALL,
     ("docs/dev.md", "pip install ./client ."): _REINSTALL_DEV,
 }

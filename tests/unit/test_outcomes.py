@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 
+import grpc
 import pytest
 
 from triggerhook.api.command_messages import AMQP_RENDERING, Disposition, answer, code_of
+from triggerhook.api.grpc.answers import GRPC_RENDERING, GrpcError
 from triggerhook.api.http import HTTP_RENDERING, ApiError
 from triggerhook.cli import (
     CLI_RENDERING,
@@ -59,6 +61,20 @@ NOT_AMQP = {
     Outcome.REQUEST_TIMEOUT,  # HTTP's
     Outcome.TOO_COSTLY,  # no command reads tasks in bulk
 }
+NOT_GRPC = {
+    *NOT_HTTP,
+    # no series operations over gRPC
+    Outcome.PAUSED,
+    Outcome.PAUSED_AFTER_THIS,
+    Outcome.RESUMED,
+    Outcome.ENDED,
+    Outcome.TRIGGERED,
+    Outcome.BACKFILLED,
+    Outcome.NOT_A_SERIES,
+    Outcome.MALFORMED_JSON,  # a message protobuf cannot decode: gRPC's own error
+    Outcome.UNSUPPORTED_MEDIA_TYPE,  # HTTP's
+    Outcome.REQUEST_TIMEOUT,  # HTTP's: a gRPC call has its client's deadline
+}
 
 
 def test_codes_are_unique_stable_words() -> None:
@@ -90,7 +106,9 @@ def test_every_outcome_has_a_message_template() -> None:
 
 
 @pytest.mark.parametrize(
-    "table", [HTTP_RENDERING, AMQP_RENDERING, CLI_RENDERING], ids=["http", "amqp", "cli"]
+    "table",
+    [HTTP_RENDERING, AMQP_RENDERING, CLI_RENDERING, GRPC_RENDERING],
+    ids=["http", "amqp", "cli", "grpc"],
 )
 def test_every_interface_names_every_outcome(table: dict[Outcome, object]) -> None:
     assert set(table) == ALL
@@ -100,6 +118,7 @@ def test_the_outcomes_an_interface_never_gives_are_the_documented_ones() -> None
     assert {o for o, r in HTTP_RENDERING.items() if r is None} == NOT_HTTP
     assert {o for o, r in AMQP_RENDERING.items() if r is None} == NOT_AMQP
     assert all(rendering is not None for rendering in CLI_RENDERING.values())
+    assert {o for o, r in GRPC_RENDERING.items() if r is None} == NOT_GRPC
 
 
 def test_http_rendering() -> None:
@@ -147,6 +166,49 @@ def test_http_rendering() -> None:
         Outcome.STOPPING: 503,
         Outcome.INTERNAL: 500,
     }
+
+
+def test_grpc_rendering() -> None:
+    """Successes are OK; an error's code is HTTP's (one vocabulary)."""
+    for outcome, rendering in GRPC_RENDERING.items():
+        if rendering is None:
+            continue
+        assert (rendering.status is grpc.StatusCode.OK) is outcome.ok, outcome
+        http = HTTP_RENDERING[outcome]
+        assert http is not None and rendering.code == http.code, outcome
+        assert rendering.shows == http.shows, outcome
+    S = grpc.StatusCode
+    statuses = {o: r.status for o, r in GRPC_RENDERING.items() if r is not None and not o.ok}
+    assert statuses == {
+        Outcome.CONFLICT: S.ALREADY_EXISTS,
+        Outcome.ALREADY_FIRED: S.ALREADY_EXISTS,
+        Outcome.NOT_FOUND: S.NOT_FOUND,
+        Outcome.TOO_LATE: S.FAILED_PRECONDITION,
+        Outcome.INVALID: S.INVALID_ARGUMENT,
+        Outcome.TOO_COSTLY: S.OUT_OF_RANGE,
+        Outcome.TOO_LARGE: S.RESOURCE_EXHAUSTED,
+        Outcome.UNAUTHORIZED: S.UNAUTHENTICATED,
+        Outcome.FORBIDDEN: S.PERMISSION_DENIED,
+        Outcome.UNAVAILABLE: S.UNAVAILABLE,
+        Outcome.OVERLOADED: S.UNAVAILABLE,
+        Outcome.STOPPING: S.UNAVAILABLE,
+        Outcome.INTERNAL: S.INTERNAL,
+    }
+
+
+def test_grpc_errors_carry_the_http_code_field_and_shown_values() -> None:
+    fired = GrpcError(Outcome.ALREADY_FIRED, field="id", id="t-1", fired_ms=5)
+    assert (fired.status, fired.message) == (
+        grpc.StatusCode.ALREADY_EXISTS,
+        "task 't-1' fired at 5 (epoch ms), within its dedup window",
+    )
+    assert fired.metadata() == (
+        ("triggerhook-error-code", "already_fired"),
+        ("triggerhook-error-field", "id"),
+        ("triggerhook-fired-ms", "5"),
+    )
+    busy = GrpcError(Outcome.OVERLOADED)
+    assert busy.metadata() == (("triggerhook-error-code", "unavailable"),)
 
 
 def test_http_errors_as_answered() -> None:

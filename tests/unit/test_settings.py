@@ -468,6 +468,14 @@ def test_a_public_http_host_needs_a_token_or_an_explicit_allowance(host: str) ->
     assert Settings(http_host=host, http_enabled=False).http_host == host
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "example.com"])
+def test_a_public_grpc_host_needs_a_token_too(host: str) -> None:
+    with pytest.raises(ConfigError, match="grpc_host"):
+        Settings(grpc_enabled=True, grpc_host=host)
+    assert Settings(grpc_enabled=True, grpc_host=host, api_token="t").grpc_host == host
+    assert Settings(grpc_host=host).grpc_host == host  # not served: not checked
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
 def test_loopback_hosts_need_no_token(host: str) -> None:
     assert Settings(http_host=host).http_host == host

@@ -46,3 +46,16 @@ class CommandConfig:
     queue_arguments: Mapping[str, str] = field(default_factory=dict)  # the queues' (type)
     namespaces_file: str = ""  # empty: api_token alone (docs/design/shared-service.md)
     namespaces_reload_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcConfig:
+    host: str
+    port: int  # 0: any free one (the tests')
+    api_token: str  # empty: no authentication (as HTTP's)
+    max_message_bytes: int
+    max_batch_tasks: int  # http_max_batch_tasks: one bound for both
+    reuse_port: bool = False  # several API processes share the port (SO_REUSEPORT)
+    listing_concurrency: int = 4  # Lists and Counts at once (besides HTTP's as many)
+    namespaces_file: str = ""
+    namespaces_reload_s: float = 5.0

@@ -153,6 +153,25 @@ def parse_filter(values: Mapping[str, object]) -> TaskFilter:
     )
 
 
+def parse_list(query: MultiMapping[str]) -> tuple[TaskFilter, int | None, str | None]:
+    """``GET /v1/tasks``'s parameters (the gRPC API's List's too): the filter,
+    the page's ``limit`` and the ``cursor`` to go on from."""
+    values = query_values(query, LIST_PARAMS)
+    cursor = values.get("cursor")  # given once: checked by the listing
+    return (
+        parse_filter(values),
+        _integer(values, "limit"),
+        cursor if isinstance(cursor, str) else None,
+    )
+
+
+def parse_count(query: MultiMapping[str]) -> tuple[TaskFilter, int | None]:
+    """``GET /v1/tasks/count``'s parameters (the gRPC API's Count's too): the
+    filter and the cap (``up_to``)."""
+    values = query_values(query, COUNT_PARAMS)
+    return parse_filter(values), count_cap(_integer(values, "up_to"))
+
+
 def parse_bulk_cancel(body: object) -> TaskFilter:
     """``{"prefix"?, "tag"?, "routing_key"?, "due_after"? | "due_after_ms"?,
     "due_before"? | "due_before_ms"?}``, at least one of the first three."""
@@ -211,9 +230,7 @@ class ListingApi:
         self.work.close()
 
     async def list(self, request: web.Request) -> web.Response:
-        values = query_values(request.query, LIST_PARAMS)
-        where, limit = parse_filter(values), _integer(values, "limit")
-        cursor = request.query.get("cursor")  # given once: checked above
+        where, limit, cursor = parse_list(request.query)
         hook = self._hook_of(request)
         page = await self.work.run(
             request,
@@ -227,8 +244,7 @@ class ListingApi:
         )
 
     async def count(self, request: web.Request) -> web.Response:
-        values = query_values(request.query, COUNT_PARAMS)
-        where, up_to = parse_filter(values), count_cap(_integer(values, "up_to"))
+        where, up_to = parse_count(request.query)
         hook = self._hook_of(request)
         number = await self.work.run(
             request, lambda stop: hook.count(where, up_to=up_to, interrupt=stop)
