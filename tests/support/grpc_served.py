@@ -95,7 +95,9 @@ class GrpcServed:
 def grpc_served(settings: Settings, token: str | None = None) -> Iterator[GrpcServed]:
     """The gRPC API of a started engine with ``settings``, on a free port."""
     with served(settings) as daemon:
-        api = GrpcApi(daemon.hook, replace(grpc_config(settings), host="127.0.0.1", port=0))
+        # The HTTP API's quotas, as the wiring shares one keeper per process.
+        config = replace(grpc_config(settings), host="127.0.0.1", port=0)
+        api = GrpcApi(daemon.hook, config, daemon.api.quotas)
         api.start()
         try:
             with grpc.insecure_channel(f"127.0.0.1:{api.port}") as channel:

@@ -1,6 +1,6 @@
-"""The namespaces file and tokens the namespaces tests over HTTP share
-(tests/unit/test_http_namespaces.py, test_web_namespaces.py), and their
-requests."""
+"""The namespaces file and tokens the namespaces tests share
+(tests/unit/test_http_namespaces.py, test_web_namespaces.py,
+test_grpc_namespaces.py), and their HTTP requests."""
 
 from __future__ import annotations
 

@@ -11,48 +11,14 @@ from pathlib import Path
 import grpc
 import pytest
 from support.grpc_served import GrpcServed, grpc_served
+from support.namespaces import ADMIN, AT_MS, BILLING, NAMESPACES, OUTSIDE, READER, SHOP
 from triggerhook_client.errors import Forbidden
 
 from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.client import GrpcClient
-from triggerhook.domain.namespaces import token_hash
 from triggerhook.settings import Settings
 
-AT_MS = 1_893_456_000_250
-ADMIN = "admin-secret"
-BILLING, SHOP, READER = "th_billing", "th_shop", "th_billing_reader"
 DENIED = grpc.StatusCode.PERMISSION_DENIED
-
-NAMESPACES = f"""
-[[namespace]]
-name = "billing"
-id_prefix = "billing-"
-routing_keys = ["billing.#"]
-
-[[namespace]]
-name = "shop"
-id_prefix = "shop-"
-routing_keys = ["shop.*"]
-
-[[token]]
-name = "billing-api"
-namespace = "billing"
-scopes = ["read", "write"]
-sha256 = "{token_hash(BILLING)}"
-
-[[token]]
-name = "billing-ro"
-namespace = "billing"
-scopes = ["read"]
-sha256 = "{token_hash(READER)}"
-
-[[token]]
-name = "shop-api"
-namespace = "shop"
-scopes = ["read", "write"]
-sha256 = "{token_hash(SHOP)}"
-"""
-OUTSIDE = "task id 'shop-1' is outside namespace 'billing' (its ids start with 'billing-')"
 
 
 @pytest.fixture

@@ -187,6 +187,7 @@ def test_grpc_rendering() -> None:
         Outcome.INVALID: S.INVALID_ARGUMENT,
         Outcome.TOO_COSTLY: S.OUT_OF_RANGE,
         Outcome.TOO_LARGE: S.RESOURCE_EXHAUSTED,
+        Outcome.OVER_QUOTA: S.RESOURCE_EXHAUSTED,
         Outcome.UNAUTHORIZED: S.UNAUTHENTICATED,
         Outcome.FORBIDDEN: S.PERMISSION_DENIED,
         Outcome.UNAVAILABLE: S.UNAVAILABLE,

@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.fakes import FakeClock, FakePublisher, FakeStore
+from support.grpc_served import grpc_served
 from support.served import Client, Served, served
+from triggerhook_client import OverQuota as ClientOverQuota
 
 from triggerhook.api.command_messages import (
     AMQP_RENDERING,
@@ -29,6 +32,8 @@ from triggerhook.api.command_messages import (
     Rejected,
     execute,
 )
+from triggerhook.api.grpc import triggerhook_pb2 as pb
+from triggerhook.api.grpc.client import GrpcClient
 from triggerhook.api.quotas import QuotaKeeper
 from triggerhook.api.scoped import ScopedHook
 from triggerhook.domain.listing import TaskFilter
@@ -469,3 +474,37 @@ def test_the_wiring_builds_one_keeper_in_one_process() -> None:
         service.http.quotas.admit(billing, 2)  # the whole burst: a share of 1
     finally:
         service.hook.close()
+
+
+# -- over gRPC, from the same bucket -------------------------------------------------------
+
+
+def test_a_grpc_create_over_the_quota_is_resource_exhausted_from_the_same_bucket(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "namespaces.toml"
+    path.write_text(QUOTAS_FILE)
+    settings = Settings(
+        instance_id="unit", switch_interval_us=0, shutdown_timeout_s=1, namespaces_file=str(path)
+    )
+    with grpc_served(settings, token=TOKEN) as api:
+
+        async def http_creates(client: Client) -> None:
+            batch = {"tasks": [task("billing-1"), task("billing-2")]}
+            assert (await post(client, "/v1/tasks/batch", batch, TOKEN))[0] == 201
+
+        api.daemon.serve(http_creates)  # two of the burst of three
+        request = pb.CreateRequest(id="billing-3", at_ms=AT_MS, routing_key="billing.charge")
+        assert api.caller.call("Create", request).outcome == "created"
+        request = pb.CreateRequest(id="billing-4", at_ms=AT_MS, routing_key="billing.charge")
+        refused = api.caller.refused("Create", request)
+        assert (refused.status, refused.code) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "over_quota",
+        )
+        assert "over its create_rate of 1/h burst 3" in refused.message
+        client = GrpcClient(f"127.0.0.1:{api.api.port}", TOKEN)
+        with client, pytest.raises(ClientOverQuota) as raised:
+            client.create(id="billing-5", at_ms=AT_MS, routing_key="billing.charge")
+        assert raised.value.code == "over_quota"
+        assert sorted(api.daemon.store.rows) == ["billing-1", "billing-2", "billing-3"]
