@@ -4,7 +4,7 @@
     1  runtime/                the ground floor: Worker (thread base), counters, metric points
        domain/                 pure: Task and validation, time parsing, the due-time heap
     2  interfaces, settings    the ports (protocols and the values they carry); every setting
-       clock, logs, ratelimit, sdnotify, status
+       clock, logs, ratelimit, sdnotify, status, tomlfile
                                small leaves the core, the adapters and the daemon use
     3  engine/                 the core: threads and bounded stages
        store/, amqp/, metrics/ the adapters (MySQL, RabbitMQ, metrics thread and sinks)
@@ -68,7 +68,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for units in (
         "errors retry",
         "runtime domain",
-        "interfaces settings clock logs ratelimit sdnotify status",
+        "interfaces settings clock logs ratelimit sdnotify status tomlfile",
         "engine store amqp metrics client local",
         "app outbox webhook",
         "api processes",

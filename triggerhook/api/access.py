@@ -22,7 +22,6 @@ import hmac
 import logging
 import os
 import time
-import tomllib
 from collections.abc import Callable
 
 from triggerhook.domain.namespaces import (
@@ -32,6 +31,7 @@ from triggerhook.domain.namespaces import (
     parse_namespaces,
 )
 from triggerhook.errors import ConfigError
+from triggerhook.tomlfile import read_toml_file
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +41,7 @@ _BEARER = "Bearer "
 
 def read_namespaces(path: str) -> Namespaces:
     """The namespaces file's contents; ConfigError naming the file and what is wrong."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"namespaces_file: cannot read {path!r}: {exc.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"namespaces_file: {path!r} is over {MAX_FILE_BYTES:,} bytes")
-    try:
-        data = tomllib.loads(raw.decode())
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"namespaces_file: {path!r} is not TOML: {exc}") from None
+    data = read_toml_file(path, "namespaces_file", MAX_FILE_BYTES)
     try:
         return parse_namespaces(data)
     except ConfigError as exc:

@@ -196,7 +196,9 @@ def _spaces(entries: list[Mapping[str, object]]) -> dict[str, Namespace]:
                 f"{where}.id_prefix: {prefix!r} is not 1-{MAX_PREFIX_CHARS} characters"
                 " from [A-Za-z0-9._:-]"
             )
-        spaces[name] = Namespace(name, prefix, _patterns(entry, where), parse_quota(entry, where))
+        spaces[name] = Namespace(
+            name, prefix, routing_key_patterns(entry, where), parse_quota(entry, where)
+        )
     _disjoint(list(spaces.values()))
     return spaces
 
@@ -213,7 +215,9 @@ def _disjoint(spaces: list[Namespace]) -> None:
             )
 
 
-def _patterns(entry: Mapping[str, object], where: str) -> tuple[str, ...]:
+def routing_key_patterns(entry: Mapping[str, object], where: str) -> tuple[str, ...]:
+    """An entry's ``routing_keys`` (a namespace's, a webhook target's): AMQP
+    topic patterns, each once, in the order written; ConfigError names it."""
     patterns = entry.get("routing_keys")
     if not isinstance(patterns, list) or not patterns:
         raise ConfigError(f"{where}.routing_keys: a non-empty list of routing key patterns")
@@ -223,7 +227,7 @@ def _patterns(entry: Mapping[str, object], where: str) -> tuple[str, ...]:
         why = pattern_error(pattern)
         if why is not None:
             raise ConfigError(f"{where}.routing_keys: {pattern!r}: {why}")
-    return tuple(patterns)
+    return tuple(dict.fromkeys(patterns))
 
 
 def _token(

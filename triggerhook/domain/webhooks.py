@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
-from triggerhook.domain.ratelimits import MAX_PATTERNS, pattern_error, topic_matches
+from triggerhook.domain.namespaces import routing_key_patterns
+from triggerhook.domain.ratelimits import topic_matches
 from triggerhook.errors import ConfigError
 
 # The headers a signed request carries (docs/webhooks.md, "Signature").
@@ -127,7 +128,7 @@ def _target(entry: Mapping[str, object], where: str) -> WebhookTarget:
     return WebhookTarget(
         name=name,
         url=_url(entry, where),
-        routing_keys=_patterns(entry, where),
+        routing_keys=routing_key_patterns(entry, where),
         secret_file=secret_file,
         secret_env=secret_env,
         concurrency=_int(entry, where, "concurrency", 4, 1, MAX_CONCURRENCY),
@@ -157,19 +158,6 @@ def _url(entry: Mapping[str, object], where: str) -> str:
         # Never the URL itself: it may hold a credential.
         raise ConfigError(f"{where}.url: an http:// or https:// URL with a host is required")
     return url
-
-
-def _patterns(entry: Mapping[str, object], where: str) -> tuple[str, ...]:
-    patterns = entry.get("routing_keys")
-    if not isinstance(patterns, list) or not patterns:
-        raise ConfigError(f"{where}.routing_keys: a non-empty list of routing key patterns")
-    if len(patterns) > MAX_PATTERNS:
-        raise ConfigError(f"{where}.routing_keys: more than {MAX_PATTERNS} patterns")
-    for pattern in patterns:
-        why = pattern_error(pattern)
-        if why is not None:
-            raise ConfigError(f"{where}.routing_keys: {pattern!r}: {why}")
-    return tuple(dict.fromkeys(patterns))
 
 
 def _string(entry: Mapping[str, object], where: str, key: str, default: str | None = None) -> str:

@@ -10,12 +10,12 @@ message.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 
 from triggerhook.domain.ratelimits import topic_matches
 from triggerhook.domain.webhooks import WebhookTarget, parse_webhooks
 from triggerhook.errors import ConfigError
+from triggerhook.tomlfile import read_toml_file
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_SECRET_BYTES = 4096
@@ -27,17 +27,7 @@ def read_webhooks(path: str, dead_letter_routing_key: str) -> tuple[WebhookTarge
     """The targets file's contents; ConfigError naming the file and what is
     wrong. A target whose patterns match ``dead_letter_routing_key`` is
     refused: its own dead letters would come back to it."""
-    try:
-        with open(path, "rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"webhooks_file: cannot read {path!r}: {exc.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"webhooks_file: {path!r} is over {MAX_FILE_BYTES:,} bytes")
-    try:
-        data = tomllib.loads(raw.decode())
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"webhooks_file: {path!r} is not TOML: {exc}") from None
+    data = read_toml_file(path, "webhooks_file", MAX_FILE_BYTES)
     try:
         targets = parse_webhooks(data)
     except ConfigError as exc:
