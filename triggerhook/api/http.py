@@ -71,16 +71,14 @@ from triggerhook.domain.outcomes import (
     RESCHEDULE_OUTCOMES,
     Outcome,
     error_outcome,
-    unavailable_what,
+    refusal_of,
 )
 from triggerhook.domain.task import CancelResult, validate_id
 from triggerhook.errors import (
-    AlreadyFiredError,
     ConflictError,
     StoreUnavailable,
     TransientError,
     TriggerHookError,
-    ValidationError,
 )
 from triggerhook.interfaces import Moved
 from triggerhook.metrics import prometheus
@@ -119,26 +117,10 @@ class _ServerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         super().log(level, msg, *args, **kwargs)
 
 
-def _library_error(exc: TriggerHookError) -> ApiError:
-    """A library error as its outcome's answer; a dependency's failure names
-    the dependency, never its error text."""
-    outcome = error_outcome(exc)
-    if isinstance(exc, ValidationError):
-        return ApiError(outcome, exc.message, exc.field)
-    if isinstance(exc, ConflictError):
-        return _refused_create(exc, "id")
-    if outcome is Outcome.UNAVAILABLE:
-        assert isinstance(exc, TransientError)
-        return ApiError(outcome, what=unavailable_what(exc))
-    return ApiError(outcome, detail=exc)  # TOO_COSTLY says which bound; the rest ignore it
-
-
-def _refused_create(exc: ConflictError, field: str) -> ApiError:
-    """A create (or a series' copy) refused by what its id holds: conflict,
-    too_late, or already_fired with when it fired (``fired_ms``); ``field``
-    names the id as the request gave it (``tasks[3].id`` in a batch)."""
-    fired_ms = exc.fired_ms if isinstance(exc, AlreadyFiredError) else None
-    return ApiError(error_outcome(exc), field=field, id=exc.task_id, fired_ms=fired_ms)
+def _library_error(exc: TriggerHookError, id_field: str = "id") -> ApiError:
+    """A library error as its outcome's answer (:func:`refusal_of`)."""
+    refusal = refusal_of(exc, id_field)
+    return ApiError(refusal.outcome, refusal.message, refusal.field, **refusal.values)
 
 
 def _created(scheduled: Scheduled) -> tuple[int, dict[str, Any]]:
@@ -408,7 +390,7 @@ class HttpApi:
             return hook.schedule_many(specs)
         except ConflictError as exc:  # TooLateError, AlreadyFiredError too: their own outcomes
             assert exc.index is not None  # schedule_many names the task
-            raise _refused_create(exc, f"tasks[{exc.index}].id") from None
+            raise _library_error(exc, f"tasks[{exc.index}].id") from None
 
     async def get(self, request: web.Request) -> web.Response:
         task_id = self._path_id(request)

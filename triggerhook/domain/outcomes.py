@@ -18,6 +18,9 @@ Outcomes come from the library's results (:class:`InsertOutcome`,
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from triggerhook.domain.task import CancelResult, InsertOutcome, RescheduleResult, SeriesResult
@@ -34,6 +37,7 @@ from triggerhook.errors import (
     TooCostly,
     TooLateError,
     TransientError,
+    TriggerHookError,
     ValidationError,
 )
 
@@ -211,6 +215,35 @@ def error_outcome(exc: BaseException) -> Outcome:
         if isinstance(exc, kind):
             return outcome
     return Outcome.INTERNAL
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A library error as every interface answers it: the outcome, the
+    message (None: the outcome's template filled with ``values``), the
+    field named."""
+
+    outcome: Outcome
+    message: str | None = None
+    field: str | None = None
+    values: Mapping[str, Any] = dataclass_field(default_factory=dict)  # Any: as keywords
+
+
+def refusal_of(exc: TriggerHookError, id_field: str = "id") -> Refusal:
+    """What a library error answers: a bad field names it; a create refused
+    by what its id holds names the id as the request gave it (``id_field``:
+    ``tasks[3].id`` in a batch) and, for already_fired, when it fired; a
+    dependency's failure names the dependency, never its error text."""
+    outcome = error_outcome(exc)
+    if isinstance(exc, ValidationError):
+        return Refusal(outcome, exc.message, exc.field)
+    if isinstance(exc, ConflictError):
+        fired_ms = exc.fired_ms if isinstance(exc, AlreadyFiredError) else None
+        return Refusal(outcome, None, id_field, {"id": exc.task_id, "fired_ms": fired_ms})
+    if outcome is Outcome.UNAVAILABLE:
+        assert isinstance(exc, TransientError)
+        return Refusal(outcome, values={"what": unavailable_what(exc)})
+    return Refusal(outcome, values={"detail": exc})  # TOO_COSTLY says which bound
 
 
 def unavailable_what(exc: TransientError) -> str:

@@ -44,16 +44,14 @@ from triggerhook.domain.outcomes import (
     RESCHEDULE_OUTCOMES,
     Outcome,
     error_outcome,
-    unavailable_what,
+    refusal_of,
 )
 from triggerhook.domain.task import validate_id
 from triggerhook.errors import (
-    AlreadyFiredError,
     ConflictError,
     Overloaded,
     TransientError,
     TriggerHookError,
-    ValidationError,
 )
 from triggerhook.runtime.interrupt import Interrupt
 
@@ -67,24 +65,11 @@ _MAX_CALLS = 64  # calls running or waiting; more are refused RESOURCE_EXHAUSTED
 _COMMIT_TIMEOUT_S = 30.0  # as the HTTP API's: then UNAVAILABLE, never written
 
 
-def library_error(exc: TriggerHookError) -> GrpcError:
-    """A library error as its outcome's answer (as the HTTP API's: a
-    dependency's failure names the dependency, never its error text)."""
-    outcome = error_outcome(exc)
-    if isinstance(exc, ValidationError):
-        return GrpcError(outcome, exc.message, exc.field)
-    if isinstance(exc, ConflictError):
-        return refused_create(exc, "id")
-    if outcome is Outcome.UNAVAILABLE:
-        assert isinstance(exc, TransientError)
-        return GrpcError(outcome, what=unavailable_what(exc))
-    return GrpcError(outcome, detail=exc)
-
-
-def refused_create(exc: ConflictError, field: str) -> GrpcError:
-    """conflict, too_late or already_fired (with ``fired_ms``) of a create."""
-    fired_ms = exc.fired_ms if isinstance(exc, AlreadyFiredError) else None
-    return GrpcError(error_outcome(exc), field=field, id=exc.task_id, fired_ms=fired_ms)
+def library_error(exc: TriggerHookError, id_field: str = "id") -> GrpcError:
+    """A library error as its outcome's answer (:func:`refusal_of`, as the
+    HTTP API's)."""
+    refusal = refusal_of(exc, id_field)
+    return GrpcError(refusal.outcome, refusal.message, refusal.field, **refusal.values)
 
 
 def _written(task_id: str, due_ms: int, outcome: Outcome) -> pb.Written:
@@ -252,7 +237,7 @@ class GrpcApi:
             done: list[Scheduled] = hook.schedule_many(specs)
         except ConflictError as exc:
             assert exc.index is not None  # schedule_many names the task
-            raise refused_create(exc, f"tasks[{exc.index}].id") from None
+            raise library_error(exc, f"tasks[{exc.index}].id") from None
         return pb.BatchWritten(
             ids=[s.task.id for s in done], outcomes=[INSERT_OUTCOMES[s.outcome].code for s in done]
         )
