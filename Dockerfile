@@ -32,12 +32,13 @@ WORKDIR /src
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libmariadb-dev \
     && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml setup.py constraints.txt README.md LICENSE ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 COPY client ./client
 COPY triggerhook ./triggerhook
 # Runtime dependencies only (no dev extras), at the versions CI tests. The
 # client distribution (./client, a dependency of the project) is given by
-# path: it is on no index.
+# path: it is on no index. Its build generates the gRPC messages with the
+# grpcio-tools its pyproject.toml pins (pip's build isolation fetches it).
 RUN pip wheel --wheel-dir "$WHEELS" -c constraints.txt ./client '.[mysqlclient]'
 # The venv gets no pip or setuptools: this stage's pip installs into it, from
 # the wheels above only (--no-index), so nothing unpinned can slip in; the

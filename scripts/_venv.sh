@@ -7,7 +7,8 @@
 # on and which is on no index — installed, it satisfies that dependency, so pip
 # never looks it up. The install is skipped while the stamp file
 # .venv/.installed is newer than pyproject.toml, client/pyproject.toml,
-# constraints.txt and the gRPC API's .proto, so repeated runs cost nothing.
+# constraints.txt and the gRPC API's .proto (client/triggerhook_client/grpc/),
+# and the messages generated from it are there, so repeated runs cost nothing.
 #
 # Expects the current directory to be the repository root. Honours $PYTHON
 # (default python3) for creating the venv. Sets VENV and VENV_BIN.
@@ -48,11 +49,12 @@ ensure_venv() {
         }
     fi
 
-    # The .proto too: the editable install generates the gRPC API's messages
-    # from it (setup.py), so a changed .proto means an install again.
+    # The .proto too: the client's editable install generates the gRPC API's
+    # messages from it (client/setup.py), so a changed .proto means an install again.
+    local grpc=client/triggerhook_client/grpc
     if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt client/pyproject.toml \
-        && "$stamp" -nt constraints.txt && "$stamp" -nt triggerhook/api/grpc/triggerhook.proto \
-        && -f triggerhook/api/grpc/triggerhook_pb2.py ]]; then
+        && "$stamp" -nt constraints.txt && "$stamp" -nt "$grpc/triggerhook.proto" \
+        && -f "$grpc/triggerhook_pb2.py" ]]; then
         return 0
     fi
 

@@ -2,9 +2,12 @@
 installs it into a fresh virtualenv — no system site-packages, so the daemon
 and its drivers are not there — and that venv's Python schedules, reads and
 cancels tasks on a real daemon, with :class:`Client` and with :class:`AsyncClient`.
+Without its ``grpc`` extra it has no gRPC (``triggerhook_client.grpc`` says
+what to install); with it, in a venv of its own, ``GrpcClient`` does the same
+on a daemon serving the gRPC API, still without the daemon's distribution.
 
 pip builds the wheel from client/ and fetches httpx and its dependencies
-(setuptools for the build too) from the index or its cache, at the versions of
+(setuptools and grpcio-tools for the build too) from the index or its cache, at the versions of
 constraints.txt, into the session's wheelhouse (the ``wheelhouse`` fixture in
 tests/integration/conftest.py, shared with test_dev_mode.py); the fresh venv
 installs the client from there alone, as pip resolves it: what a service that
@@ -20,13 +23,17 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from support.daemon import closed_port
 from support.http import ROUTED, Api, api_daemon
 
 TOKEN = "install-test-" + secrets.token_hex(8)
 FAR_S = 4_000_000_000  # epoch seconds in 2096: never fires during the test
 # What the daemon's distribution brings and the client's must not.
 DAEMON_ONLY = ("triggerhook", "pymysql", "pika", "aiohttp", "uvloop", "influxdb_client", "msgspec")
+# What the grpc extra brings (and the client's part that needs it).
+GRPC_ONLY = ("grpc", "google.protobuf", "triggerhook_client.grpc")
 
 # Run by the fresh venv's Python: the calls of both clients, as JSON lines.
 SCENARIO = """
@@ -82,6 +89,31 @@ async def main():
 asyncio.run(main())
 """
 
+# Run by the [grpc] venv's Python: GrpcClient's calls, as one JSON line.
+GRPC_SCENARIO = """
+import json, sys
+from triggerhook_client import NotFound
+from triggerhook_client.grpc import GrpcClient
+
+target, token, task_id, at_ms, routed = sys.argv[1:6]
+with GrpcClient(target, token) as hook:
+    written = hook.create(id=task_id, at_ms=int(at_ms), routing_key=routed, payload=b"g")
+    task = hook.get(task_id)
+    cancelled = hook.cancel(task_id)
+    try:
+        hook.cancel(task_id)
+        again = None
+    except NotFound as exc:
+        again = [exc.status, exc.code]
+print(json.dumps({
+    "written": [written.id, written.due_ms, written.outcome],
+    "task": [task.id, task.state, task.payload.decode()],
+    "cancelled": [cancelled.id, cancelled.outcome],
+    "again": again,
+    "daemon": "triggerhook" in sys.modules,
+}))
+"""
+
 # Run by the fresh venv's Python: where the client comes from, what else imports.
 IMPORTS = """
 import importlib, importlib.metadata as m, json, sys
@@ -124,6 +156,12 @@ def venv(fresh_venv: Callable[..., Path]) -> Path:
 
 
 @pytest.fixture(scope="module")
+def grpc_venv(fresh_venv: Callable[..., Path]) -> Path:
+    """A fresh venv with the client and its grpc extra (grpcio, protobuf)."""
+    return fresh_venv("client-grpc", "triggerhook-client[grpc]")
+
+
+@pytest.fixture(scope="module")
 def api(mysql_url: str, amqp_url: str) -> Iterator[Api]:
     with api_daemon(mysql_url, amqp_url, api_token=TOKEN, default_routing_key=ROUTED) as served:
         yield served
@@ -137,10 +175,66 @@ def test_the_fresh_venv_holds_the_client_and_httpx_only(venv: Path) -> None:
     # Installed into the venv (a wheel built from client/), not found in the checkout.
     assert Path(found["file"]).is_relative_to(venv), found["file"]
     assert found["typed"] is True
-    assert found["requires"] == ["httpx>=0.27"]
+    # httpx alone; grpcio and protobuf only with the grpc extra.
+    assert found["requires"] == [
+        "httpx>=0.27",
+        'grpcio>=1.66; extra == "grpc"',
+        'protobuf>=7.35.1; extra == "grpc"',
+    ]
     assert found["failed"] == list(DAEMON_ONLY)  # httpx imports; none of the daemon's
     assert "triggerhook-client" in found["installed"]
     assert not {"triggerhook", "aiohttp", "pika", "pymysql"} & set(found["installed"])
+
+
+def test_without_the_grpc_extra_the_grpc_part_says_what_to_install(venv: Path) -> None:
+    done = _fresh_python(venv, IMPORTS, *GRPC_ONLY)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["failed"] == list(GRPC_ONLY)
+    code = "import triggerhook_client.grpc"
+    failed = _fresh_python(venv, code)
+    assert failed.returncode == 1
+    assert "ImportError" in failed.stderr, failed.stderr
+    assert "pip install 'triggerhook-client[grpc]'" in failed.stderr, failed.stderr
+
+
+def test_with_the_grpc_extra_grpc_client_creates_gets_and_cancels(grpc_venv: Path) -> None:
+    done = _fresh_python(grpc_venv, IMPORTS, *DAEMON_ONLY, *GRPC_ONLY)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["failed"] == list(DAEMON_ONLY)  # gRPC imports; still none of the daemon's
+    assert {"grpcio", "protobuf"} <= set(found["installed"])
+    assert not {"triggerhook", "grpcio-tools", "aiohttp", "pika"} & set(found["installed"])
+
+
+def test_the_installed_grpc_client_calls_a_daemon(
+    grpc_venv: Path, mysql_url: str, amqp_url: str
+) -> None:
+    port = closed_port()
+    with api_daemon(
+        mysql_url,
+        amqp_url,
+        api_token=TOKEN,
+        default_routing_key=ROUTED,
+        grpc_enabled="true",
+        grpc_port=port,
+    ) as api:
+        target = f"127.0.0.1:{port}"
+        with grpc.insecure_channel(target) as channel:  # started after the HTTP API
+            grpc.channel_ready_future(channel).result(timeout=20)
+        task_id = "installed-grpc-" + secrets.token_hex(4)
+        at_ms = FAR_S * 1000
+        done = _fresh_python(grpc_venv, GRPC_SCENARIO, target, TOKEN, task_id, str(at_ms), ROUTED)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout) == {
+            "written": [task_id, at_ms, "created"],
+            "task": [task_id, "scheduled", "g"],
+            "cancelled": [task_id, "cancelled"],
+            "again": [None, "not_found"],
+            "daemon": False,
+        }
+        with api.client() as http:  # the daemon, asked over HTTP: gone
+            assert http.get(f"/v1/tasks/{task_id}").status_code == 404
+        assert api.daemon.terminate() == 0, api.daemon.tail()
 
 
 def test_the_installed_client_schedules_gets_and_cancels(venv: Path, api: Api) -> None:

@@ -127,6 +127,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     "the gRPC API enabled on the documents' daemon; tests/unit/test_grpc_api.py calls the "
     "same methods through a real gRPC client and lists them by reflection, as grpcurl does",
     ("client/README.md", "pip install"): _REINSTALL,
+    ("client/README.md", "from triggerhook_client import NotFound"): "GrpcClient needs the "
+    "gRPC API, which the documents' daemon does not enable; tests/unit/test_grpc_client.py "
+    "calls every method of GrpcClient against a served gRPC API, its errors included",
     ("docs/dev.md", "pip install ./client ."): _REINSTALL_DEV,
 }
 

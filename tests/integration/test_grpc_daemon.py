@@ -15,8 +15,8 @@ from support.daemon import DaemonGroup, closed_port
 from support.grpc_served import Caller
 from support.http import Api, api_daemon
 from support.waiting import wait_for
+from triggerhook_client.grpc import triggerhook_pb2 as pb
 
-from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.domain.namespaces import token_hash
 
 ADMIN = "admin-token"
@@ -133,7 +133,8 @@ def test_a_taken_grpc_port_fails_the_start(
 
 
 def test_the_proto_is_in_the_package() -> None:
-    import triggerhook.api.grpc as package
+    """The client's package carries it (the daemon's serves it, and imports its messages)."""
+    import triggerhook_client.grpc as package
 
     assert (Path(package.__file__).parent / "triggerhook.proto").is_file()
 

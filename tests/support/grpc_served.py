@@ -11,11 +11,10 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
+from triggerhook_client.grpc import triggerhook_pb2 as pb
+from triggerhook_client.grpc.keys import CODE_KEY, FIELD_KEY, SERVICE
 
 from support.served import Served, served
-from triggerhook.api.grpc import triggerhook_pb2 as pb
-from triggerhook.api.grpc.answers import CODE_KEY, FIELD_KEY
-from triggerhook.api.grpc.messages import SERVICE
 from triggerhook.api.grpc.server import GrpcApi
 from triggerhook.settings import Settings
 from triggerhook.wiring import grpc_config

@@ -20,8 +20,8 @@ from support.dedup import refuse_as_fired
 from support.fakes import FakeStore
 from support.grpc_served import Caller, GrpcServed, grpc_served
 from support.waiting import wait_for
+from triggerhook_client.grpc import triggerhook_pb2 as pb
 
-from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.server import GrpcApi
 from triggerhook.settings import Settings
 from triggerhook.wiring import grpc_config

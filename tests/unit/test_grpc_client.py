@@ -1,4 +1,4 @@
-"""GrpcClient (triggerhook.api.grpc.client) against the gRPC API over the
+"""GrpcClient (triggerhook_client.grpc) against the gRPC API over the
 in-memory store: every method, and each error as the HTTP client's exception
 of the same code (triggerhook_client.errors), its field and fired_ms kept;
 and for every error outcome, the daemon's gRPC error raises what its HTTP
@@ -27,9 +27,9 @@ from triggerhook_client.errors import (
     Unavailable,
     error_from,
 )
+from triggerhook_client.grpc import GrpcClient, error_of
 
 from triggerhook.api.grpc.answers import GRPC_RENDERING, GrpcError
-from triggerhook.api.grpc.client import GrpcClient, error_of
 from triggerhook.api.http_answers import ApiError as HttpError
 from triggerhook.domain.outcomes import Outcome
 from triggerhook.settings import Settings

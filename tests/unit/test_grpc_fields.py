@@ -14,10 +14,10 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 from triggerhook_client import answer_fields as af
+from triggerhook_client.grpc import triggerhook_pb2 as pb
 
 from triggerhook.api.bodies import RESCHEDULE_FIELDS
 from triggerhook.api.fields_task import CREATE_FIELDS
-from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.answers import GRPC_RENDERING
 from triggerhook.api.grpc.messages import DEPRECATED_SHOWN, NOT_IN_PROTO, RENAMED
 from triggerhook.api.listing import COUNT_PARAMS, LIST_PARAMS
@@ -59,14 +59,18 @@ def test_answer_messages_have_the_http_answer_fields() -> None:
 
 def test_the_build_uses_the_grpcio_tools_ci_tests_with() -> None:
     """The generated module needs a protobuf at least as new as the protoc that
-    made it: the build's grpcio-tools is the pinned one, not any newer."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    made it: the build's grpcio-tools (the client distribution's, which
+    generates it) is the pinned one, not any newer."""
+    project = tomllib.loads((REPO / "client" / "pyproject.toml").read_text())
     pinned = {
         line.split("==")[0]: line.split("==")[1]
         for line in (REPO / "constraints.txt").read_text().splitlines()
         if "==" in line
     }
     assert f"grpcio-tools=={pinned['grpcio-tools']}" in project["build-system"]["requires"]
+    # The daemon's build generates nothing: it needs no protoc.
+    daemon = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert not [r for r in daemon["build-system"]["requires"] if r.startswith("grpcio-tools")]
 
 
 def test_the_documented_status_table_is_the_rendering_table() -> None:

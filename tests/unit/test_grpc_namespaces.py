@@ -13,9 +13,9 @@ import pytest
 from support.grpc_served import GrpcServed, grpc_served
 from support.namespaces import ADMIN, AT_MS, BILLING, NAMESPACES, OUTSIDE, READER, SHOP
 from triggerhook_client.errors import Forbidden
+from triggerhook_client.grpc import GrpcClient
+from triggerhook_client.grpc import triggerhook_pb2 as pb
 
-from triggerhook.api.grpc import triggerhook_pb2 as pb
-from triggerhook.api.grpc.client import GrpcClient
 from triggerhook.settings import Settings
 
 DENIED = grpc.StatusCode.PERMISSION_DENIED

@@ -43,6 +43,10 @@ The rules, checked over every ``import`` and ``from ... import`` of
   nothing of ``triggerhook`` (tests/unit/test_client_package.py).
 * Only amqp/ imports the broker client (``pika``): the publisher, the command
   consumer's broker side and their one connection loop live there.
+* Only api/ imports gRPC (``grpc``, ``grpc_reflection``, ``google.protobuf``)
+  and the client's gRPC part (``triggerhook_client.grpc``: the generated
+  messages and the metadata keys, which the server shares with
+  ``GrpcClient``): the gRPC API's server lives in api/grpc/.
 * client/ imports only ``triggerhook.errors``, ``triggerhook.retry`` and
   ``triggerhook.domain.task`` besides itself, and only cli imports client/.
 * No import cycle between packages (or top-level modules).
@@ -90,6 +94,8 @@ CLIENT_USERS = frozenset({"cli"})
 
 BROKER_CLIENT = "pika"
 BROKER_CLIENT_USERS = frozenset({"amqp"})
+GRPC_MODULES = ("grpc", "grpc_reflection", "google.protobuf", "triggerhook_client.grpc")
+GRPC_USERS = frozenset({"api"})
 # Third-party libraries of pure computation that the lowest layers may use:
 # cronsim evaluates a series' cron expression (domain/recurrence.py); msgspec
 # makes Task a Struct (domain/task.py: one is made per row armed).
@@ -159,6 +165,10 @@ def _third_party(target: str) -> bool:
     )
 
 
+def _grpc(target: str) -> bool:
+    return any(target == name or target.startswith(name + ".") for name in GRPC_MODULES)
+
+
 def violations(sources: Mapping[str, str], packages: frozenset[str] = frozenset()) -> list[str]:
     """Every import in ``sources`` (module name -> source) that breaks a rule;
     ``packages`` names the modules that are a package's ``__init__``."""
@@ -176,6 +186,8 @@ def violations(sources: Mapping[str, str], packages: frozenset[str] = frozenset(
                     found.append(f"{where}: layer {LAYER_OF[here]} uses the standard library only")
                 elif target.split(".")[0] == BROKER_CLIENT and here not in BROKER_CLIENT_USERS:
                     found.append(f"{where}: only amqp/ imports {BROKER_CLIENT}")
+                elif _grpc(target) and here not in GRPC_USERS:
+                    found.append(f"{where}: only api/ imports gRPC")
                 continue
             found.extend(f"{where}: {why}" for why in _broken(here, target))
     return found
@@ -316,6 +328,20 @@ def test_siblings_of_one_layer_are_reported() -> None:
         "interfaces and settings are both layer 2 and must not know each other",
         "triggerhook.metrics.collector:1 imports triggerhook.engine.engine: "
         "metrics and engine are both layer 3 and must not know each other",
+    ]
+
+
+def test_grpc_outside_the_api_is_reported() -> None:
+    sources = {
+        "triggerhook.api.grpc.server": "import grpc\nfrom triggerhook_client.grpc import keys",
+        "triggerhook.service": "import grpc",
+        "triggerhook.wiring": "from triggerhook_client.grpc.keys import SERVICE",
+        "triggerhook.app": "from google.protobuf.message import Message\nimport grpc_tools",
+    }
+    assert violations(sources) == [
+        "triggerhook.app:1 imports google.protobuf.message: only api/ imports gRPC",
+        "triggerhook.service:1 imports grpc: only api/ imports gRPC",
+        "triggerhook.wiring:1 imports triggerhook_client.grpc.keys: only api/ imports gRPC",
     ]
 
 

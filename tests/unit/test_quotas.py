@@ -24,6 +24,8 @@ from support.fakes import FakeClock, FakePublisher, FakeStore
 from support.grpc_served import grpc_served
 from support.served import Client, Served, served
 from triggerhook_client import OverQuota as ClientOverQuota
+from triggerhook_client.grpc import GrpcClient
+from triggerhook_client.grpc import triggerhook_pb2 as pb
 
 from triggerhook.api.command_messages import (
     AMQP_RENDERING,
@@ -32,8 +34,6 @@ from triggerhook.api.command_messages import (
     Rejected,
     execute,
 )
-from triggerhook.api.grpc import triggerhook_pb2 as pb
-from triggerhook.api.grpc.client import GrpcClient
 from triggerhook.api.quotas import QuotaKeeper
 from triggerhook.api.scoped import ScopedHook
 from triggerhook.domain.listing import TaskFilter

@@ -3,7 +3,8 @@ and the error a call ends with (:class:`GrpcError`).
 
 A success is ``OK``, its outcome's code in the reply's ``outcome`` field. An
 error is its status code, the outcome's message as the status details, and
-in the trailing metadata the HTTP API's ``error.code``
+in the trailing metadata (the keys: :mod:`triggerhook_client.grpc.keys`,
+shared with the client) the HTTP API's ``error.code``
 (``triggerhook-error-code``; overloaded is reported as unavailable there
 too), the field at fault (``triggerhook-error-field``) and what the outcome
 shows (``triggerhook-fired-ms`` of already_fired): one vocabulary, the same
@@ -20,12 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+from triggerhook_client.grpc.keys import CODE_KEY, FIELD_KEY, shown_key
 
 from triggerhook.domain.outcomes import Outcome
-
-CODE_KEY = "triggerhook-error-code"
-FIELD_KEY = "triggerhook-error-field"
-SHOWN_PREFIX = "triggerhook-"  # and the shown value's name, _ as -: triggerhook-fired-ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +87,6 @@ GRPC_RENDERING: dict[Outcome, GrpcRendering | None] = {
     Outcome.STOPPING: _error(_S.UNAVAILABLE, Outcome.STOPPING),
     Outcome.INTERNAL: _error(_S.INTERNAL, Outcome.INTERNAL),
 }
-
-
-def shown_key(name: str) -> str:
-    """The metadata key of a value an outcome shows (``fired_ms``: triggerhook-fired-ms)."""
-    return SHOWN_PREFIX + name.replace("_", "-")
 
 
 class GrpcError(Exception):

@@ -20,11 +20,6 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from triggerhook.api.grpc import triggerhook_pb2 as pb
-
-# The service's full name, as the .proto gives it (the methods' paths start with it).
-SERVICE: str = pb.DESCRIPTOR.services_by_name["Tasks"].full_name
-
 # The HTTP fields a create message spells otherwise: its payload is bytes.
 RENAMED = {"payload": "payload_b64"}
 # The HTTP create fields the messages leave out: ``delay`` (deprecated, seconds:

@@ -1,4 +1,5 @@
-"""The gRPC API's server: service ``triggerhook.v1.Tasks`` of ``triggerhook.proto``.
+"""The gRPC API's server: service ``triggerhook.v1.Tasks`` of ``triggerhook.proto`` (in
+:mod:`triggerhook_client.grpc`, with its generated messages and the metadata keys).
 
 Threads: gRPC's synchronous server, on a bounded pool of its own; each call
 runs there from start to end and blocks on the library as the HTTP API's
@@ -25,13 +26,14 @@ import grpc
 from google.protobuf.message import Message
 from grpc_reflection.v1alpha import reflection
 from multidict import MultiDict
+from triggerhook_client.grpc import triggerhook_pb2 as pb
+from triggerhook_client.grpc.keys import SERVICE
 
 from triggerhook.api.access import Access
 from triggerhook.api.bodies import parse_batch, parse_create, parse_reschedule
 from triggerhook.api.config import GrpcConfig
-from triggerhook.api.grpc import triggerhook_pb2 as pb
 from triggerhook.api.grpc.answers import GrpcError
-from triggerhook.api.grpc.messages import SERVICE, body_of, fill, query_of
+from triggerhook.api.grpc.messages import body_of, fill, query_of
 from triggerhook.api.listing import parse_count, parse_list
 from triggerhook.api.quotas import QuotaKeeper, keeper_of
 from triggerhook.api.render import task_json

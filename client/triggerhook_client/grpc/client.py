@@ -2,9 +2,9 @@
 ``triggerhook.v1.Tasks`` over one channel, raising the errors the HTTP
 client (``triggerhook_client``) raises, chosen by the same error codes.
 
-It comes with the daemon's package, not with ``triggerhook-client`` (a
-distribution that needs only httpx): it needs grpcio and the messages the
-build generates here. Requests take the messages' fields as keywords
+It needs grpcio and protobuf (the ``grpc`` extra of ``triggerhook-client``)
+and the messages the build generates here (client/setup.py). Requests take
+the messages' fields as keywords
 (``create(id="t-1", at_ms=..., routing_key=..., payload=b"...")``); replies
 are the messages (``Written``, ``Task``, ...). An error's ``status`` is None
 (there is no HTTP status); its ``code``, ``message`` and ``field`` are the
@@ -18,6 +18,7 @@ from typing import Any, Self
 
 import grpc
 from google.protobuf.message import Message
+
 from triggerhook_client.errors import (
     AlreadyFired,
     ApiError,
@@ -30,10 +31,8 @@ from triggerhook_client.errors import (
     Unauthorized,
     Unavailable,
 )
-
-from triggerhook.api.grpc import triggerhook_pb2 as pb
-from triggerhook.api.grpc.answers import CODE_KEY, FIELD_KEY, shown_key
-from triggerhook.api.grpc.messages import SERVICE
+from triggerhook_client.grpc import triggerhook_pb2 as pb
+from triggerhook_client.grpc.keys import CODE_KEY, FIELD_KEY, SERVICE, shown_key
 
 _BY_CODE: dict[str, type[ApiError]] = {
     "invalid": InvalidRequest,
