@@ -170,7 +170,7 @@ class Quotas:
     def _state(self, space: str, quota: Quota, now_ms: float) -> _Kept:
         kept = self._kept.get(space)
         if kept is None:
-            kept = self._kept[space] = _Kept(self._capacity(quota), now_ms)
+            kept = self._kept[space] = _Kept(self._capacity(quota.create_rate), now_ms)
         return kept
 
     @staticmethod
@@ -188,8 +188,8 @@ class Quotas:
                 f" {most:,}; retry when some have fired or are cancelled"
             )
 
-    def _capacity(self, quota: Quota) -> float:
-        rate = quota.create_rate
+    def _capacity(self, rate: RateLimit | None) -> float:
+        """The most tokens this process's bucket holds: its share of the burst."""
         return 0.0 if rate is None else max(1.0, rate.burst * self._share)
 
     def _take(
@@ -200,7 +200,7 @@ class Quotas:
         until their token comes; these refuse at once."""
         if rate is None:
             return
-        capacity = max(1.0, rate.burst * self._share)
+        capacity = self._capacity(rate)
         if creates > capacity:
             raise ValidationError(
                 "tasks",
